@@ -1,0 +1,15 @@
+# Flags for Lockstep's own targets (not for third-party code).
+function(lockstep_target_options target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror)
+  if(CMAKE_BUILD_TYPE STREQUAL "Release")
+    # The hot loops are written to be vectorised; this machine class has AVX-512 but the binary must
+    # still run on any x86-64, so vector width is chosen at run time by oneDNN, not here.
+    target_compile_options(${target} PRIVATE -O3)
+  endif()
+endfunction()
+
+if(LOCKSTEP_SANITIZE)
+  string(REPLACE ";" "," _san "${LOCKSTEP_SANITIZE}")
+  add_compile_options(-fsanitize=${_san} -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=${_san})
+endif()

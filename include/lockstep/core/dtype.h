@@ -1,0 +1,34 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "lockstep/core/bfloat16.h"
+
+namespace lockstep {
+
+// Element types. float64 is not in DESIGN.md's list: it exists so that gradient checks and
+// reference computations can run the same ops in double precision (see docs/architecture.md).
+enum class DType : uint8_t { float32, bfloat16, float64, int32, int64, uint8 };
+
+size_t dtype_size(DType dtype);
+std::string_view dtype_name(DType dtype);
+// Parses "float32", "bfloat16", "float64", "int32", "int64", "uint8"; throws InvalidArgument.
+DType dtype_from_name(std::string_view name);
+inline bool is_floating(DType d) {
+  return d == DType::float32 || d == DType::bfloat16 || d == DType::float64;
+}
+
+template <typename T>
+struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::float32; };
+template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bfloat16; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::float64; };
+template <> struct dtype_of<int32_t> { static constexpr DType value = DType::int32; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::int64; };
+template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::uint8; };
+template <typename T>
+inline constexpr DType dtype_v = dtype_of<T>::value;
+
+}  // namespace lockstep

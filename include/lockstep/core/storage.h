@@ -1,0 +1,41 @@
+#pragma once
+// Reference-counted, 64-byte aligned memory behind tensors. Freed blocks go back to a pool keyed
+// by size, so a training step that allocates the same shapes every step reaches a steady state
+// with no calls to the system allocator (the idea of PyTorch's caching allocator, for host memory).
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace lockstep {
+
+class Storage {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  // A new block of at least `nbytes` (contents unspecified), with one reference.
+  static Storage* allocate(size_t nbytes);
+
+  void* data() { return reinterpret_cast<char*>(this) + kHeaderBytes; }
+  size_t nbytes() const { return nbytes_; }
+
+  void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void release();
+
+ private:
+  static constexpr size_t kHeaderBytes = kAlignment;
+  explicit Storage(size_t nbytes) : nbytes_(nbytes) {}
+  std::atomic<int64_t> refs_{1};
+  size_t nbytes_;
+};
+
+// Statistics of the block pool, for tests that check the steady state does not allocate.
+struct StoragePoolStats {
+  uint64_t system_allocations = 0;  // blocks obtained from the system allocator, ever
+  uint64_t pool_hits = 0;           // blocks reused from the pool, ever
+  size_t cached_bytes = 0;          // bytes currently held in the pool
+};
+StoragePoolStats storage_pool_stats();
+// Returns every cached block to the system (e.g. after a large model is destroyed).
+void storage_pool_release_cached();
+
+}  // namespace lockstep

@@ -1,0 +1,142 @@
+#pragma once
+// Tensor: a handle to a dense, row-major (C-order) array with a shape and a dtype.
+//
+// Copying a Tensor copies the handle, not the data (like torch::Tensor / tf.Tensor handles);
+// `clone()` copies the data. Storage is 64-byte aligned and pooled (see storage.h). Tensors are
+// always contiguous: `reshape` and `slice` along axis 0 are views that share storage; anything
+// else that rearranges elements (transpose) produces a new tensor.
+//
+// Each handle carries an `id()`: views and new tensors get fresh ids, copies of a handle keep it.
+// The gradient tape uses it to know which tensor an op consumed.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "lockstep/core/dtype.h"
+#include "lockstep/core/error.h"
+#include "lockstep/core/shape.h"
+#include "lockstep/core/storage.h"
+
+namespace lockstep {
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Uninitialised contents (the fast path for outputs that are fully overwritten).
+  Tensor(const Shape& shape, DType dtype = DType::float32);
+  ~Tensor() { reset(); }
+  Tensor(const Tensor& other);
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(const Tensor& other);
+  Tensor& operator=(Tensor&& other) noexcept;
+
+  static Tensor empty(const Shape& shape, DType dtype = DType::float32) { return {shape, dtype}; }
+  static Tensor zeros(const Shape& shape, DType dtype = DType::float32);
+  static Tensor ones(const Shape& shape, DType dtype = DType::float32);
+  // Fills with `value` converted to `dtype`.
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::float32);
+  static Tensor scalar(double value, DType dtype = DType::float32) { return full({}, value, dtype); }
+  // Copies `values` (whose length must equal shape.num_elements()).
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+  template <typename T>
+  static Tensor from_span(std::span<const T> values, const Shape& shape);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return shape_.rank(); }
+  int64_t dim(int axis) const { return shape_.dim(axis); }
+  DType dtype() const { return dtype_; }
+  int64_t num_elements() const { return shape_.num_elements(); }
+  size_t nbytes() const { return static_cast<size_t>(num_elements()) * dtype_size(dtype_); }
+  uint64_t id() const { return id_; }
+
+  // Typed access; throws InvalidArgument if T does not match dtype(). Handles share data, so
+  // const-ness of the handle does not make the elements read-only (as with torch::Tensor).
+  template <typename T>
+  T* data() const {
+    check_dtype(dtype_v<T>, "data<T>()");
+    return static_cast<T*>(raw_data());
+  }
+  void* raw_data() const;
+  // True when both handles see the same memory block.
+  bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+
+  // Views (no copy). The braced form accepts one -1 dimension, inferred from the element count:
+  // `x.reshape({-1, 784})`.
+  Tensor reshape(const Shape& shape) const;
+  Tensor reshape(std::initializer_list<int64_t> dims) const;
+  Tensor slice(int64_t begin, int64_t end) const;  // rows [begin, end) along axis 0
+  Tensor row(int64_t index) const;                 // row `index` along axis 0, rank - 1
+
+  Tensor clone() const;
+  // Copies `src`'s elements into this tensor; shapes and dtypes must match.
+  void copy_from(const Tensor& src) const;
+  // Element conversion to another dtype (a copy even when the dtype is the same).
+  Tensor to(DType dtype) const;
+
+  // The single element of a one-element tensor, as double.
+  double item() const;
+  // All elements converted to T.
+  template <typename T>
+  std::vector<T> to_vector() const;
+  // Element i (flat index) converted to double; slow, for tests and printing.
+  double at(int64_t flat_index) const;
+
+  // "Tensor(shape=[2, 3], dtype=float32, [[...]])", abbreviated past `max_elements`.
+  std::string to_string(int64_t max_elements = 20) const;
+  std::string describe() const;  // "float32[2, 3]" for error messages
+
+  void check_dtype(DType expected, const char* what) const;
+
+ private:
+  void reset();
+  Storage* storage_ = nullptr;
+  size_t offset_ = 0;  // bytes into the storage
+  Shape shape_;
+  DType dtype_ = DType::float32;
+  uint64_t id_ = 0;
+};
+
+// A fresh identity for a tensor handle (unique within the process).
+uint64_t next_tensor_id();
+
+template <typename T>
+Tensor Tensor::from_span(std::span<const T> values, const Shape& shape) {
+  if (static_cast<int64_t>(values.size()) != shape.num_elements()) {
+    throw InvalidArgument("Tensor::from_vector: " + std::to_string(values.size()) +
+                          " values do not fill shape " + shape.to_string() + " (" +
+                          std::to_string(shape.num_elements()) + " elements).");
+  }
+  Tensor t(shape, dtype_v<T>);
+  T* d = t.data<T>();
+  for (size_t i = 0; i < values.size(); ++i) d[i] = values[i];
+  return t;
+}
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
+  return from_span(std::span<const T>(values), shape);
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  std::vector<T> out(static_cast<size_t>(num_elements()));
+  if (dtype_ == dtype_v<T>) {
+    const T* d = data<T>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = d[i];
+  } else {
+    for (size_t i = 0; i < out.size(); ++i) {
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        out[i] = bfloat16(static_cast<float>(at(static_cast<int64_t>(i))));
+      } else {
+        out[i] = static_cast<T>(at(static_cast<int64_t>(i)));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,268 @@
+#include "lockstep/core/tensor.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+namespace lockstep {
+
+uint64_t next_tensor_id() {
+  // Ids are handed out in per-thread blocks so that replica threads do not contend on one counter.
+  static std::atomic<uint64_t> next_block{1};
+  constexpr uint64_t kBlock = 1 << 16;
+  thread_local uint64_t next = 0, end = 0;
+  if (next == end) {
+    next = next_block.fetch_add(1, std::memory_order_relaxed) * kBlock;
+    end = next + kBlock;
+  }
+  return next++;
+}
+
+Tensor::Tensor(const Shape& shape, DType dtype)
+    : storage_(Storage::allocate(static_cast<size_t>(shape.num_elements()) * dtype_size(dtype))),
+      shape_(shape),
+      dtype_(dtype),
+      id_(next_tensor_id()) {}
+
+Tensor::Tensor(const Tensor& o)
+    : storage_(o.storage_), offset_(o.offset_), shape_(o.shape_), dtype_(o.dtype_), id_(o.id_) {
+  if (storage_) storage_->retain();
+}
+
+Tensor::Tensor(Tensor&& o) noexcept
+    : storage_(o.storage_), offset_(o.offset_), shape_(o.shape_), dtype_(o.dtype_), id_(o.id_) {
+  o.storage_ = nullptr;
+  o.id_ = 0;
+}
+
+Tensor& Tensor::operator=(const Tensor& o) {
+  if (this != &o) {
+    if (o.storage_) o.storage_->retain();
+    reset();
+    storage_ = o.storage_;
+    offset_ = o.offset_;
+    shape_ = o.shape_;
+    dtype_ = o.dtype_;
+    id_ = o.id_;
+  }
+  return *this;
+}
+
+Tensor& Tensor::operator=(Tensor&& o) noexcept {
+  if (this != &o) {
+    reset();
+    storage_ = o.storage_;
+    offset_ = o.offset_;
+    shape_ = o.shape_;
+    dtype_ = o.dtype_;
+    id_ = o.id_;
+    o.storage_ = nullptr;
+    o.id_ = 0;
+  }
+  return *this;
+}
+
+void Tensor::reset() {
+  if (storage_) storage_->release();
+  storage_ = nullptr;
+}
+
+void* Tensor::raw_data() const {
+  if (!storage_) throw FailedPrecondition("Tensor: access to the data of an undefined tensor.");
+  return static_cast<char*>(storage_->data()) + offset_;
+}
+
+void Tensor::check_dtype(DType expected, const char* what) const {
+  if (dtype_ != expected) {
+    throw InvalidArgument(std::string(what) + ": expected dtype " +
+                          std::string(dtype_name(expected)) + ". Received: " + describe() + ".");
+  }
+}
+
+namespace {
+template <typename F>
+void dispatch(DType d, F&& f) {
+  switch (d) {
+    case DType::float32: f(float{}); break;
+    case DType::bfloat16: f(bfloat16{}); break;
+    case DType::float64: f(double{}); break;
+    case DType::int32: f(int32_t{}); break;
+    case DType::int64: f(int64_t{}); break;
+    case DType::uint8: f(uint8_t{}); break;
+  }
+}
+template <typename T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return bfloat16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <typename T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return static_cast<double>(static_cast<float>(v));
+  } else {
+    return static_cast<double>(v);
+  }
+}
+}  // namespace
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor t(shape, dtype);
+  std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
+  Tensor t(shape, dtype);
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T v = from_double<T>(value);
+    T* d = static_cast<T*>(t.raw_data());
+    for (int64_t i = 0, n = t.num_elements(); i < n; ++i) d[i] = v;
+  });
+  return t;
+}
+
+Tensor Tensor::reshape(std::initializer_list<int64_t> dims) const {
+  int infer = -1;
+  int64_t known = 1;
+  int i = 0;
+  for (int64_t d : dims) {
+    if (d == -1) {
+      if (infer >= 0) throw InvalidArgument("reshape: only one dimension can be -1.");
+      infer = i;
+    } else {
+      known *= d;
+    }
+    ++i;
+  }
+  Shape s;
+  for (int64_t d : dims) {
+    if (d != -1) {
+      s.push_back(d);
+    } else if (known == 0 || num_elements() % known != 0) {
+      throw InvalidArgument("reshape: cannot infer the -1 dimension viewing " + describe() +
+                            " with " + std::to_string(known) + " elements per slice.");
+    } else {
+      s.push_back(num_elements() / known);
+    }
+  }
+  return reshape(s);
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  int64_t known = shape.num_elements();
+  if (known != num_elements()) {
+    throw InvalidArgument("reshape: cannot view " + describe() + " (" +
+                          std::to_string(num_elements()) + " elements) as shape " +
+                          shape.to_string() + " (" + std::to_string(known) + " elements).");
+  }
+  Tensor v(*this);
+  v.shape_ = shape;
+  v.id_ = next_tensor_id();
+  return v;
+}
+
+Tensor Tensor::slice(int64_t begin, int64_t end) const {
+  if (rank() == 0) throw InvalidArgument("slice: cannot slice a scalar " + describe() + ".");
+  int64_t n = shape_[0];
+  if (begin < 0 || end < begin || end > n) {
+    throw InvalidArgument("slice: rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                          ") are out of range for " + describe() + ".");
+  }
+  Tensor v(*this);
+  int64_t row_elems = n ? num_elements() / n : 0;
+  v.offset_ += static_cast<size_t>(begin * row_elems) * dtype_size(dtype_);
+  v.shape_ = shape_.with_dim(0, end - begin);
+  v.id_ = next_tensor_id();
+  return v;
+}
+
+Tensor Tensor::row(int64_t index) const {
+  Tensor v = slice(index, index + 1);
+  v.shape_ = v.shape_.without(0);
+  return v;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(shape_, dtype_);
+  std::memcpy(t.raw_data(), raw_data(), nbytes());
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) const {
+  if (!(src.shape_ == shape_) || src.dtype_ != dtype_) {
+    throw InvalidArgument("copy_from: destination " + describe() + " and source " +
+                          src.describe() + " differ in shape or dtype.");
+  }
+  std::memmove(raw_data(), src.raw_data(), nbytes());
+}
+
+Tensor Tensor::to(DType dtype) const {
+  Tensor out(shape_, dtype);
+  int64_t n = num_elements();
+  if (dtype == dtype_) {
+    std::memcpy(out.raw_data(), raw_data(), nbytes());
+  } else if (dtype_ == DType::float32 && dtype == DType::bfloat16) {
+    float_to_bfloat16(data<float>(), out.data<bfloat16>(), static_cast<size_t>(n));
+  } else if (dtype_ == DType::bfloat16 && dtype == DType::float32) {
+    bfloat16_to_float(data<bfloat16>(), out.data<float>(), static_cast<size_t>(n));
+  } else {
+    dispatch(dtype_, [&](auto stag) {
+      using S = decltype(stag);
+      const S* s = static_cast<const S*>(raw_data());
+      dispatch(dtype, [&](auto dtag) {
+        using D = decltype(dtag);
+        D* d = static_cast<D*>(out.raw_data());
+        for (int64_t i = 0; i < n; ++i) d[i] = from_double<D>(to_double(s[i]));
+      });
+    });
+  }
+  return out;
+}
+
+double Tensor::at(int64_t i) const {
+  if (i < 0 || i >= num_elements()) {
+    throw InvalidArgument("at: flat index " + std::to_string(i) + " out of range for " +
+                          describe() + ".");
+  }
+  double r = 0;
+  dispatch(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    r = to_double(static_cast<const T*>(raw_data())[i]);
+  });
+  return r;
+}
+
+double Tensor::item() const {
+  if (num_elements() != 1) {
+    throw InvalidArgument("item: expected a tensor with one element. Received: " + describe() +
+                          ".");
+  }
+  return at(0);
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined tensor";
+  return std::string(dtype_name(dtype_)) + shape_.to_string();
+}
+
+std::string Tensor::to_string(int64_t max_elements) const {
+  std::ostringstream os;
+  os << "Tensor(shape=" << shape_.to_string() << ", dtype=" << dtype_name(dtype_) << ", [";
+  if (defined()) {
+    int64_t n = num_elements();
+    for (int64_t i = 0; i < n && i < max_elements; ++i) os << (i ? ", " : "") << at(i);
+    if (n > max_elements) os << ", ...";
+  }
+  os << "])";
+  return os.str();
+}
+
+}  // namespace lockstep

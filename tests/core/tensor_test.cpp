@@ -1,0 +1,163 @@
+#include "lockstep/core/tensor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "lockstep/core/bfloat16.h"
+#include "lockstep/core/random.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Tensor, StorageIs64ByteAligned) {
+  for (int64_t n : {1, 3, 17, 1000}) {
+    Tensor t({n}, DType::float32);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u);
+  }
+}
+
+TEST(Tensor, SliceAlongAxis0IsAViewWithoutCopy) {
+  Tensor t = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, {3, 2});
+  Tensor s = t.slice(1, 3);
+  EXPECT_EQ(s.shape(), Shape({2, 2}));
+  EXPECT_TRUE(s.shares_storage_with(t));
+  EXPECT_EQ(s.data<float>(), t.data<float>() + 2);
+  s.data<float>()[0] = 42;
+  EXPECT_EQ(t.at(2), 42);
+  EXPECT_EQ(t.row(2).to_vector<float>(), (std::vector<float>{4, 5}));
+}
+
+TEST(Tensor, ReshapeInfersMinusOneAndKeepsStorage) {
+  Tensor t = Tensor::zeros({4, 6});
+  Tensor r = t.reshape({-1, 3});
+  EXPECT_EQ(r.shape(), Shape({8, 3}));
+  EXPECT_TRUE(r.shares_storage_with(t));
+  EXPECT_NE(r.id(), t.id());
+}
+
+TEST(Tensor, ReshapeToWrongElementCountNamesBothShapes) {
+  Tensor t = Tensor::zeros({4, 6});
+  try {
+    t.reshape(Shape{5, 5});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("[4, 6]"));
+    EXPECT_THAT(e.what(), HasSubstr("[5, 5]"));
+  }
+}
+
+TEST(Tensor, WrongDtypeAccessNamesTheDtypes) {
+  Tensor t = Tensor::zeros({2}, DType::int32);
+  try {
+    (void)t.data<float>();
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("float32"));
+    EXPECT_THAT(e.what(), HasSubstr("int32[2]"));
+  }
+}
+
+TEST(Tensor, CopiesShareIdentityViewsDoNot) {
+  Tensor a = Tensor::zeros({3});
+  Tensor b = a;
+  EXPECT_EQ(a.id(), b.id());
+  EXPECT_NE(a.clone().id(), a.id());
+  EXPECT_NE(a.slice(0, 2).id(), a.id());
+}
+
+TEST(Tensor, ConversionsBetweenDtypes) {
+  Tensor t = Tensor::from_vector<float>({1.5f, -2.0f, 300.0f}, {3});
+  EXPECT_EQ(t.to(DType::int32).to_vector<int32_t>(), (std::vector<int32_t>{1, -2, 300}));
+  EXPECT_EQ(t.to(DType::float64).to_vector<double>(), (std::vector<double>{1.5, -2.0, 300.0}));
+  EXPECT_EQ(t.to(DType::bfloat16).to(DType::float32).to_vector<float>(),
+            (std::vector<float>{1.5f, -2.0f, 300.0f}));
+}
+
+TEST(Tensor, SteadyStateAllocationReusesPooledBlocks) {
+  { Tensor warm({123, 45}); }
+  auto before = storage_pool_stats();
+  for (int i = 0; i < 100; ++i) Tensor t({123, 45});
+  auto after = storage_pool_stats();
+  EXPECT_EQ(after.system_allocations, before.system_allocations);
+  EXPECT_EQ(after.pool_hits - before.pool_hits, 100u);
+}
+
+// Reference rounding written independently: the float32 closest to x among bfloat16 values, with
+// ties going to the value whose last mantissa bit is 0, computed in double.
+float reference_bf16_round(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  uint32_t lo_bits = u & 0xffff0000u;
+  uint32_t hi_bits = lo_bits + 0x10000u;
+  float lo, hi;
+  std::memcpy(&lo, &lo_bits, 4);
+  std::memcpy(&hi, &hi_bits, 4);
+  double dlo = std::abs(static_cast<double>(x) - lo), dhi = std::abs(static_cast<double>(hi) - x);
+  if (dlo < dhi) return lo;
+  if (dhi < dlo) return hi;
+  return ((lo_bits >> 16) & 1) ? hi : lo;
+}
+
+TEST(BFloat16, RoundsToNearestEven) {
+  Generator g(7);
+  for (int i = 0; i < 100000; ++i) {
+    uint32_t bits = g.next_u32() & 0xbfffffffu;  // finite values away from the overflow edge
+    float x;
+    std::memcpy(&x, &bits, 4);
+    EXPECT_EQ(static_cast<float>(bfloat16(x)), reference_bf16_round(x)) << "x=" << x;
+  }
+  // Exact ties: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7; the even neighbour is 1.
+  EXPECT_EQ(static_cast<float>(bfloat16(1.0f + 0x1.0p-8f)), 1.0f);
+  EXPECT_EQ(static_cast<float>(bfloat16(1.0f + 3 * 0x1.0p-8f)), 1.0f + 0x1.0p-6f);
+}
+
+TEST(BFloat16, KeepsNaNAndInfinity) {
+  EXPECT_TRUE(std::isnan(static_cast<float>(bfloat16(std::numeric_limits<float>::quiet_NaN()))));
+  // A NaN whose payload lives only in the low bits must not round into infinity.
+  uint32_t low_nan = 0x7f800001u;
+  float f;
+  std::memcpy(&f, &low_nan, 4);
+  EXPECT_TRUE(std::isnan(static_cast<float>(bfloat16(f))));
+  EXPECT_TRUE(std::isinf(static_cast<float>(bfloat16(std::numeric_limits<float>::infinity()))));
+}
+
+TEST(Philox, MatchesTheKnownAnswerVectorsOfRandom123) {
+  // Known-answer tests published with Random123 (kat_vectors, philox4x32_10).
+  auto zero = philox4x32_10({0, 0, 0, 0}, {0, 0});
+  EXPECT_EQ(zero, (std::array<uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  auto ones = philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+                            {0xffffffff, 0xffffffff});
+  EXPECT_EQ(ones, (std::array<uint32_t, 4>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  auto pi = philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+                          {0xa4093822, 0x299f31d0});
+  EXPECT_EQ(pi, (std::array<uint32_t, 4>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+TEST(Generator, StateRoundTripContinuesTheSameSequence) {
+  Generator a(42, 3);
+  for (int i = 0; i < 7; ++i) a.next_u32();
+  Generator b(0);
+  b.set_state(a.state());
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(a.next_u32(), b.next_u32());
+}
+
+TEST(Generator, NormalHasUnitMomentsAndTruncatedStaysWithinTwoSigma) {
+  Generator g(1);
+  Tensor n = g.normal({200000}, 0.0, 1.0, DType::float64);
+  double sum = 0, sq = 0;
+  for (double v : n.to_vector<double>()) sum += v, sq += v * v;
+  double mean = sum / 200000, var = sq / 200000 - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 0.01);
+  EXPECT_NEAR(var, 1.0, 0.02);
+  Tensor t = g.truncated_normal({10000}, 1.0, 0.5);
+  for (float v : t.to_vector<float>()) ASSERT_LE(std::abs(v - 1.0f), 1.0f);
+}
+
+}  // namespace
+}  // namespace lockstep
