@@ -23,10 +23,9 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint
 Generator::Generator(uint64_t seed, uint64_t stream) : seed_(seed), stream_(stream) {}
 
 void Generator::refill() {
-  block_ = philox4x32_10(
-      {static_cast<uint32_t>(counter_), static_cast<uint32_t>(counter_ >> 32),
-       static_cast<uint32_t>(stream_), static_cast<uint32_t>(stream_ >> 32)},
-      {static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)});
+  block_ = philox4x32_10({static_cast<uint32_t>(counter_), static_cast<uint32_t>(counter_ >> 32),
+                          static_cast<uint32_t>(stream_), static_cast<uint32_t>(stream_ >> 32)},
+                         {static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)});
   ++counter_;
   used_ = 0;
 }
@@ -41,9 +40,13 @@ uint64_t Generator::next_u64() {
   return (hi << 32) | next_u32();
 }
 
-float Generator::uniform() { return static_cast<float>(next_u32() >> 8) * 0x1.0p-24f; }
+float Generator::uniform() {
+  return static_cast<float>(next_u32() >> 8) * 0x1.0p-24f;
+}
 
-double Generator::uniform_double() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+double Generator::uniform_double() {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+}
 
 double Generator::normal() {
   // 1 - u keeps the argument of log in (0, 1].

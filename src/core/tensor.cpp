@@ -84,12 +84,24 @@ namespace {
 template <typename F>
 void dispatch(DType d, F&& f) {
   switch (d) {
-    case DType::float32: f(float{}); break;
-    case DType::bfloat16: f(bfloat16{}); break;
-    case DType::float64: f(double{}); break;
-    case DType::int32: f(int32_t{}); break;
-    case DType::int64: f(int64_t{}); break;
-    case DType::uint8: f(uint8_t{}); break;
+    case DType::float32:
+      f(float{});
+      break;
+    case DType::bfloat16:
+      f(bfloat16{});
+      break;
+    case DType::float64:
+      f(double{});
+      break;
+    case DType::int32:
+      f(int32_t{});
+      break;
+    case DType::int64:
+      f(int64_t{});
+      break;
+    case DType::uint8:
+      f(uint8_t{});
+      break;
   }
 }
 template <typename T>
@@ -116,7 +128,9 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype) {
   return t;
 }
 
-Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor Tensor::ones(const Shape& shape, DType dtype) {
+  return full(shape, 1.0, dtype);
+}
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
   Tensor t(shape, dtype);
@@ -198,8 +212,8 @@ Tensor Tensor::clone() const {
 
 void Tensor::copy_from(const Tensor& src) const {
   if (!(src.shape_ == shape_) || src.dtype_ != dtype_) {
-    throw InvalidArgument("copy_from: destination " + describe() + " and source " +
-                          src.describe() + " differ in shape or dtype.");
+    throw InvalidArgument("copy_from: destination " + describe() + " and source " + src.describe() +
+                          " differ in shape or dtype.");
   }
   std::memmove(raw_data(), src.raw_data(), nbytes());
 }

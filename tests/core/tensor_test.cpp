@@ -131,11 +131,11 @@ TEST(Philox, MatchesTheKnownAnswerVectorsOfRandom123) {
   // Known-answer tests published with Random123 (kat_vectors, philox4x32_10).
   auto zero = philox4x32_10({0, 0, 0, 0}, {0, 0});
   EXPECT_EQ(zero, (std::array<uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
-  auto ones = philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
-                            {0xffffffff, 0xffffffff});
+  auto ones =
+      philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff});
   EXPECT_EQ(ones, (std::array<uint32_t, 4>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
-  auto pi = philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
-                          {0xa4093822, 0x299f31d0});
+  auto pi =
+      philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0});
   EXPECT_EQ(pi, (std::array<uint32_t, 4>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 

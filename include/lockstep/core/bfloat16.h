@@ -35,7 +35,9 @@ struct bfloat16 {
   }
 };
 
-inline bool operator==(bfloat16 a, bfloat16 b) { return a.bits == b.bits; }
+inline bool operator==(bfloat16 a, bfloat16 b) {
+  return a.bits == b.bits;
+}
 
 // Bulk conversions, vectorisable.
 void float_to_bfloat16(const float* src, bfloat16* dst, size_t n);

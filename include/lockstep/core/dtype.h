@@ -22,12 +22,30 @@ inline bool is_floating(DType d) {
 
 template <typename T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::float32; };
-template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bfloat16; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::float64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::int32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::int64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::uint8; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::float32;
+};
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::bfloat16;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::float64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::int32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::int64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::uint8;
+};
 template <typename T>
 inline constexpr DType dtype_v = dtype_of<T>::value;
 

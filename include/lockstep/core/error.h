@@ -9,14 +9,14 @@
 namespace lockstep {
 
 enum class StatusCode {
-  kInvalidArgument,    // the caller passed something wrong (shape, dtype, value, flag)
-  kNotFound,           // a file, device or name does not exist
-  kFailedPrecondition, // the system is not in a state to do this (e.g. not built yet)
-  kUnavailable,        // a peer or service cannot be reached (dead worker)
-  kDeadlineExceeded,   // a collective or wait timed out
-  kDataLoss,           // a file is truncated or corrupt
-  kOutOfRange,         // iteration ran past the end
-  kInternal,           // a bug in Lockstep or a library it calls
+  kInvalidArgument,     // the caller passed something wrong (shape, dtype, value, flag)
+  kNotFound,            // a file, device or name does not exist
+  kFailedPrecondition,  // the system is not in a state to do this (e.g. not built yet)
+  kUnavailable,         // a peer or service cannot be reached (dead worker)
+  kDeadlineExceeded,    // a collective or wait timed out
+  kDataLoss,            // a file is truncated or corrupt
+  kOutOfRange,          // iteration ran past the end
+  kInternal,            // a bug in Lockstep or a library it calls
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -30,9 +30,9 @@ class Error : public std::runtime_error {
   StatusCode code_;
 };
 
-#define LOCKSTEP_DEFINE_ERROR(Name)                                            \
-  class Name : public Error {                                                  \
-   public:                                                                     \
+#define LOCKSTEP_DEFINE_ERROR(Name)                                                    \
+  class Name : public Error {                                                          \
+   public:                                                                             \
     explicit Name(const std::string& message) : Error(StatusCode::k##Name, message) {} \
   };
 

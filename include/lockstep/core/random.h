@@ -11,8 +11,7 @@
 namespace lockstep {
 
 // One Philox 4x32-10 block: 4 random 32-bit words from a 128-bit counter and a 64-bit key.
-std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
-                                      std::array<uint32_t, 2> key);
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
 
 class Generator {
  public:
@@ -40,8 +39,8 @@ class Generator {
   struct State {
     uint64_t seed = 0;
     uint64_t stream = 0;
-    uint64_t counter = 0;  // blocks consumed
-    uint32_t buffered = 0; // words of the current block already used (0..4)
+    uint64_t counter = 0;   // blocks consumed
+    uint32_t buffered = 0;  // words of the current block already used (0..4)
   };
   State state() const;
   void set_state(const State& s);

@@ -37,7 +37,9 @@ class Tensor {
   static Tensor ones(const Shape& shape, DType dtype = DType::float32);
   // Fills with `value` converted to `dtype`.
   static Tensor full(const Shape& shape, double value, DType dtype = DType::float32);
-  static Tensor scalar(double value, DType dtype = DType::float32) { return full({}, value, dtype); }
+  static Tensor scalar(double value, DType dtype = DType::float32) {
+    return full({}, value, dtype);
+  }
   // Copies `values` (whose length must equal shape.num_elements()).
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);

@@ -1,0 +1,71 @@
+#pragma once
+// Variable: a named, mutable tensor that persists across steps (weights, optimizer slots,
+// metric accumulators), like tf.Variable.
+//
+// A Variable is a handle: copies refer to the same variable. Its value tensor is updated in place
+// by assign/assign_add/assign_sub, so the value's tensor id stays stable and a gradient tape can
+// refer to the variable through it. Reading a trainable variable while a tape is recording on this
+// thread makes the tape watch it (as TensorFlow's tapes watch accessed trainable variables).
+#include <memory>
+#include <string>
+
+#include "lockstep/core/tensor.h"
+
+namespace lockstep {
+
+// Hook for whoever owns variable placement (a distribution strategy's scope): told about every
+// variable created on this thread while installed. Lives here because variables are created
+// below the distribute layer; the strategy installs itself from above.
+class VariableCreationObserver {
+ public:
+  virtual ~VariableCreationObserver() = default;
+  // Returns an owner token recorded in the variable (the strategy it belongs to); may throw to
+  // refuse the creation.
+  virtual const void* on_variable_created(const std::string& name) = 0;
+};
+
+// Installs `observer` for variables created on this thread until destroyed (stack discipline).
+class VariableCreationScope {
+ public:
+  explicit VariableCreationScope(VariableCreationObserver* observer);
+  ~VariableCreationScope();
+  VariableCreationScope(const VariableCreationScope&) = delete;
+  VariableCreationScope& operator=(const VariableCreationScope&) = delete;
+  static VariableCreationObserver* current();
+
+ private:
+  VariableCreationObserver* previous_;
+};
+
+class Variable {
+ public:
+  Variable() = default;
+  // Takes `initial_value` by handle (no copy): the caller should not keep writing through it.
+  explicit Variable(Tensor initial_value, std::string name = "variable", bool trainable = true);
+
+  bool defined() const { return state_ != nullptr; }
+  // The current value. Records a read on recording tapes (see above).
+  const Tensor& value() const;
+  // The value without notifying tapes (for optimizers and serialization).
+  const Tensor& raw_value() const;
+  const std::string& name() const;
+  bool trainable() const;
+  DType dtype() const { return raw_value().dtype(); }
+  const Shape& shape() const { return raw_value().shape(); }
+  int64_t num_elements() const { return raw_value().num_elements(); }
+  // The strategy (or other owner) whose scope created this variable; nullptr when none.
+  const void* owner() const;
+
+  // In-place updates; shapes and dtypes must match the variable's.
+  void assign(const Tensor& value) const;
+  void assign_add(const Tensor& delta) const;
+  void assign_sub(const Tensor& delta) const;
+
+  bool same_as(const Variable& other) const { return state_ == other.state_; }
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace lockstep
