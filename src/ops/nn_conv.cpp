@@ -3,16 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include "lockstep/core/error.h"
+#include "onednn.h"
 
 namespace lockstep::ops {
 namespace {
@@ -143,56 +140,9 @@ void conv_backward_kernel_loops(const ConvDims& d, const double* dy, const doubl
 
 // ---- oneDNN ------------------------------------------------------------------------------------
 
-// TODO(nn): switch to the shared engine/stream/cache of src/ops/onednn.h once it lands.
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream stream(cpu_engine());
-  return stream;
-}
-
-using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
-dt dnnl_type(DType d) {
-  return d == DType::bfloat16 ? dt::bf16 : dt::f32;
-}
-
-enum class Pass : int64_t { forward, backward_data, backward_weights };
-
-using ConvKey = std::array<int64_t, 18>;
-
-ConvKey make_key(Pass pass, const ConvDims& d, DType dtype, bool bias) {
-  return {static_cast<int64_t>(pass),
-          static_cast<int64_t>(dtype),
-          bias ? 1 : 0,
-          d.n,
-          d.h,
-          d.w,
-          d.c,
-          d.kh,
-          d.kw,
-          d.o,
-          d.sh,
-          d.sw,
-          d.pt,
-          d.pb,
-          d.pl,
-          d.pr,
-          0,
-          0};
-}
-
-struct ConvKeyHash {
-  size_t operator()(const ConvKey& k) const {
-    size_t h = 0;
-    for (int64_t v : k) h = h * 1000003u ^ std::hash<int64_t>()(v);
-    return h;
-  }
-};
+enum class Pass { forward, backward_data, backward_weights };
 
 // Memory descriptors in the caller's layouts. oneDNN's logical dims are always N, C, H, W for
 // data and O, I, H, W for weights; the format tag says how they sit in memory.
@@ -202,7 +152,7 @@ struct ConvMds {
 };
 
 ConvMds conv_mds(const ConvDims& d, DType dtype) {
-  dt t = dnnl_type(dtype);
+  auto t = onednn::data_type(dtype);
   return {dnnl::memory::desc({d.n, d.c, d.h, d.w}, t, tag::nhwc),
           dnnl::memory::desc({d.o, d.c, d.kh, d.kw}, t, tag::hwio),
           dnnl::memory::desc({d.o}, t, tag::x),
@@ -220,93 +170,111 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvMds& m, bool bias
                 : dnnl::convolution_forward::desc(
                       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, m.src,
                       m.weights_any, m.dst, m.strides, m.pad_l, m.pad_r);
-  return {d, cpu_engine()};
+  return {d, onednn::engine()};
 }
 
-// One cached primitive with its argument map. The map holds memory handles whose data pointers
-// are swapped per call, so a steady-state call allocates nothing.
-struct ConvPrimitive {
-  dnnl::primitive main;
-  std::unordered_map<int, dnnl::memory> args;
-  dnnl::memory user_weights;  // the caller's [KH, KW, I, O] buffer
-  dnnl::memory weights;       // the layout the primitive wants (== user_weights when equal)
-  std::optional<dnnl::reorder> weights_reorder;  // user -> primitive, or primitive -> user
-  std::unordered_map<int, dnnl::memory> reorder_args;
+// The weights argument is left to oneDNN (format any) because its fast kernels want blocked
+// weights; when the chosen layout differs from Keras' [KH, KW, I, O], a reorder runs before
+// (forward, backward data) or after (backward weights, which produces them) the convolution,
+// through a buffer allocated once with the entry.
+struct ConvEntry : onednn::CacheEntry {
+  std::optional<onednn::Primitive> conv;
+  std::optional<onednn::Primitive> reorder;  // absent when oneDNN takes the caller's layout
+  int weights_arg = DNNL_ARG_WEIGHTS;
 };
 
-ConvPrimitive& cached_primitive(Pass pass, const ConvDims& d, DType dtype, bool bias) {
-  thread_local std::unordered_map<ConvKey, std::unique_ptr<ConvPrimitive>, ConvKeyHash> cache;
-  auto& slot = cache[make_key(pass, d, dtype, bias)];
-  if (slot) return *slot;
-
-  auto p = std::make_unique<ConvPrimitive>();
+std::unique_ptr<ConvEntry> make_entry(Pass pass, const ConvDims& d, DType dtype, bool bias) {
+  auto e = std::make_unique<ConvEntry>();
   ConvMds m = conv_mds(d, dtype);
-  dnnl::engine& eng = cpu_engine();
+  const dnnl::engine& eng = onednn::engine();
   auto fwd = forward_pd(m, bias);
-  dnnl::memory::desc wanted_weights;
-  auto empty = [&](const dnnl::memory::desc& md) { return dnnl::memory(md, eng, nullptr); };
+  dnnl::memory::desc wanted;
   if (pass == Pass::forward) {
-    p->main = dnnl::convolution_forward(fwd);
-    wanted_weights = fwd.weights_desc();
-    p->args = {{DNNL_ARG_SRC, empty(m.src)}, {DNNL_ARG_DST, empty(m.dst)}};
-    if (bias) p->args[DNNL_ARG_BIAS] = empty(m.bias);
+    wanted = fwd.weights_desc();
+    if (bias) {
+      e->conv.emplace(
+          dnnl::convolution_forward(fwd),
+          std::initializer_list<std::pair<int, dnnl::memory::desc>>{{DNNL_ARG_SRC, m.src},
+                                                                    {DNNL_ARG_WEIGHTS, wanted},
+                                                                    {DNNL_ARG_BIAS, m.bias},
+                                                                    {DNNL_ARG_DST, m.dst}});
+    } else {
+      e->conv.emplace(
+          dnnl::convolution_forward(fwd),
+          std::initializer_list<std::pair<int, dnnl::memory::desc>>{
+              {DNNL_ARG_SRC, m.src}, {DNNL_ARG_WEIGHTS, wanted}, {DNNL_ARG_DST, m.dst}});
+    }
   } else if (pass == Pass::backward_data) {
     dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, m.src,
                                              m.weights_any, m.dst, m.strides, m.pad_l, m.pad_r);
     dnnl::convolution_backward_data::primitive_desc pd(bd, eng, fwd);
-    p->main = dnnl::convolution_backward_data(pd);
-    wanted_weights = pd.weights_desc();
-    p->args = {{DNNL_ARG_DIFF_SRC, empty(m.src)}, {DNNL_ARG_DIFF_DST, empty(m.dst)}};
+    wanted = pd.weights_desc();
+    e->conv.emplace(
+        dnnl::convolution_backward_data(pd),
+        std::initializer_list<std::pair<int, dnnl::memory::desc>>{
+            {DNNL_ARG_DIFF_SRC, m.src}, {DNNL_ARG_WEIGHTS, wanted}, {DNNL_ARG_DIFF_DST, m.dst}});
   } else {
     dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, m.src,
                                                 m.weights_any, m.dst, m.strides, m.pad_l, m.pad_r);
     dnnl::convolution_backward_weights::primitive_desc pd(bd, eng, fwd);
-    p->main = dnnl::convolution_backward_weights(pd);
-    wanted_weights = pd.diff_weights_desc();
-    p->args = {{DNNL_ARG_SRC, empty(m.src)}, {DNNL_ARG_DIFF_DST, empty(m.dst)}};
+    wanted = pd.diff_weights_desc();
+    e->weights_arg = DNNL_ARG_DIFF_WEIGHTS;
+    e->conv.emplace(
+        dnnl::convolution_backward_weights(pd),
+        std::initializer_list<std::pair<int, dnnl::memory::desc>>{
+            {DNNL_ARG_SRC, m.src}, {DNNL_ARG_DIFF_WEIGHTS, wanted}, {DNNL_ARG_DIFF_DST, m.dst}});
   }
-  p->user_weights = empty(m.weights);
-  if (wanted_weights == m.weights) {
-    p->weights = p->user_weights;
-  } else {
-    // Allocated once here and owned by the memory object: the blocked copy of the weights.
-    p->weights = dnnl::memory(wanted_weights, eng);
-    if (pass == Pass::backward_weights) {
-      p->weights_reorder.emplace(p->weights, p->user_weights);
-      p->reorder_args = {{DNNL_ARG_FROM, p->weights}, {DNNL_ARG_TO, p->user_weights}};
-    } else {
-      p->weights_reorder.emplace(p->user_weights, p->weights);
-      p->reorder_args = {{DNNL_ARG_FROM, p->user_weights}, {DNNL_ARG_TO, p->weights}};
-    }
+  if (wanted != m.weights) {
+    dnnl::memory blocked(wanted, eng);
+    e->conv->arguments()[e->weights_arg] = blocked;
+    bool to_user = pass == Pass::backward_weights;
+    const auto& from = to_user ? wanted : m.weights;
+    const auto& to = to_user ? m.weights : wanted;
+    e->reorder.emplace(dnnl::reorder(dnnl::reorder::primitive_desc(eng, from, eng, to)),
+                       std::initializer_list<std::pair<int, dnnl::memory::desc>>{
+                           {DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+    e->reorder->arguments()[to_user ? DNNL_ARG_FROM : DNNL_ARG_TO] = blocked;
   }
-  p->args[pass == Pass::backward_weights ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS] = p->weights;
-  slot = std::move(p);
-  return *slot;
+  return e;
 }
 
 // Pointers by oneDNN role: forward reads src/weights/bias and writes dst; backward_data reads
 // dst (diff_dst) and weights and writes src (diff_src); backward_weights reads src and dst
 // (diff_dst) and writes weights (diff_weights).
 struct ConvBuffers {
-  void* src = nullptr;
-  void* weights = nullptr;
-  void* bias = nullptr;
-  void* dst = nullptr;
+  const void* src = nullptr;
+  const void* weights = nullptr;
+  const void* bias = nullptr;
+  const void* dst = nullptr;
 };
 
 void run_onednn(Pass pass, const ConvDims& d, DType dtype, const ConvBuffers& b) {
-  ConvPrimitive& p = cached_primitive(pass, d, dtype, b.bias != nullptr);
-  dnnl::stream& s = thread_stream();
-  bool backward = pass != Pass::forward;
-  p.user_weights.set_data_handle(b.weights);
-  p.args[pass == Pass::backward_data ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC].set_data_handle(b.src);
-  p.args[backward ? DNNL_ARG_DIFF_DST : DNNL_ARG_DST].set_data_handle(b.dst);
-  if (b.bias) p.args[DNNL_ARG_BIAS].set_data_handle(b.bias);
-  bool weights_out = pass == Pass::backward_weights;
-  if (p.weights_reorder && !weights_out) p.weights_reorder->execute(s, p.reorder_args);
-  p.main.execute(s, p.args);
-  if (p.weights_reorder && weights_out) p.weights_reorder->execute(s, p.reorder_args);
-  s.wait();
+  bool bias = b.bias != nullptr;
+  onednn::Key key("nn_conv2d");
+  key.add(static_cast<int>(pass)).add(dtype).add(bias);
+  for (int64_t v : {d.n, d.h, d.w, d.c, d.kh, d.kw, d.o, d.sh, d.sw, d.pt, d.pb, d.pl, d.pr})
+    key.add(v);
+  auto& e = onednn::cached<ConvEntry>(key, [&] { return make_entry(pass, d, dtype, bias); });
+  int src_arg = pass == Pass::backward_data ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC;
+  int dst_arg = pass == Pass::forward ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST;
+  if (!e.reorder) {
+    if (bias) {
+      e.conv->execute({{src_arg, b.src},
+                       {e.weights_arg, b.weights},
+                       {DNNL_ARG_BIAS, b.bias},
+                       {dst_arg, b.dst}});
+    } else {
+      e.conv->execute({{src_arg, b.src}, {e.weights_arg, b.weights}, {dst_arg, b.dst}});
+    }
+    return;
+  }
+  if (pass != Pass::backward_weights) e.reorder->execute({{DNNL_ARG_FROM, b.weights}});
+  if (bias) {
+    e.conv->execute({{src_arg, b.src}, {DNNL_ARG_BIAS, b.bias}, {dst_arg, b.dst}});
+  } else {
+    e.conv->execute({{src_arg, b.src}, {dst_arg, b.dst}});
+  }
+  if (pass == Pass::backward_weights) e.reorder->execute({{DNNL_ARG_TO, b.weights}});
 }
 
 template <typename T>
