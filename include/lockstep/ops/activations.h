@@ -1,0 +1,40 @@
+#pragma once
+// Unary elementwise ops, forward and backward. Any shape; floating dtypes.
+//
+// Forward runs oneDNN's eltwise primitive for float32 / bfloat16 and a loop for float64. Each
+// backward takes the upstream gradient dy and what the derivative needs (the input x or the
+// output y, as named), and returns dx = dy ⊙ f'(x), same shape and dtype as dy:
+//
+//   neg      y = −x                     dx = −dy
+//   exp      y = eˣ                     dx = dy · y
+//   log      y = ln x                   dx = dy / x
+//   sqrt     y = √x                     dx = dy / (2y)
+//   square   y = x²                     dx = 2x · dy
+//   relu     y = max(x, 0)              dx = dy · [y > 0]
+//   sigmoid  y = 1 / (1 + e⁻ˣ)          dx = dy · y(1 − y)
+//   tanh     y = tanh x                 dx = dy · (1 − y²)
+//   gelu     y = x Φ(x) (exact, erf)    dx = dy · (Φ(x) + x φ(x)),  φ the standard normal pdf
+#include "lockstep/core/tensor.h"
+
+namespace lockstep::ops {
+
+Tensor neg(const Tensor& x);
+Tensor neg_backward(const Tensor& dy);
+Tensor exp(const Tensor& x);
+Tensor exp_backward(const Tensor& dy, const Tensor& y);
+Tensor log(const Tensor& x);
+Tensor log_backward(const Tensor& dy, const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor sqrt_backward(const Tensor& dy, const Tensor& y);
+Tensor square(const Tensor& x);
+Tensor square_backward(const Tensor& dy, const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor relu_backward(const Tensor& dy, const Tensor& y);
+Tensor sigmoid(const Tensor& x);
+Tensor sigmoid_backward(const Tensor& dy, const Tensor& y);
+Tensor tanh(const Tensor& x);
+Tensor tanh_backward(const Tensor& dy, const Tensor& y);
+Tensor gelu(const Tensor& x);
+Tensor gelu_backward(const Tensor& dy, const Tensor& x);
+
+}  // namespace lockstep::ops

@@ -1,0 +1,43 @@
+#pragma once
+// The fully connected layer's kernel (Keras Dense layout), forward and backward.
+//
+//   x: [batch, in], kernel: [in, out], bias: [out] (optional)
+//   z = x · kernel + bias,   y = act(z): [batch, out]
+//
+// Forward is one oneDNN matmul with the bias and the activation fused as post-ops (float32 /
+// bfloat16; float64 runs loops). Backward:
+//   dz = dy ⊙ act'(·)          relu: [y > 0], sigmoid: y(1 − y), tanh: 1 − y², from the saved
+//                              output y; gelu needs the pre-activation z (act'(z) = Φ(z) + z φ(z))
+//   dkernel = xᵀ · dz,  dbias = Σ_batch dz,  dx = dz · kernelᵀ
+// The first layer's dx is not needed: skip it with need_dx = false.
+#include "lockstep/core/tensor.h"
+
+namespace lockstep::ops {
+
+// gelu is the exact (erf) form, Keras' default (approximate=False).
+enum class Activation { none, relu, sigmoid, tanh, gelu };
+const char* activation_name(Activation act);
+
+// `bias` may be undefined (no bias). For bfloat16 x and kernel, bias may be bfloat16 or float32.
+Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+              Activation activation = Activation::none);
+// Writes into `y` ([batch, out], x's dtype, or float32 for bfloat16 x and kernel).
+void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation,
+                 const Tensor& y);
+
+struct LinearGrads {
+  Tensor dx, dkernel, dbias;
+};
+// `y` is linear's output; `pre_activation` (z) is required for gelu only. Undefined grads for
+// what was not requested (and dbias when need_dbias is false).
+LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel,
+                            const Tensor& y, Activation activation, bool need_dx = true,
+                            bool need_dkernel = true, bool need_dbias = true,
+                            const Tensor& pre_activation = Tensor());
+// Writes into the caller's buffers; an undefined output is skipped. dkernel has kernel's shape
+// and dtype (float32 allowed for bfloat16 operands), dbias [out], dx x's shape.
+void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,
+                          Activation activation, const Tensor& dx, const Tensor& dkernel,
+                          const Tensor& dbias, const Tensor& pre_activation = Tensor());
+
+}  // namespace lockstep::ops

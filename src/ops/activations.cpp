@@ -1,0 +1,213 @@
+#include "lockstep/ops/activations.h"
+
+#include <cmath>
+#include <string>
+
+#include "internal.h"
+#include "kernel_util.h"
+#include "onednn.h"
+
+namespace lockstep::ops {
+namespace {
+
+enum class Unary { neg, exp, log, sqrt, square, relu, sigmoid, tanh, gelu };
+
+template <typename C>
+C unary_value(Unary u, C x) {
+  switch (u) {
+    case Unary::neg:
+      return -x;
+    case Unary::exp:
+      return std::exp(x);
+    case Unary::log:
+      return std::log(x);
+    case Unary::sqrt:
+      return std::sqrt(x);
+    case Unary::square:
+      return x * x;
+    case Unary::relu:
+      return x > C(0) ? x : C(0);
+    case Unary::sigmoid:
+      return C(1) / (C(1) + std::exp(-x));
+    case Unary::tanh:
+      return std::tanh(x);
+    case Unary::gelu:
+      return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2)));
+  }
+  return x;
+}
+
+dnnl::algorithm algorithm_of(Unary u, float& alpha) {
+  alpha = 0.0f;
+  switch (u) {
+    case Unary::neg:
+      alpha = -1.0f;
+      return dnnl::algorithm::eltwise_linear;
+    case Unary::exp:
+      return dnnl::algorithm::eltwise_exp;
+    case Unary::log:
+      return dnnl::algorithm::eltwise_log;
+    case Unary::sqrt:
+      return dnnl::algorithm::eltwise_sqrt;
+    case Unary::square:
+      return dnnl::algorithm::eltwise_square;
+    case Unary::relu:
+      return dnnl::algorithm::eltwise_relu;
+    case Unary::sigmoid:
+      return dnnl::algorithm::eltwise_logistic;
+    case Unary::tanh:
+      return dnnl::algorithm::eltwise_tanh;
+    case Unary::gelu:
+      return dnnl::algorithm::eltwise_gelu_erf;
+  }
+  return dnnl::algorithm::undef;
+}
+
+Tensor unary(Unary u, const Tensor& x, const char* op) {
+  detail::check_floating(x, op, "x");
+  Tensor y(x.shape(), x.dtype());
+  const int64_t n = x.num_elements();
+  if (n == 0) return y;
+  if (x.dtype() == DType::float64) {
+    const double* xs = x.data<double>();
+    double* ys = y.data<double>();
+    for (int64_t i = 0; i < n; ++i) ys[i] = unary_value(u, xs[i]);
+    return y;
+  }
+  onednn::Key key("eltwise");
+  key.add(static_cast<int>(u)).add(n).add(x.dtype());
+  auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
+    float alpha;
+    dnnl::algorithm alg = algorithm_of(u, alpha);
+    auto md = onednn::plain_desc(dnnl::memory::dims{n}, x.dtype());
+    dnnl::eltwise_forward::primitive_desc pd(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, md, alpha, 0.0f),
+        onednn::engine());
+    return onednn::Primitive(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
+  });
+  prim.execute({{DNNL_ARG_SRC, x.raw_data()}, {DNNL_ARG_DST, y.raw_data()}});
+  return y;
+}
+
+// dx[i] = dy[i] · g(s[i]) where s is the saved tensor (x or y).
+template <typename G>
+void grad_into(const Tensor& dy, const Tensor& saved, const Tensor& dx, const char* op, G g) {
+  detail::check_floating(dy, op, "dy");
+  detail::check_defined(saved, op, "saved input/output");
+  detail::check_same_dtype(dy, saved, op);
+  detail::check_same_shape(dy, saved, op);
+  const int64_t n = dy.num_elements();
+  detail::dispatch_floating(dy.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* d = dy.data<T>();
+    const T* s = saved.data<T>();
+    T* out = dx.data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = detail::store<T>(detail::load(d[i]) * g(static_cast<C>(detail::load(s[i]))));
+    }
+  });
+}
+
+template <typename G>
+Tensor grad(const Tensor& dy, const Tensor& saved, const char* op, G g) {
+  detail::check_defined(dy, op, "dy");
+  Tensor dx(dy.shape(), dy.dtype());
+  grad_into(dy, saved, dx, op, g);
+  return dx;
+}
+
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+}  // namespace
+
+Tensor neg(const Tensor& x) {
+  return unary(Unary::neg, x, "neg");
+}
+Tensor neg_backward(const Tensor& dy) {
+  return grad(dy, dy, "neg_backward", [](auto) { return -1; });
+}
+Tensor exp(const Tensor& x) {
+  return unary(Unary::exp, x, "exp");
+}
+Tensor exp_backward(const Tensor& dy, const Tensor& y) {
+  return grad(dy, y, "exp_backward", [](auto v) { return v; });
+}
+Tensor log(const Tensor& x) {
+  return unary(Unary::log, x, "log");
+}
+Tensor log_backward(const Tensor& dy, const Tensor& x) {
+  return grad(dy, x, "log_backward", [](auto v) { return 1 / v; });
+}
+Tensor sqrt(const Tensor& x) {
+  return unary(Unary::sqrt, x, "sqrt");
+}
+Tensor sqrt_backward(const Tensor& dy, const Tensor& y) {
+  return grad(dy, y, "sqrt_backward", [](auto v) { return 1 / (2 * v); });
+}
+Tensor square(const Tensor& x) {
+  return unary(Unary::square, x, "square");
+}
+Tensor square_backward(const Tensor& dy, const Tensor& x) {
+  return grad(dy, x, "square_backward", [](auto v) { return 2 * v; });
+}
+Tensor relu(const Tensor& x) {
+  return unary(Unary::relu, x, "relu");
+}
+Tensor relu_backward(const Tensor& dy, const Tensor& y) {
+  return grad(dy, y, "relu_backward",
+              [](auto v) { return v > 0 ? decltype(v)(1) : decltype(v)(0); });
+}
+Tensor sigmoid(const Tensor& x) {
+  return unary(Unary::sigmoid, x, "sigmoid");
+}
+Tensor sigmoid_backward(const Tensor& dy, const Tensor& y) {
+  return grad(dy, y, "sigmoid_backward", [](auto v) { return v * (1 - v); });
+}
+Tensor tanh(const Tensor& x) {
+  return unary(Unary::tanh, x, "tanh");
+}
+Tensor tanh_backward(const Tensor& dy, const Tensor& y) {
+  return grad(dy, y, "tanh_backward", [](auto v) { return 1 - v * v; });
+}
+Tensor gelu(const Tensor& x) {
+  return unary(Unary::gelu, x, "gelu");
+}
+Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
+  return grad(dy, x, "gelu_backward", [](auto v) {
+    using C = decltype(v);
+    C cdf = C(0.5) * (C(1) + std::erf(v * C(M_SQRT1_2)));
+    return cdf + v * C(kInvSqrt2Pi) * std::exp(C(-0.5) * v * v);
+  });
+}
+
+namespace detail {
+
+void activation_grad_into(Activation act, const Tensor& dy, const Tensor& saved, const Tensor& dz) {
+  const char* op = "linear_backward";
+  switch (act) {
+    case Activation::none:
+      dz.copy_from(dy);
+      return;
+    case Activation::relu:
+      grad_into(dy, saved, dz, op, [](auto v) { return v > 0 ? decltype(v)(1) : decltype(v)(0); });
+      return;
+    case Activation::sigmoid:
+      grad_into(dy, saved, dz, op, [](auto v) { return v * (1 - v); });
+      return;
+    case Activation::tanh:
+      grad_into(dy, saved, dz, op, [](auto v) { return 1 - v * v; });
+      return;
+    case Activation::gelu:
+      grad_into(dy, saved, dz, op, [](auto v) {
+        using C = decltype(v);
+        C cdf = C(0.5) * (C(1) + std::erf(v * C(M_SQRT1_2)));
+        return cdf + v * C(kInvSqrt2Pi) * std::exp(C(-0.5) * v * v);
+      });
+      return;
+  }
+}
+
+}  // namespace detail
+
+}  // namespace lockstep::ops

@@ -1,0 +1,210 @@
+#include "lockstep/ops/elementwise.h"
+
+#include <string>
+
+#include "internal.h"
+#include "kernel_util.h"
+
+namespace lockstep::ops {
+namespace {
+
+enum class Binary { add, sub, mul, div };
+
+template <typename C>
+inline C apply(Binary op, C a, C b) {
+  switch (op) {
+    case Binary::add:
+      return a + b;
+    case Binary::sub:
+      return a - b;
+    case Binary::mul:
+      return a * b;
+    case Binary::div:
+      return a / b;
+  }
+  return a;
+}
+
+// The innermost loop, specialised for the common stride patterns so that it vectorises.
+template <typename T, Binary OP>
+void run(const T* a, const T* b, T* y, int64_t sa, int64_t sb, int64_t n) {
+  using C = detail::compute_t<T>;
+  if (sa == 1 && sb == 1) {
+    for (int64_t j = 0; j < n; ++j)
+      y[j] = detail::store<T>(apply(OP, detail::load(a[j]), detail::load(b[j])));
+  } else if (sa == 1 && sb == 0) {
+    const C bv = detail::load(b[0]);
+    for (int64_t j = 0; j < n; ++j) y[j] = detail::store<T>(apply(OP, detail::load(a[j]), bv));
+  } else if (sa == 0 && sb == 1) {
+    const C av = detail::load(a[0]);
+    for (int64_t j = 0; j < n; ++j) y[j] = detail::store<T>(apply(OP, av, detail::load(b[j])));
+  } else {
+    for (int64_t j = 0; j < n; ++j)
+      y[j] = detail::store<T>(apply(OP, detail::load(a[j * sa]), detail::load(b[j * sb])));
+  }
+}
+
+template <Binary OP>
+Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
+  detail::check_floating(a, name, "a");
+  detail::check_floating(b, name, "b");
+  detail::check_same_dtype(a, b, name);
+  Shape out = detail::broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor y(out, a.dtype());
+  detail::dispatch_floating(a.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* py = y.data<T>();
+    if (a.shape() == out && b.shape() == out) {
+      run<T, OP>(pa, pb, py, 1, 1, out.num_elements());
+      return;
+    }
+    detail::BroadcastWalk<2> walk(out, {a.shape(), b.shape()});
+    walk.for_each_run(
+        [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t o,
+            int64_t n) { run<T, OP>(pa + off[0], pb + off[1], py + o, st[0], st[1], n); });
+  });
+  return y;
+}
+
+void check_dy(const Tensor& dy, const Shape& a_shape, const Shape& b_shape, const char* op) {
+  detail::check_floating(dy, op, "dy");
+  Shape out = detail::broadcast_shapes(a_shape, b_shape, op);
+  if (!(dy.shape() == out)) {
+    throw InvalidArgument(std::string(op) + ": expected dy of shape " + out.to_string() +
+                          " (the broadcast of " + a_shape.to_string() + " and " +
+                          b_shape.to_string() + "). Received: " + dy.describe() + ".");
+  }
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary<Binary::add>(a, b, "add");
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary<Binary::sub>(a, b, "sub");
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary<Binary::mul>(a, b, "mul");
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary<Binary::div>(a, b, "div");
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  detail::check_floating(g, "sum_to", "g");
+  if (g.shape() == shape) return g;
+  Shape check = detail::broadcast_shapes(g.shape(), shape, "sum_to");
+  if (!(check == g.shape())) {
+    throw InvalidArgument("sum_to: shape " + shape.to_string() + " does not broadcast to " +
+                          g.shape().to_string() + ".");
+  }
+  Tensor out(shape, g.dtype());
+  detail::dispatch_floating(g.dtype(), "sum_to", [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    // Accumulate in the compute type (float for bfloat16), then round once.
+    DType acc_dtype = std::is_same_v<C, double> ? DType::float64 : DType::float32;
+    Tensor acc = Tensor::zeros(shape, acc_dtype);
+    C* pa = acc.data<C>();
+    const T* pg = g.data<T>();
+    detail::BroadcastWalk<1> walk(g.shape(), {shape});
+    walk.for_each_run([&](const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& st,
+                          int64_t o, int64_t n) {
+      C* dst = pa + off[0];
+      if (st[0] == 1) {
+        for (int64_t j = 0; j < n; ++j) dst[j] += detail::load(pg[o + j]);
+      } else {
+        C s = 0;
+        for (int64_t j = 0; j < n; ++j) s += detail::load(pg[o + j]);
+        dst[0] += s;
+      }
+    });
+    T* po = out.data<T>();
+    for (int64_t i = 0; i < out.num_elements(); ++i) po[i] = detail::store<T>(pa[i]);
+  });
+  return out;
+}
+
+Tensor scale(const Tensor& x, double c) {
+  detail::check_floating(x, "scale", "x");
+  Tensor y(x.shape(), x.dtype());
+  detail::dispatch_floating(x.dtype(), "scale", [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const C cc = static_cast<C>(c);
+    for (int64_t i = 0; i < x.num_elements(); ++i)
+      py[i] = detail::store<T>(cc * detail::load(px[i]));
+  });
+  return y;
+}
+
+BinaryGrads add_backward(const Tensor& dy, const Shape& a_shape, const Shape& b_shape, bool need_da,
+                         bool need_db) {
+  check_dy(dy, a_shape, b_shape, "add_backward");
+  BinaryGrads g;
+  if (need_da) g.da = sum_to(dy, a_shape);
+  if (need_db) g.db = sum_to(dy, b_shape);
+  return g;
+}
+
+BinaryGrads sub_backward(const Tensor& dy, const Shape& a_shape, const Shape& b_shape, bool need_da,
+                         bool need_db) {
+  check_dy(dy, a_shape, b_shape, "sub_backward");
+  BinaryGrads g;
+  if (need_da) g.da = sum_to(dy, a_shape);
+  if (need_db) g.db = scale(sum_to(dy, b_shape), -1.0);
+  return g;
+}
+
+BinaryGrads mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, bool need_da,
+                         bool need_db) {
+  check_dy(dy, a.shape(), b.shape(), "mul_backward");
+  BinaryGrads g;
+  if (need_da) g.da = sum_to(mul(dy, b), a.shape());
+  if (need_db) g.db = sum_to(mul(dy, a), b.shape());
+  return g;
+}
+
+BinaryGrads div_backward(const Tensor& dy, const Tensor& a, const Tensor& b, bool need_da,
+                         bool need_db) {
+  check_dy(dy, a.shape(), b.shape(), "div_backward");
+  BinaryGrads g;
+  if (need_da) g.da = sum_to(div(dy, b), a.shape());
+  if (need_db) g.db = sum_to(scale(div(mul(dy, a), mul(b, b)), -1.0), b.shape());
+  return g;
+}
+
+Tensor bias_add(const Tensor& x, const Tensor& bias) {
+  detail::check_floating(x, "bias_add", "x");
+  detail::check_floating(bias, "bias_add", "bias");
+  detail::check_same_dtype(x, bias, "bias_add");
+  if (x.rank() < 1 || bias.rank() != 1 || bias.dim(0) != x.dim(-1)) {
+    throw InvalidArgument("bias_add: expected bias [n] matching x's last dimension. Received: x " +
+                          x.describe() + " and bias " + bias.describe() + ".");
+  }
+  return add(x, bias);
+}
+
+BiasAddGrads bias_add_backward(const Tensor& dy, bool need_dx, bool need_dbias) {
+  detail::check_floating(dy, "bias_add_backward", "dy");
+  if (dy.rank() < 1) {
+    throw InvalidArgument(
+        "bias_add_backward: expected dy of rank >= 1. Received: " + dy.describe() + ".");
+  }
+  BiasAddGrads g;
+  if (need_dx) g.dx = dy;
+  if (need_dbias) {
+    g.dbias = Tensor(Shape{dy.dim(-1)}, dy.dtype());
+    detail::column_sums_into(
+        dy.reshape(Shape{dy.num_elements() / std::max<int64_t>(dy.dim(-1), 1), dy.dim(-1)}),
+        g.dbias);
+  }
+  return g;
+}
+
+}  // namespace lockstep::ops

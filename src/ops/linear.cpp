@@ -1,0 +1,114 @@
+#include "lockstep/ops/linear.h"
+
+#include <string>
+
+#include "internal.h"
+#include "kernel_util.h"
+
+namespace lockstep::ops {
+namespace {
+
+void check_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, const char* op) {
+  detail::check_floating(x, op, "x");
+  detail::check_floating(kernel, op, "kernel");
+  detail::check_same_dtype(x, kernel, op);
+  if (x.rank() != 2 || kernel.rank() != 2 || x.dim(1) != kernel.dim(0)) {
+    throw InvalidArgument(std::string(op) + ": expected x [batch, in] and kernel [in, out]. " +
+                          "Received: x " + x.describe() + " and kernel " + kernel.describe() + ".");
+  }
+  if (bias.defined()) {
+    bool dtype_ok = bias.dtype() == kernel.dtype() ||
+                    (kernel.dtype() == DType::bfloat16 && bias.dtype() == DType::float32);
+    if (!(bias.shape() == Shape{kernel.dim(1)}) || !dtype_ok) {
+      throw InvalidArgument(std::string(op) + ": expected bias of shape " +
+                            Shape{kernel.dim(1)}.to_string() + " for kernel " + kernel.describe() +
+                            ". Received: bias " + bias.describe() + ".");
+    }
+  }
+}
+
+void check_buffer(const Tensor& t, const Shape& shape, DType dtype, const char* op,
+                  const char* name) {
+  bool dtype_ok = t.dtype() == dtype || (dtype == DType::bfloat16 && t.dtype() == DType::float32);
+  if (!(t.shape() == shape) || !dtype_ok) {
+    throw InvalidArgument(std::string(op) + ": expected " + name + " of shape " +
+                          shape.to_string() + " and dtype " + std::string(dtype_name(dtype)) +
+                          ". Received: " + t.describe() + ".");
+  }
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation) {
+  check_linear(x, kernel, bias, "linear");
+  Tensor y({x.dim(0), kernel.dim(1)}, x.dtype());
+  detail::gemm_into(x, kernel, bias, false, false, activation, y);
+  return y;
+}
+
+void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation,
+                 const Tensor& y) {
+  check_linear(x, kernel, bias, "linear_into");
+  detail::check_defined(y, "linear_into", "y");
+  check_buffer(y, {x.dim(0), kernel.dim(1)}, x.dtype(), "linear_into", "y");
+  detail::gemm_into(x, kernel, bias, false, false, activation, y);
+}
+
+void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,
+                          Activation activation, const Tensor& dx, const Tensor& dkernel,
+                          const Tensor& dbias, const Tensor& pre_activation) {
+  const char* op = "linear_backward";
+  check_linear(x, kernel, Tensor(), op);
+  Shape out_shape{x.dim(0), kernel.dim(1)};
+  detail::check_defined(dy, op, "dy");
+  if (!(dy.shape() == out_shape) || dy.dtype() != x.dtype()) {
+    throw InvalidArgument(std::string(op) + ": expected dy of shape " + out_shape.to_string() +
+                          " and dtype " + std::string(dtype_name(x.dtype())) + " for x " +
+                          x.describe() + " and kernel " + kernel.describe() +
+                          ". Received: " + dy.describe() + ".");
+  }
+  const Tensor& saved = activation == Activation::gelu ? pre_activation : y;
+  if (activation != Activation::none) {
+    if (!saved.defined()) {
+      throw InvalidArgument(std::string(op) + ": activation " + activation_name(activation) +
+                            " needs " + (activation == Activation::gelu ? "pre_activation" : "y") +
+                            ". Received: an undefined Tensor.");
+    }
+    if (!(saved.shape() == out_shape) || saved.dtype() != dy.dtype()) {
+      throw InvalidArgument(std::string(op) + ": expected the saved activation of shape " +
+                            out_shape.to_string() + ", like dy " + dy.describe() +
+                            ". Received: " + saved.describe() + ".");
+    }
+  }
+  if (dx.defined()) check_buffer(dx, x.shape(), x.dtype(), op, "dx");
+  if (dkernel.defined()) check_buffer(dkernel, kernel.shape(), kernel.dtype(), op, "dkernel");
+  if (dbias.defined()) check_buffer(dbias, Shape{kernel.dim(1)}, kernel.dtype(), op, "dbias");
+
+  Tensor dz = dy;
+  if (activation != Activation::none) {
+    dz = Tensor(dy.shape(), dy.dtype());
+    detail::activation_grad_into(activation, dy, saved, dz);
+  }
+  if (dkernel.defined()) {
+    detail::gemm_into(x, dz, Tensor(), true, false, Activation::none, dkernel);  // xᵀ·dz
+  }
+  if (dbias.defined()) detail::column_sums_into(dz, dbias);
+  if (dx.defined()) {
+    detail::gemm_into(dz, kernel, Tensor(), false, true, Activation::none, dx);  // dz·kernelᵀ
+  }
+}
+
+LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel,
+                            const Tensor& y, Activation activation, bool need_dx, bool need_dkernel,
+                            bool need_dbias, const Tensor& pre_activation) {
+  LinearGrads g;
+  if (x.defined() && kernel.defined() && x.rank() == 2 && kernel.rank() == 2) {
+    if (need_dx) g.dx = Tensor(x.shape(), x.dtype());
+    if (need_dkernel) g.dkernel = Tensor(kernel.shape(), kernel.dtype());
+    if (need_dbias) g.dbias = Tensor(Shape{kernel.dim(1)}, kernel.dtype());
+  }
+  linear_backward_into(dy, x, kernel, y, activation, g.dx, g.dkernel, g.dbias, pre_activation);
+  return g;
+}
+
+}  // namespace lockstep::ops

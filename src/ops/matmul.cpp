@@ -1,0 +1,234 @@
+#include "lockstep/ops/matmul.h"
+
+#include <cmath>
+#include <string>
+
+#include "internal.h"
+#include "kernel_util.h"
+#include "onednn.h"
+
+namespace lockstep::ops {
+namespace {
+
+struct MatmulDims {
+  int64_t m, k, n;
+};
+
+std::string flags(bool ta, bool tb) {
+  return std::string(" (transpose_a=") + (ta ? "true" : "false") +
+         ", transpose_b=" + (tb ? "true" : "false") + ")";
+}
+
+MatmulDims check_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const char* op) {
+  detail::check_floating(a, op, "a");
+  detail::check_floating(b, op, "b");
+  detail::check_same_dtype(a, b, op);
+  if (a.rank() != 2 || b.rank() != 2) {
+    throw InvalidArgument(std::string(op) + ": expected rank-2 operands. Received: " +
+                          a.describe() + " and " + b.describe() + ".");
+  }
+  MatmulDims d{ta ? a.dim(1) : a.dim(0), ta ? a.dim(0) : a.dim(1), tb ? b.dim(0) : b.dim(1)};
+  int64_t kb = tb ? b.dim(1) : b.dim(0);
+  if (d.k != kb) {
+    throw InvalidArgument(std::string(op) + ": shapes " + a.shape().to_string() + " and " +
+                          b.shape().to_string() + " cannot be multiplied" + flags(ta, tb) +
+                          ": op(a) has " + std::to_string(d.k) + " columns, op(b) has " +
+                          std::to_string(kb) + " rows.");
+  }
+  return d;
+}
+
+void check_out(const Tensor& out, const Tensor& a, int64_t m, int64_t n, const char* op) {
+  detail::check_defined(out, op, "out");
+  bool dtype_ok =
+      out.dtype() == a.dtype() || (a.dtype() == DType::bfloat16 && out.dtype() == DType::float32);
+  if (!(out.shape() == Shape{m, n}) || !dtype_ok) {
+    throw InvalidArgument(std::string(op) + ": expected out of shape " + Shape{m, n}.to_string() +
+                          " and dtype " + std::string(dtype_name(a.dtype())) +
+                          ". Received: " + out.describe() + ".");
+  }
+}
+
+dnnl::algorithm eltwise_algorithm(Activation act) {
+  switch (act) {
+    case Activation::relu:
+      return dnnl::algorithm::eltwise_relu;
+    case Activation::sigmoid:
+      return dnnl::algorithm::eltwise_logistic;
+    case Activation::tanh:
+      return dnnl::algorithm::eltwise_tanh;
+    case Activation::gelu:
+      return dnnl::algorithm::eltwise_gelu_erf;
+    case Activation::none:
+      break;
+  }
+  return dnnl::algorithm::undef;
+}
+
+double apply_activation(Activation act, double z) {
+  switch (act) {
+    case Activation::relu:
+      return z > 0 ? z : 0.0;
+    case Activation::sigmoid:
+      return 1.0 / (1.0 + std::exp(-z));
+    case Activation::tanh:
+      return std::tanh(z);
+    case Activation::gelu:
+      return 0.5 * z * (1.0 + std::erf(z * M_SQRT1_2));
+    case Activation::none:
+      break;
+  }
+  return z;
+}
+
+void gemm_f64(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
+              Activation act, const Tensor& out) {
+  const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
+  const double* A = a.data<double>();
+  const double* B = b.data<double>();
+  double* Y = out.data<double>();
+  const int64_t lda = a.dim(1), ldb = b.dim(1);
+  for (int64_t i = 0; i < m; ++i) {
+    double* yrow = Y + i * n;
+    for (int64_t j = 0; j < n; ++j) yrow[j] = 0.0;
+    for (int64_t p = 0; p < k; ++p) {
+      double av = ta ? A[p * lda + i] : A[i * lda + p];
+      if (!tb) {
+        const double* brow = B + p * ldb;
+        for (int64_t j = 0; j < n; ++j) yrow[j] += av * brow[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) yrow[j] += av * B[j * ldb + p];
+      }
+    }
+    if (bias.defined()) {
+      const double* bv = bias.data<double>();
+      for (int64_t j = 0; j < n; ++j) yrow[j] += bv[j];
+    }
+    if (act != Activation::none) {
+      for (int64_t j = 0; j < n; ++j) yrow[j] = apply_activation(act, yrow[j]);
+    }
+  }
+}
+
+}  // namespace
+
+const char* activation_name(Activation act) {
+  switch (act) {
+    case Activation::none:
+      return "none";
+    case Activation::relu:
+      return "relu";
+    case Activation::sigmoid:
+      return "sigmoid";
+    case Activation::tanh:
+      return "tanh";
+    case Activation::gelu:
+      return "gelu";
+  }
+  return "?";
+}
+
+namespace detail {
+
+void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
+               Activation act, const Tensor& out) {
+  if (a.dtype() == DType::float64) {
+    gemm_f64(a, b, bias, ta, tb, act, out);
+    return;
+  }
+  const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
+  onednn::Key key("matmul");
+  key.add(m)
+      .add(k)
+      .add(n)
+      .add(ta)
+      .add(tb)
+      .add(a.dtype())
+      .add(out.dtype())
+      .add(static_cast<int>(act));
+  key.add(bias.defined() ? static_cast<int64_t>(bias.dtype()) : int64_t{-1});
+  auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
+    using dims = dnnl::memory::dims;
+    auto dt = onednn::data_type(a.dtype());
+    // Transposed operands are read in place through strides (no reorder).
+    dnnl::memory::desc a_md(dims{m, k}, dt, ta ? dims{1, m} : dims{k, 1});
+    dnnl::memory::desc b_md(dims{k, n}, dt, tb ? dims{1, k} : dims{n, 1});
+    dnnl::memory::desc y_md = onednn::plain_desc(dims{m, n}, out.dtype());
+    dnnl::primitive_attr attr;
+    if (act != Activation::none) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.0f, eltwise_algorithm(act), 0.0f, 0.0f);
+      attr.set_post_ops(po);
+    }
+    if (bias.defined()) {
+      dnnl::memory::desc bias_md = onednn::plain_desc(dims{1, n}, bias.dtype());
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, y_md), attr,
+                                      onednn::engine());
+      return onednn::Primitive(dnnl::matmul(pd), {{DNNL_ARG_SRC, a_md},
+                                                  {DNNL_ARG_WEIGHTS, b_md},
+                                                  {DNNL_ARG_BIAS, bias_md},
+                                                  {DNNL_ARG_DST, y_md}});
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, y_md), attr, onednn::engine());
+    return onednn::Primitive(
+        dnnl::matmul(pd), {{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}, {DNNL_ARG_DST, y_md}});
+  });
+  if (bias.defined()) {
+    prim.execute({{DNNL_ARG_SRC, a.raw_data()},
+                  {DNNL_ARG_WEIGHTS, b.raw_data()},
+                  {DNNL_ARG_BIAS, bias.raw_data()},
+                  {DNNL_ARG_DST, out.raw_data()}});
+  } else {
+    prim.execute({{DNNL_ARG_SRC, a.raw_data()},
+                  {DNNL_ARG_WEIGHTS, b.raw_data()},
+                  {DNNL_ARG_DST, out.raw_data()}});
+  }
+}
+
+}  // namespace detail
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  MatmulDims d = check_matmul(a, b, transpose_a, transpose_b, "matmul");
+  Tensor y({d.m, d.n}, a.dtype());
+  detail::gemm_into(a, b, Tensor(), transpose_a, transpose_b, Activation::none, y);
+  return y;
+}
+
+void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out, bool transpose_a,
+                 bool transpose_b) {
+  MatmulDims d = check_matmul(a, b, transpose_a, transpose_b, "matmul_into");
+  check_out(out, a, d.m, d.n, "matmul_into");
+  detail::gemm_into(a, b, Tensor(), transpose_a, transpose_b, Activation::none, out);
+}
+
+MatmulGrads matmul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, bool ta, bool tb,
+                            bool need_da, bool need_db) {
+  MatmulDims d = check_matmul(a, b, ta, tb, "matmul_backward");
+  detail::check_defined(dy, "matmul_backward", "dy");
+  if (!(dy.shape() == Shape{d.m, d.n}) || dy.dtype() != a.dtype()) {
+    throw InvalidArgument("matmul_backward: expected dy of shape " + Shape{d.m, d.n}.to_string() +
+                          " and dtype " + std::string(dtype_name(a.dtype())) + " for a " +
+                          a.describe() + " and b " + b.describe() + ". Received: " + dy.describe() +
+                          ".");
+  }
+  MatmulGrads g;
+  if (need_da) {
+    g.da = Tensor(a.shape(), a.dtype());
+    if (!ta) {
+      detail::gemm_into(dy, b, Tensor(), false, !tb, Activation::none, g.da);  // dy·op(b)ᵀ
+    } else {
+      detail::gemm_into(b, dy, Tensor(), tb, true, Activation::none, g.da);  // op(b)·dyᵀ
+    }
+  }
+  if (need_db) {
+    g.db = Tensor(b.shape(), b.dtype());
+    if (!tb) {
+      detail::gemm_into(a, dy, Tensor(), !ta, false, Activation::none, g.db);  // op(a)ᵀ·dy
+    } else {
+      detail::gemm_into(dy, a, Tensor(), true, ta, Activation::none, g.db);  // dyᵀ·op(a)
+    }
+  }
+  return g;
+}
+
+}  // namespace lockstep::ops

@@ -1,0 +1,101 @@
+#include "lockstep/ops/nn_pool.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kernel_util.h"
+
+namespace lockstep::ops {
+namespace {
+
+template <typename T>
+void max_pool_loops(const T* x, T* y, int64_t* idx, int64_t n, int64_t h, int64_t w, int64_t c,
+                    const WindowGeometry& gh, const WindowGeometry& gw, int64_t ph, int64_t pw,
+                    int64_t sh, int64_t sw) {
+  using C = detail::compute_t<T>;
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t oh = 0; oh < gh.out; ++oh) {
+      int64_t h0 = oh * sh - gh.pad_before;
+      int64_t h_begin = std::max<int64_t>(h0, 0), h_end = std::min(h0 + ph, h);
+      for (int64_t ow = 0; ow < gw.out; ++ow) {
+        int64_t w0 = ow * sw - gw.pad_before;
+        int64_t w_begin = std::max<int64_t>(w0, 0), w_end = std::min(w0 + pw, w);
+        int64_t out = ((b * gh.out + oh) * gw.out + ow) * c;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          int64_t best_at = ((b * h + h_begin) * w + w_begin) * c + ch;
+          C best = detail::load(x[best_at]);
+          for (int64_t i = h_begin; i < h_end; ++i) {
+            for (int64_t j = w_begin; j < w_end; ++j) {
+              int64_t at = ((b * h + i) * w + j) * c + ch;
+              C v = detail::load(x[at]);
+              if (v > best || (v != v && best == best)) {
+                best = v;
+                best_at = at;
+              }
+            }
+          }
+          y[out + ch] = x[best_at];
+          idx[out + ch] = best_at;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+MaxPool2DResult max_pool2d(const Tensor& input, const Pool2DOptions& options) {
+  if (input.rank() != 4) {
+    throw InvalidArgument(
+        "max_pool2d: expected input of rank 4 [batch, height, width, channels]. Received: "
+        "input=" +
+        input.describe() + ".");
+  }
+  int64_t ph = options.pool_size[0], pw = options.pool_size[1];
+  int64_t sh = options.strides[0] == 0 ? ph : options.strides[0];
+  int64_t sw = options.strides[1] == 0 ? pw : options.strides[1];
+  WindowGeometry gh, gw;
+  try {
+    gh = window_geometry("max_pool2d", input.dim(1), ph, sh, options.padding);
+    gw = window_geometry("max_pool2d", input.dim(2), pw, sw, options.padding);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(e.what()) + " Received: input=" + input.describe() +
+                          ", pool_size=[" + std::to_string(ph) + ", " + std::to_string(pw) + "].");
+  }
+  Shape out_shape{input.dim(0), gh.out, gw.out, input.dim(3)};
+  MaxPool2DResult r{Tensor(out_shape, input.dtype()), Tensor(out_shape, DType::int64)};
+  detail::dispatch_floating(input.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_loops(input.data<T>(), r.output.data<T>(), r.argmax.data<int64_t>(), input.dim(0),
+                   input.dim(1), input.dim(2), input.dim(3), gh, gw, ph, pw, sh, sw);
+  });
+  return r;
+}
+
+Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& argmax,
+                           const Shape& input_shape) {
+  if (argmax.dtype() != DType::int64 || !(argmax.shape() == grad_output.shape())) {
+    throw InvalidArgument(
+        "max_pool2d_backward: expected argmax of dtype int64 with grad_output's shape. "
+        "Received: grad_output=" +
+        grad_output.describe() + ", argmax=" + argmax.describe() + ".");
+  }
+  Tensor dx = Tensor::zeros(input_shape, grad_output.dtype());
+  const int64_t limit = input_shape.num_elements();
+  const int64_t* idx = argmax.data<int64_t>();
+  detail::dispatch_floating(grad_output.dtype(), "max_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* dy = grad_output.data<T>();
+    T* out = dx.data<T>();
+    for (int64_t e = 0; e < grad_output.num_elements(); ++e) {
+      if (idx[e] < 0 || idx[e] >= limit) {
+        throw InvalidArgument("max_pool2d_backward: argmax " + std::to_string(idx[e]) +
+                              " is outside input_shape " + input_shape.to_string() + ".");
+      }
+      out[idx[e]] = detail::store<T>(detail::load(out[idx[e]]) + detail::load(dy[e]));
+    }
+  });
+  return dx;
+}
+
+}  // namespace lockstep::ops
