@@ -1,0 +1,30 @@
+#pragma once
+// The cores this process may run on, and pinning a thread to some of them. Strategies call
+// available_cores() to size the replica set and pin_current_thread() from each replica thread.
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+namespace lockstep {
+
+inline constexpr const char* kDefaultCgroupRoot = "/sys/fs/cgroup";
+
+// OS cpu ids the calling thread may run on: its affinity mask (sched_getaffinity, which already
+// reflects taskset, numactl, cpuset cgroups and launcher binding), cut down to the first
+// `cgroup_cpu_limit(cgroup_root)` ids when a CPU quota allows fewer cores than the mask. Sorted
+// ascending; never empty. Reads the *calling thread's* mask: call it before pinning any thread.
+std::vector<int> available_cores(const std::filesystem::path& cgroup_root = kDefaultCgroupRoot);
+
+// Whole cores a CPU bandwidth quota allows: floor(quota / period), at least 1; nullopt when there
+// is no quota. Reads cgroup v2 `cpu.max` ("max 100000" = no quota, "150000 100000" = 1 core) and
+// cgroup v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` (quota -1 = none), in this process's cgroup
+// (from /proc/self/cgroup) and every ancestor up to `cgroup_root`, and returns the tightest.
+// Missing or unreadable files mean no quota: a container without cgroup files is not an error.
+std::optional<int> cgroup_cpu_limit(const std::filesystem::path& cgroup_root = kDefaultCgroupRoot);
+
+// Restricts the calling thread to `cores` (pthread_setaffinity_np). An empty list is a no-op.
+// Failure (an id outside the mask the OS allows) prints a warning to stderr and returns false:
+// an unpinned replica is slower, not wrong.
+bool pin_current_thread(const std::vector<int>& cores);
+
+}  // namespace lockstep

@@ -1,0 +1,122 @@
+#include "local_devices.h"
+
+#include <algorithm>
+#include <charconv>
+#include <iostream>
+#include <set>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep::cluster_internal {
+
+std::string join_ints(const std::vector<int>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ",";
+    out += std::to_string(values[i]);
+  }
+  return out;
+}
+
+int parse_env_int(const std::string& variable, const std::string& value, int min_value) {
+  int parsed = 0;
+  const char* end = value.data() + value.size();
+  auto [ptr, error] = std::from_chars(value.data(), end, parsed);
+  if (value.empty() || error != std::errc() || ptr != end || parsed < min_value) {
+    throw InvalidArgument(variable + ": expected an integer >= " + std::to_string(min_value) +
+                          ". Received: " + variable + "=\"" + value + "\".");
+  }
+  return parsed;
+}
+
+std::vector<int> worker_cores(const LocalDeviceOptions& options) {
+  if (options.cores.empty()) return available_cores(options.cgroup_root);
+  std::set<int> seen;
+  for (int core : options.cores) {
+    if (core < 0 || !seen.insert(core).second) {
+      throw InvalidArgument(
+          "LocalDeviceOptions::cores: expected distinct cpu ids >= 0. Received: [" +
+          join_ints(options.cores) + "].");
+    }
+  }
+  return options.cores;
+}
+
+namespace {
+
+// LOCKSTEP_DEVICES: "cpu:N" (N replicas) or "cpu" (detect); 0 = not set / detect.
+int replicas_from_env(const Environment& env) {
+  auto value = env.get("LOCKSTEP_DEVICES");
+  if (!value || value->empty()) return 0;
+  const auto colon = value->find(':');
+  const std::string kind_text = value->substr(0, colon);
+  DeviceKind kind;
+  try {
+    kind = parse_device_kind(kind_text);
+  } catch (const InvalidArgument&) {
+    throw InvalidArgument(
+        "LOCKSTEP_DEVICES: expected \"cpu:N\" (N virtual replicas) or \"cpu\". "
+        "Received: LOCKSTEP_DEVICES=\"" +
+        *value + "\".");
+  }
+  if (kind != DeviceKind::cpu) {
+    throw NotFound(
+        "LOCKSTEP_DEVICES=\"" + *value + "\" asks for " + kind_text +
+        " devices, but Lockstep has only a cpu backend today. Set LOCKSTEP_DEVICES=cpu:N "
+        "or unset it.");
+  }
+  if (colon == std::string::npos) return 0;
+  return parse_env_int("LOCKSTEP_DEVICES", value->substr(colon + 1), 1);
+}
+
+}  // namespace
+
+std::vector<DeviceSpec> make_local_devices(const std::vector<int>& cores,
+                                           const LocalDeviceOptions& options,
+                                           const Environment& env, const std::string& job,
+                                           int task) {
+  if (options.num_replicas < 0) {
+    throw InvalidArgument(
+        "LocalDeviceOptions::num_replicas: expected >= 0 (0 = one per core). "
+        "Received: " +
+        std::to_string(options.num_replicas) + ".");
+  }
+  if (options.cores_per_replica < 1) {
+    throw InvalidArgument("LocalDeviceOptions::cores_per_replica: expected >= 1. Received: " +
+                          std::to_string(options.cores_per_replica) + ".");
+  }
+  if (cores.empty()) throw Internal("make_local_devices: a worker must have at least one core");
+  const int num_cores = static_cast<int>(cores.size());
+  const int per_replica = options.cores_per_replica;
+  int replicas = options.num_replicas;
+  const char* source = "LocalDeviceOptions::num_replicas";
+  if (replicas == 0) {
+    replicas = replicas_from_env(env);
+    source = "LOCKSTEP_DEVICES";
+  }
+  if (replicas == 0) {
+    replicas = std::max(1, num_cores / per_replica);
+    source = nullptr;
+  }
+  if (static_cast<long long>(replicas) * per_replica > num_cores) {
+    std::cerr << "lockstep: warning: " << replicas << " replica(s) x " << per_replica
+              << " core(s) oversubscribed on " << num_cores << " available core(s) ["
+              << join_ints(cores) << "]"
+              << (source ? std::string(" (from ") + source + ")" : std::string())
+              << "; replicas share cores round-robin, which is right for testing but slow for "
+                 "training.\n";
+  }
+  std::vector<DeviceSpec> devices;
+  devices.reserve(replicas);
+  for (int i = 0; i < replicas; ++i) {
+    DeviceSpec device{.kind = DeviceKind::cpu, .index = i, .cores = {}, .job = job, .task = task};
+    for (int j = 0; j < std::min(per_replica, num_cores); ++j) {
+      device.cores.push_back(cores[(static_cast<long long>(i) * per_replica + j) % num_cores]);
+    }
+    std::sort(device.cores.begin(), device.cores.end());
+    devices.push_back(std::move(device));
+  }
+  return devices;
+}
+
+}  // namespace lockstep::cluster_internal

@@ -1,0 +1,108 @@
+#include "lockstep/distribute/topology.h"
+
+#include <mutex>
+#include <sstream>
+
+#include "local_devices.h"
+#include "lockstep/core/error.h"
+
+namespace lockstep {
+namespace {
+
+// The one process-wide "current cluster" (STYLE.md: keep such state in one well-defined place).
+std::mutex cluster_mutex;
+std::optional<ConnectedCluster> current_cluster;
+
+ConnectedCluster validated_cluster(const ClusterResolver& resolver) {
+  ConnectedCluster cluster{.cluster_spec = resolver.cluster_spec(),
+                           .task_type = resolver.task_type(),
+                           .task_id = resolver.task_id(),
+                           .worker_index = resolver.worker_index(),
+                           .num_workers = resolver.num_workers(),
+                           .rpc_layer = resolver.rpc_layer(),
+                           .master = resolver.master()};
+  for (const auto& [job, tasks] : cluster.cluster_spec.jobs) {
+    if (tasks.empty()) {
+      throw InvalidArgument("connect_to_cluster: job \"" + job +
+                            "\" has no tasks. Expected at least one address per job.");
+    }
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (tasks[i].empty()) {
+        throw InvalidArgument("connect_to_cluster: job \"" + job + "\" task " + std::to_string(i) +
+                              " has an empty address.");
+      }
+    }
+  }
+  const int tasks_of_type = cluster.cluster_spec.num_tasks(cluster.task_type);
+  if (cluster.task_id < 0 || (tasks_of_type > 0 && cluster.task_id >= tasks_of_type) ||
+      (tasks_of_type == 0 && !cluster.cluster_spec.jobs.empty())) {
+    throw InvalidArgument("connect_to_cluster: this task is " + cluster.task_type + ":" +
+                          std::to_string(cluster.task_id) + ", but the cluster has " +
+                          std::to_string(tasks_of_type) + " \"" + cluster.task_type +
+                          "\" task(s). Check the resolver's environment (TF_CONFIG, SLURM, MPI).");
+  }
+  if (cluster.worker_index < 0 || cluster.worker_index >= cluster.num_workers) {
+    throw InvalidArgument("connect_to_cluster: worker index " +
+                          std::to_string(cluster.worker_index) + " is outside the " +
+                          std::to_string(cluster.num_workers) + " worker(s) of the cluster.");
+  }
+  if (resolver.num_accelerators() < 1) {
+    throw InvalidArgument(
+        "connect_to_cluster: this worker has no devices. Expected at least one "
+        "replica; check LOCKSTEP_DEVICES and the cores available to the process.");
+  }
+  return cluster;
+}
+
+}  // namespace
+
+std::string Topology::to_string() const {
+  std::ostringstream out;
+  out << num_workers << (num_workers == 1 ? " worker" : " workers") << " (this is worker "
+      << task_id << "), " << num_local_replicas()
+      << (num_local_replicas() == 1 ? " local replica, " : " local replicas, ")
+      << num_replicas_in_sync() << " in sync\n";
+  for (const DeviceSpec& device : local_devices) {
+    out << "  " << device.name() << "  cores " << cluster_internal::join_ints(device.cores) << "\n";
+  }
+  return out.str();
+}
+
+nlohmann::json Topology::to_json() const {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceSpec& device : local_devices) {
+    devices.push_back({{"name", device.name()},
+                       {"kind", std::string(device_kind_name(device.kind))},
+                       {"index", device.index},
+                       {"cores", device.cores}});
+  }
+  return {{"num_workers", num_workers},
+          {"task_id", task_id},
+          {"num_replicas_in_sync", num_replicas_in_sync()},
+          {"local_devices", devices}};
+}
+
+void connect_to_cluster(const ClusterResolver& resolver) {
+  ConnectedCluster cluster = validated_cluster(resolver);
+  std::lock_guard lock(cluster_mutex);
+  current_cluster = std::move(cluster);
+}
+
+std::optional<ConnectedCluster> connected_cluster() {
+  std::lock_guard lock(cluster_mutex);
+  return current_cluster;
+}
+
+void disconnect_from_cluster() {
+  std::lock_guard lock(cluster_mutex);
+  current_cluster.reset();
+}
+
+Topology initialize_system(const ClusterResolver& resolver) {
+  const ConnectedCluster cluster = validated_cluster(resolver);
+  return Topology{.num_workers = cluster.num_workers,
+                  .task_id = cluster.worker_index,
+                  .local_devices = resolver.local_devices()};
+}
+
+}  // namespace lockstep
