@@ -1,0 +1,134 @@
+#pragma once
+// Collectives between processes (one or many hosts) over MPI (Debian's Open MPI 4.1).
+//
+//   int main(int argc, char** argv) {
+//     try {
+//       auto& mpi = lockstep::distribute::mpi_initialize(&argc, &argv);
+//       auto comm = mpi.world({.timeout_seconds = 60});
+//       ... comm->all_reduce(grads, ReduceOp::SUM) ...
+//     } catch (const std::exception& e) {
+//       lockstep::distribute::abort_job(e);  // failure.h: ends every process of the job
+//     }
+//   }
+//
+// MpiContext is process-wide state because MPI is: MPI_Init_thread may run once per process and
+// MPI_Finalize once, after which MPI cannot be restarted. It is created by the first
+// mpi_initialize() call and finalises MPI at exit (or on finalize()).
+//
+// Collectives are non-blocking MPI calls (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Iallgather,
+// MPI_Ibcast, MPI_Ibarrier) polled with MPI_Test until done or until timeout_seconds pass, so a
+// lost peer cannot hang the others. On timeout (or a transport error) the communicator asks every
+// peer, on a second duplicated communicator, which collective it is in; peers that do not answer
+// within a short grace period are reported as lost, with pid and host (exchanged at construction):
+//   Unavailable: worker rank 1 (pid 1234 on host node-a) did not join all_reduce #57
+//   (float32[101770], SUM) within 10 s; it has exited (no such process).
+// See docs/distributed.md ("Collectives") for launching so that survivors can report.
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockstep/distribute/collective.h"
+
+namespace lockstep::distribute {
+
+class MpiContext {
+ public:
+  ~MpiContext();
+  MpiContext(const MpiContext&) = delete;
+  MpiContext& operator=(const MpiContext&) = delete;
+
+  // True when a process manager started this process (mpirun/mpiexec, srun with PMI): then MPI is
+  // initialised. A plain `./program` runs as a world of one without touching MPI, so single-process
+  // runs need neither mpirun nor a working MPI runtime.
+  bool launched_by_mpirun() const { return launched_; }
+  // MPI is initialised (by us or by the application before us) and not finalised.
+  bool active() const;
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  // The thread level MPI granted (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE); we request
+  // MULTIPLE. Collectives need at least SERIALIZED when called from a thread other than the one
+  // that initialised MPI; one communicator is never used by two threads at once.
+  int thread_level() const { return thread_level_; }
+  std::string_view thread_level_name() const;
+
+  // The communicator of all processes of the job: an MpiCommunicator over a duplicate of
+  // MPI_COMM_WORLD when active(), else a one-rank shared-memory communicator. Collective: every
+  // process must call it.
+  std::shared_ptr<Communicator> world(const CommunicationOptions& options = {}) const;
+
+  // Finalises MPI if this context initialised it (idempotent). After a collective failure MPI is
+  // deliberately not finalised: MPI_Finalize would wait for the lost peer. Call abort_job() then.
+  void finalize();
+
+ private:
+  friend MpiContext& mpi_initialize(int* argc, char*** argv);
+  MpiContext(int* argc, char*** argv);
+  bool launched_ = false;
+  bool owns_mpi_ = false;
+  bool finalized_ = false;
+  int world_rank_ = 0;
+  int world_size_ = 1;
+  int thread_level_ = MPI_THREAD_SINGLE;
+};
+
+// Initialises MPI (MPI_Init_thread, requesting MPI_THREAD_MULTIPLE) on the first call when launched
+// by a process manager, and returns the process-wide context; later calls return the same context
+// and ignore their arguments. Thread-safe. If the application initialised MPI itself, that is
+// respected and the application remains responsible for MPI_Finalize.
+MpiContext& mpi_initialize(int* argc = nullptr, char*** argv = nullptr);
+
+class MpiCommunicator final : public Communicator {
+ public:
+  struct Peer {
+    int pid = 0;
+    std::string host;
+  };
+
+  // Collective over `comm`: duplicates it twice (one for data, one for failure diagnosis, so that
+  // diagnosis messages can never match a collective), sets MPI_ERRORS_RETURN on both, and exchanges
+  // every rank's pid and host name. MPI must be active.
+  explicit MpiCommunicator(MPI_Comm comm, const CommunicationOptions& options = {});
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend() const override { return "mpi"; }
+  MPI_Comm comm() const { return data_; }
+  const std::vector<Peer>& peers() const { return peers_; }
+  // True after a timeout or transport error: every later collective throws the same error.
+  bool broken() const { return broken_; }
+
+ protected:
+  // bfloat16 reductions widen to float32, reduce with MPI_FLOAT and round once (MPI has no bf16
+  // type); MEAN is MPI_SUM followed by a local division.
+  void do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  void do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                         ReduceOp op) override;
+  void do_all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype) override;
+  void do_broadcast(void* buf, size_t count, DType dtype, int root) override;
+  void do_barrier() override;
+
+ private:
+  struct PendingReply;
+  void check_usable() const;
+  void wait(MPI_Request* request);
+  void serve_queries();
+  [[noreturn]] void fail(const std::string& cause);
+  size_t pack_elements(size_t element_size) const;
+
+  MPI_Comm data_ = MPI_COMM_NULL;
+  MPI_Comm control_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<Peer> peers_;
+  std::vector<float> widened_send_, widened_recv_;  // bfloat16 scratch, reused
+  std::vector<std::unique_ptr<PendingReply>> replies_;
+  bool broken_ = false;
+  bool error_is_deadline_ = false;
+  std::string error_;
+};
+
+}  // namespace lockstep::distribute
