@@ -80,21 +80,28 @@ Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& argmax,
         "Received: grad_output=" +
         grad_output.describe() + ", argmax=" + argmax.describe() + ".");
   }
-  Tensor dx = Tensor::zeros(input_shape, grad_output.dtype());
+  // bfloat16 gradients are summed in float32 (windows overlap when strides < pool_size) and
+  // rounded once at the end.
+  bool bf16 = grad_output.dtype() == DType::bfloat16;
+  Tensor acc = Tensor::zeros(input_shape, bf16 ? DType::float32 : grad_output.dtype());
   const int64_t limit = input_shape.num_elements();
   const int64_t* idx = argmax.data<int64_t>();
   detail::dispatch_floating(grad_output.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
+    using C = detail::compute_t<T>;
     const T* dy = grad_output.data<T>();
-    T* out = dx.data<T>();
+    C* out = acc.data<C>();
     for (int64_t e = 0; e < grad_output.num_elements(); ++e) {
       if (idx[e] < 0 || idx[e] >= limit) {
         throw InvalidArgument("max_pool2d_backward: argmax " + std::to_string(idx[e]) +
                               " is outside input_shape " + input_shape.to_string() + ".");
       }
-      out[idx[e]] = detail::store<T>(detail::load(out[idx[e]]) + detail::load(dy[e]));
+      out[idx[e]] += detail::load(dy[e]);
     }
   });
+  if (!bf16) return acc;
+  Tensor dx(input_shape, DType::bfloat16);
+  float_to_bfloat16(acc.data<float>(), dx.data<bfloat16>(), static_cast<size_t>(limit));
   return dx;
 }
 
