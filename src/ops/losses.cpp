@@ -1,0 +1,365 @@
+#include "lockstep/ops/losses.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "kernel_util.h"
+
+namespace lockstep::ops {
+namespace {
+
+void check_pair(const Tensor& y_true, const Tensor& y_pred, const char* op) {
+  detail::check_floating(y_true, op, "y_true");
+  detail::check_floating(y_pred, op, "y_pred");
+  if (!(y_true.shape() == y_pred.shape()) || y_true.dtype() != y_pred.dtype()) {
+    throw InvalidArgument(std::string(op) +
+                          ": expected y_true and y_pred of the same shape and dtype. Received: "
+                          "y_true " +
+                          y_true.describe() + " and y_pred " + y_pred.describe() + ".");
+  }
+  if (y_pred.rank() == 0) {
+    throw InvalidArgument(std::string(op) +
+                          ": expected y_pred of rank >= 1. Received: " + y_pred.describe() + ".");
+  }
+}
+
+void check_dloss(const Tensor& dloss, const Tensor& y_pred, int axis, const char* op) {
+  detail::check_floating(dloss, op, "dloss");
+  Shape expected = y_pred.shape().without(axis);
+  if (!(dloss.shape() == expected) || dloss.dtype() != y_pred.dtype()) {
+    throw InvalidArgument(std::string(op) + ": expected dloss of shape " + expected.to_string() +
+                          " for y_pred " + y_pred.describe() + ". Received: " + dloss.describe() +
+                          ".");
+  }
+}
+
+void check_labels(const Tensor& labels, const Tensor& y_pred, const char* op) {
+  detail::check_defined(labels, op, "labels");
+  detail::check_floating(y_pred, op, "y_pred");
+  if (labels.dtype() != DType::int32 && labels.dtype() != DType::int64) {
+    throw InvalidArgument(std::string(op) +
+                          ": expected int32 or int64 labels. Received: " + labels.describe() + ".");
+  }
+  if (y_pred.rank() == 0 || !(labels.shape() == y_pred.shape().without(-1))) {
+    throw InvalidArgument(std::string(op) + ": expected labels of shape [...] and y_pred of " +
+                          "shape [..., classes]. Received: labels " + labels.describe() +
+                          " and y_pred " + y_pred.describe() + ".");
+  }
+}
+
+int64_t label_at(const Tensor& labels, int64_t i, int64_t classes, const char* op) {
+  int64_t k =
+      labels.dtype() == DType::int32 ? labels.data<int32_t>()[i] : labels.data<int64_t>()[i];
+  if (k < 0 || k >= classes) {
+    throw InvalidArgument(std::string(op) + ": label " + std::to_string(k) + " at index " +
+                          std::to_string(i) + " is outside [0, " + std::to_string(classes) + ").");
+  }
+  return k;
+}
+
+template <typename C>
+C clip(C v) {
+  return std::clamp(v, static_cast<C>(kLossEpsilon), static_cast<C>(1.0 - kLossEpsilon));
+}
+template <typename C>
+bool inside_clip(C v) {
+  return v >= static_cast<C>(kLossEpsilon) && v <= static_cast<C>(1.0 - kLossEpsilon);
+}
+
+// Calls f(T) after allocating `out`; the loops below index with AxisSplit (inner > 1 only when the
+// class axis is not last).
+template <typename F>
+void with_type(DType dtype, const char* op, F&& f) {
+  detail::dispatch_floating(dtype, op, std::forward<F>(f));
+}
+
+}  // namespace
+
+Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits,
+                                int axis) {
+  const char* op = "categorical_crossentropy";
+  check_pair(y_true, y_pred, op);
+  const int ax = y_pred.shape().normalize_axis(axis);
+  detail::AxisSplit s = detail::split_at_axis(y_pred.shape(), ax);
+  Tensor loss(y_pred.shape().without(ax), y_pred.dtype());
+  with_type(y_pred.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* p = y_pred.data<T>();
+    T* l = loss.data<T>();
+    for (int64_t o = 0; o < s.outer; ++o) {
+      for (int64_t in = 0; in < s.inner; ++in) {
+        const int64_t base = o * s.n * s.inner + in;
+        auto at = [&](const T* v, int64_t i) { return detail::load(v[base + i * s.inner]); };
+        C sum = 0, total = 0;
+        if (from_logits) {
+          C m = -std::numeric_limits<C>::infinity();
+          for (int64_t i = 0; i < s.n; ++i) m = std::max(m, at(p, i));
+          for (int64_t i = 0; i < s.n; ++i) sum += std::exp(at(p, i) - m);
+          const C lse = m + std::log(sum);
+          for (int64_t i = 0; i < s.n; ++i) total -= at(t, i) * (at(p, i) - lse);
+        } else {
+          for (int64_t i = 0; i < s.n; ++i) sum += at(p, i);
+          for (int64_t i = 0; i < s.n; ++i) total -= at(t, i) * std::log(clip(at(p, i) / sum));
+        }
+        l[o * s.inner + in] = detail::store<T>(total);
+      }
+    }
+  });
+  return loss;
+}
+
+Tensor categorical_crossentropy_backward(const Tensor& dloss, const Tensor& y_true,
+                                         const Tensor& y_pred, bool from_logits, int axis) {
+  const char* op = "categorical_crossentropy_backward";
+  check_pair(y_true, y_pred, op);
+  const int ax = y_pred.shape().normalize_axis(axis);
+  check_dloss(dloss, y_pred, ax, op);
+  detail::AxisSplit s = detail::split_at_axis(y_pred.shape(), ax);
+  Tensor dp(y_pred.shape(), y_pred.dtype());
+  with_type(y_pred.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* p = y_pred.data<T>();
+    const T* dl = dloss.data<T>();
+    T* g = dp.data<T>();
+    for (int64_t o = 0; o < s.outer; ++o) {
+      for (int64_t in = 0; in < s.inner; ++in) {
+        const int64_t base = o * s.n * s.inner + in;
+        const C d = detail::load(dl[o * s.inner + in]);
+        auto at = [&](const T* v, int64_t i) { return detail::load(v[base + i * s.inner]); };
+        auto put = [&](int64_t i, C v) { g[base + i * s.inner] = detail::store<T>(v); };
+        if (from_logits) {
+          C m = -std::numeric_limits<C>::infinity(), sum = 0, tsum = 0;
+          for (int64_t i = 0; i < s.n; ++i) m = std::max(m, at(p, i));
+          for (int64_t i = 0; i < s.n; ++i) sum += std::exp(at(p, i) - m), tsum += at(t, i);
+          for (int64_t i = 0; i < s.n; ++i) {
+            put(i, d * (std::exp(at(p, i) - m) / sum * tsum - at(t, i)));
+          }
+        } else {
+          // q = p / Σp; dL/dq_i = −t_i / q_i inside the clip range, 0 outside;
+          // dL/dp_j = (dL/dq_j − Σ_i dL/dq_i q_i) / Σp.
+          C sum = 0, dot = 0;
+          for (int64_t i = 0; i < s.n; ++i) sum += at(p, i);
+          for (int64_t i = 0; i < s.n; ++i) {
+            C q = at(p, i) / sum;
+            if (inside_clip(q)) dot += -at(t, i);  // (−t/q)·q
+          }
+          for (int64_t i = 0; i < s.n; ++i) {
+            C q = at(p, i) / sum;
+            C gq = inside_clip(q) ? -at(t, i) / q : C(0);
+            put(i, d * (gq - dot) / sum);
+          }
+        }
+      }
+    }
+  });
+  return dp;
+}
+
+Tensor sparse_categorical_crossentropy(const Tensor& labels, const Tensor& y_pred,
+                                       bool from_logits) {
+  const char* op = "sparse_categorical_crossentropy";
+  check_labels(labels, y_pred, op);
+  const int64_t classes = y_pred.dim(-1), rows = labels.num_elements();
+  Tensor loss(labels.shape(), y_pred.dtype());
+  with_type(y_pred.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* p = y_pred.data<T>();
+    T* l = loss.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = p + r * classes;
+      const int64_t k = label_at(labels, r, classes, op);
+      C v;
+      if (from_logits) {
+        C m = -std::numeric_limits<C>::infinity(), sum = 0;
+        for (int64_t i = 0; i < classes; ++i) m = std::max(m, detail::load(row[i]));
+        for (int64_t i = 0; i < classes; ++i) sum += std::exp(detail::load(row[i]) - m);
+        v = m + std::log(sum) - detail::load(row[k]);
+      } else {
+        C sum = 0;
+        for (int64_t i = 0; i < classes; ++i) sum += clip(detail::load(row[i]));
+        v = std::log(sum) - std::log(clip(detail::load(row[k])));
+      }
+      l[r] = detail::store<T>(v);
+    }
+  });
+  return loss;
+}
+
+Tensor sparse_categorical_crossentropy_backward(const Tensor& dloss, const Tensor& labels,
+                                                const Tensor& y_pred, bool from_logits) {
+  const char* op = "sparse_categorical_crossentropy_backward";
+  check_labels(labels, y_pred, op);
+  check_dloss(dloss, y_pred, -1, op);
+  const int64_t classes = y_pred.dim(-1), rows = labels.num_elements();
+  Tensor dp(y_pred.shape(), y_pred.dtype());
+  with_type(y_pred.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* p = y_pred.data<T>();
+    const T* dl = dloss.data<T>();
+    T* g = dp.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = p + r * classes;
+      T* grow = g + r * classes;
+      const int64_t k = label_at(labels, r, classes, op);
+      const C d = detail::load(dl[r]);
+      if (from_logits) {
+        C m = -std::numeric_limits<C>::infinity(), sum = 0;
+        for (int64_t i = 0; i < classes; ++i) m = std::max(m, detail::load(row[i]));
+        for (int64_t i = 0; i < classes; ++i) sum += std::exp(detail::load(row[i]) - m);
+        for (int64_t i = 0; i < classes; ++i) {
+          C sm = std::exp(detail::load(row[i]) - m) / sum;
+          grow[i] = detail::store<T>(d * (sm - (i == k ? C(1) : C(0))));
+        }
+      } else {
+        C sum = 0;
+        for (int64_t i = 0; i < classes; ++i) sum += clip(detail::load(row[i]));
+        for (int64_t i = 0; i < classes; ++i) {
+          C v = detail::load(row[i]);
+          C gi = inside_clip(v) ? C(1) / sum - (i == k ? C(1) / v : C(0)) : C(0);
+          grow[i] = detail::store<T>(d * gi);
+        }
+      }
+    }
+  });
+  return dp;
+}
+
+Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits) {
+  const char* op = "binary_crossentropy";
+  check_pair(y_true, y_pred, op);
+  const int64_t k = y_pred.dim(-1), rows = y_pred.num_elements() / std::max<int64_t>(k, 1);
+  Tensor loss(y_pred.shape().without(-1), y_pred.dtype());
+  with_type(y_pred.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* p = y_pred.data<T>();
+    T* l = loss.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      C total = 0;
+      for (int64_t i = r * k; i < (r + 1) * k; ++i) {
+        const C y = detail::load(t[i]), z = detail::load(p[i]);
+        if (from_logits) {
+          total += std::max(z, C(0)) - z * y + std::log1p(std::exp(-std::abs(z)));
+        } else {
+          const C pc = clip(z);
+          total -= y * std::log(pc) + (1 - y) * std::log(1 - pc);
+        }
+      }
+      l[r] = detail::store<T>(total / static_cast<C>(k));
+    }
+  });
+  return loss;
+}
+
+Tensor binary_crossentropy_backward(const Tensor& dloss, const Tensor& y_true, const Tensor& y_pred,
+                                    bool from_logits) {
+  const char* op = "binary_crossentropy_backward";
+  check_pair(y_true, y_pred, op);
+  check_dloss(dloss, y_pred, -1, op);
+  const int64_t k = y_pred.dim(-1), rows = y_pred.num_elements() / std::max<int64_t>(k, 1);
+  Tensor dp(y_pred.shape(), y_pred.dtype());
+  with_type(y_pred.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* p = y_pred.data<T>();
+    const T* dl = dloss.data<T>();
+    T* g = dp.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const C d = detail::load(dl[r]) / static_cast<C>(k);
+      for (int64_t i = r * k; i < (r + 1) * k; ++i) {
+        const C y = detail::load(t[i]), z = detail::load(p[i]);
+        C gi;
+        if (from_logits) {
+          gi = C(1) / (C(1) + std::exp(-z)) - y;
+        } else {
+          gi = inside_clip(z) ? -y / z + (1 - y) / (1 - z) : C(0);
+        }
+        g[i] = detail::store<T>(d * gi);
+      }
+    }
+  });
+  return dp;
+}
+
+namespace {
+
+template <bool SQUARED>
+Tensor regression_loss(const Tensor& y_true, const Tensor& y_pred, const char* op) {
+  check_pair(y_true, y_pred, op);
+  const int64_t k = y_pred.dim(-1), rows = y_pred.num_elements() / std::max<int64_t>(k, 1);
+  Tensor loss(y_pred.shape().without(-1), y_pred.dtype());
+  with_type(y_pred.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* p = y_pred.data<T>();
+    T* l = loss.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      C total = 0;
+      for (int64_t i = r * k; i < (r + 1) * k; ++i) {
+        const C u = detail::load(p[i]) - detail::load(t[i]);
+        total += SQUARED ? u * u : std::abs(u);
+      }
+      l[r] = detail::store<T>(total / static_cast<C>(k));
+    }
+  });
+  return loss;
+}
+
+template <bool SQUARED>
+RegressionLossGrads regression_backward(const Tensor& dloss, const Tensor& y_true,
+                                        const Tensor& y_pred, const char* op) {
+  check_pair(y_true, y_pred, op);
+  check_dloss(dloss, y_pred, -1, op);
+  const int64_t k = y_pred.dim(-1), rows = y_pred.num_elements() / std::max<int64_t>(k, 1);
+  RegressionLossGrads g{Tensor(y_true.shape(), y_true.dtype()),
+                        Tensor(y_pred.shape(), y_pred.dtype())};
+  with_type(y_pred.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* p = y_pred.data<T>();
+    const T* dl = dloss.data<T>();
+    T* gt = g.dy_true.data<T>();
+    T* gp = g.dy_pred.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const C d = detail::load(dl[r]) / static_cast<C>(k);
+      for (int64_t i = r * k; i < (r + 1) * k; ++i) {
+        const C u = detail::load(p[i]) - detail::load(t[i]);
+        const C du = SQUARED ? 2 * u : (u > 0 ? C(1) : (u < 0 ? C(-1) : C(0)));
+        gp[i] = detail::store<T>(d * du);
+        gt[i] = detail::store<T>(-d * du);
+      }
+    }
+  });
+  return g;
+}
+
+}  // namespace
+
+Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred) {
+  return regression_loss<true>(y_true, y_pred, "mean_squared_error");
+}
+RegressionLossGrads mean_squared_error_backward(const Tensor& dloss, const Tensor& y_true,
+                                                const Tensor& y_pred) {
+  return regression_backward<true>(dloss, y_true, y_pred, "mean_squared_error_backward");
+}
+Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred) {
+  return regression_loss<false>(y_true, y_pred, "mean_absolute_error");
+}
+RegressionLossGrads mean_absolute_error_backward(const Tensor& dloss, const Tensor& y_true,
+                                                 const Tensor& y_pred) {
+  return regression_backward<false>(dloss, y_true, y_pred, "mean_absolute_error_backward");
+}
+
+}  // namespace lockstep::ops

@@ -1,0 +1,119 @@
+#include "lockstep/ops/softmax.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "kernel_util.h"
+#include "onednn.h"
+
+namespace lockstep::ops {
+namespace {
+
+template <bool LOG>
+void softmax_f64(const Tensor& x, const Tensor& y, int axis) {
+  detail::AxisSplit s = detail::split_at_axis(x.shape(), axis);
+  const double* px = x.data<double>();
+  double* py = y.data<double>();
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t in = 0; in < s.inner; ++in) {
+      const int64_t base = o * s.n * s.inner + in;
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t i = 0; i < s.n; ++i) m = std::max(m, px[base + i * s.inner]);
+      double sum = 0;
+      for (int64_t i = 0; i < s.n; ++i) sum += std::exp(px[base + i * s.inner] - m);
+      const double log_sum = std::log(sum);
+      for (int64_t i = 0; i < s.n; ++i) {
+        double v = px[base + i * s.inner] - m;
+        py[base + i * s.inner] = LOG ? v - log_sum : std::exp(v) / sum;
+      }
+    }
+  }
+}
+
+template <bool LOG>
+Tensor softmax_forward(const Tensor& x, int axis, const char* op) {
+  detail::check_floating(x, op, "x");
+  if (x.rank() == 0) {
+    throw InvalidArgument(std::string(op) +
+                          ": expected a tensor of rank >= 1. Received: " + x.describe() + ".");
+  }
+  const int ax = x.shape().normalize_axis(axis);
+  Tensor y(x.shape(), x.dtype());
+  if (x.num_elements() == 0) return y;
+  if (x.dtype() == DType::float64) {
+    softmax_f64<LOG>(x, y, ax);
+    return y;
+  }
+  onednn::Key key(LOG ? "log_softmax" : "softmax");
+  key.add(x.shape()).add(x.dtype()).add(ax);
+  auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
+    auto md = onednn::plain_desc(x.shape(), x.dtype());
+    if constexpr (LOG) {
+      dnnl::logsoftmax_forward::primitive_desc pd(
+          dnnl::logsoftmax_forward::desc(dnnl::prop_kind::forward_inference, md, ax),
+          onednn::engine());
+      return onednn::Primitive(dnnl::logsoftmax_forward(pd),
+                               {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
+    } else {
+      dnnl::softmax_forward::primitive_desc pd(
+          dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, ax),
+          onednn::engine());
+      return onednn::Primitive(dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
+    }
+  });
+  prim.execute({{DNNL_ARG_SRC, x.raw_data()}, {DNNL_ARG_DST, y.raw_data()}});
+  return y;
+}
+
+template <bool LOG>
+Tensor softmax_grad(const Tensor& dy, const Tensor& y, int axis, const char* op) {
+  detail::check_floating(dy, op, "dy");
+  detail::check_defined(y, op, "y");
+  detail::check_same_dtype(dy, y, op);
+  detail::check_same_shape(dy, y, op);
+  detail::AxisSplit s = detail::split_at_axis(y.shape(), axis);
+  Tensor dx(y.shape(), y.dtype());
+  detail::dispatch_floating(y.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* pd = dy.data<T>();
+    const T* py = y.data<T>();
+    T* px = dx.data<T>();
+    for (int64_t o = 0; o < s.outer; ++o) {
+      for (int64_t in = 0; in < s.inner; ++in) {
+        const int64_t base = o * s.n * s.inner + in;
+        C dot = 0;
+        for (int64_t i = 0; i < s.n; ++i) {
+          const int64_t k = base + i * s.inner;
+          dot += LOG ? detail::load(pd[k]) : detail::load(pd[k]) * detail::load(py[k]);
+        }
+        for (int64_t i = 0; i < s.n; ++i) {
+          const int64_t k = base + i * s.inner;
+          C g = LOG ? detail::load(pd[k]) - std::exp(detail::load(py[k])) * dot
+                    : detail::load(py[k]) * (detail::load(pd[k]) - dot);
+          px[k] = detail::store<T>(g);
+        }
+      }
+    }
+  });
+  return dx;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int axis) {
+  return softmax_forward<false>(x, axis, "softmax");
+}
+Tensor softmax_backward(const Tensor& dy, const Tensor& y, int axis) {
+  return softmax_grad<false>(dy, y, axis, "softmax_backward");
+}
+Tensor log_softmax(const Tensor& x, int axis) {
+  return softmax_forward<true>(x, axis, "log_softmax");
+}
+Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int axis) {
+  return softmax_grad<true>(dy, y, axis, "log_softmax_backward");
+}
+
+}  // namespace lockstep::ops
