@@ -178,10 +178,15 @@ class TFConfigClusterResolver : public ClusterResolver {
 };
 
 // tf.distribute.cluster_resolver.SlurmClusterResolver, for `srun -n 4 lockstep train ...`. Reads
-// SLURM_PROCID (this task), SLURM_NTASKS, SLURM_JOB_NODELIST (or SLURM_NODELIST; "node[01-03],gpu7"
-// forms are expanded), SLURM_TASKS_PER_NODE ("2(x3),1"; when unset, tasks are spread evenly),
-// SLURM_LOCALID and SLURM_CPUS_PER_TASK. Task addresses are "host:port" with port = port_base +
-// the task's local index on its node; every task is a "worker" and rpc_layer() is "mpi".
+// SLURM_PROCID (this task), SLURM_STEP_NUM_TASKS or SLURM_NTASKS, SLURM_STEP_NODELIST or
+// SLURM_JOB_NODELIST or SLURM_NODELIST ("node[01-03],gpu7" forms are expanded),
+// SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE ("2(x3),1"; when unset, tasks are spread in
+// blocks as srun does), SLURM_LOCALID and SLURM_CPUS_PER_TASK (the step's own variables first,
+// since a step may use part of the allocation). Tasks are numbered in block order (node 0's tasks
+// first); addresses are "host:port" with port = port_base + the task's local index on its node.
+// Every task is a "worker"; rpc_layer() is "mpi". Cores: local task r with SLURM_CPUS_PER_TASK=c
+// takes cores [r*c, (r+1)*c) of what it sees, unless SLURM already bound it to fewer.
+// Throws NotFound naming the missing variable, InvalidArgument naming a malformed one.
 class SlurmClusterResolver : public ClusterResolver {
  public:
   explicit SlurmClusterResolver(const Environment& env = Environment::process(),

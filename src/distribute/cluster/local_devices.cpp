@@ -120,3 +120,21 @@ std::vector<DeviceSpec> make_local_devices(const std::vector<int>& cores,
 }
 
 }  // namespace lockstep::cluster_internal
+
+namespace lockstep::cluster_internal {
+
+std::vector<int> share_of_cores(const std::vector<int>& cores, int local_rank, int local_size,
+                                int per_rank) {
+  const long long count = static_cast<long long>(cores.size());
+  if (local_size <= 1) return cores;
+  if (per_rank > 0) {
+    if (count < static_cast<long long>(local_size) * per_rank) return cores;
+    return {cores.begin() + static_cast<long long>(local_rank) * per_rank,
+            cores.begin() + static_cast<long long>(local_rank + 1) * per_rank};
+  }
+  if (count < local_size) return cores;
+  return {cores.begin() + local_rank * count / local_size,
+          cores.begin() + (local_rank + 1) * count / local_size};
+}
+
+}  // namespace lockstep::cluster_internal

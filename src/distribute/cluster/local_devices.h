@@ -25,3 +25,15 @@ int parse_env_int(const std::string& variable, const std::string& value, int min
 std::string join_ints(const std::vector<int>& values);
 
 }  // namespace lockstep::cluster_internal
+
+namespace lockstep::cluster_internal {
+
+// The cores local rank `local_rank` of `local_size` ranks on a host should use, from the cores
+// this process sees. With per_rank > 0 (SLURM_CPUS_PER_TASK) and enough cores for every rank,
+// rank r takes [r*per_rank, (r+1)*per_rank); without per_rank, rank r takes the r-th contiguous
+// share. When the launcher already bound this process to fewer cores than that division needs,
+// they are kept as they are.
+std::vector<int> share_of_cores(const std::vector<int>& cores, int local_rank, int local_size,
+                                int per_rank);
+
+}  // namespace lockstep::cluster_internal
