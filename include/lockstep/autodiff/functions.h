@@ -1,0 +1,63 @@
+#pragma once
+// Differentiable ops (as tf.matmul, tf.nn.relu, ... are): each computes its result with the ops
+// layer's kernel and, when a recording tape tracks one of its inputs, records a backward function
+// that calls the matching ops::*_backward kernel. Shapes, dtypes and formulas are documented with
+// the kernels in lockstep/ops/*.h; losses are in lockstep/autodiff/losses.h.
+//
+// Core's Tensor::reshape / slice are views the tape does not see: use lockstep::reshape /
+// flatten below inside differentiated code.
+#include <vector>
+
+#include "lockstep/core/tensor.h"
+#include "lockstep/ops/linear.h"
+
+namespace lockstep {
+
+using ops::Activation;
+
+// op(a)·op(b), see ops/matmul.h.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// act(x·kernel + bias) (Keras Dense), see ops/linear.h; bias may be undefined.
+Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
+              Activation activation = Activation::none);
+// x[..., j] + bias[j].
+Tensor bias_add(const Tensor& x, const Tensor& bias);
+
+// Broadcasting binary ops (ops/elementwise.h).
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+
+// Unary ops (ops/activations.h).
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor gelu(const Tensor& x);
+
+// Along `axis` (ops/softmax.h).
+Tensor softmax(const Tensor& x, int axis = -1);
+Tensor log_softmax(const Tensor& x, int axis = -1);
+
+// Reductions (ops/reduce.h); empty `axes` reduces every dimension.
+Tensor reduce_sum(const Tensor& x, const std::vector<int>& axes = {}, bool keepdims = false);
+Tensor reduce_mean(const Tensor& x, const std::vector<int>& axes = {}, bool keepdims = false);
+Tensor reduce_max(const Tensor& x, const std::vector<int>& axes = {}, bool keepdims = false);
+
+// Shape ops and casts (ops/shape_ops.h).
+Tensor cast(const Tensor& x, DType dtype);
+Tensor concat(const std::vector<Tensor>& xs, int axis = 0);
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, const std::vector<int>& perm = {});
+Tensor flatten(const Tensor& x);
+
+// Not differentiable (integer results / inputs): never recorded.
+Tensor argmax(const Tensor& x, int axis = -1);
+Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype = DType::float32);
+
+}  // namespace lockstep
