@@ -320,6 +320,27 @@ TEST(SharedMemoryCommunicator, MismatchedCallsThrowOnEveryRank) {
   EXPECT_FALSE(group.broken());  // every rank saw the same mismatch: the group stays usable
 }
 
+TEST(SharedMemoryCommunicator, BarrierAgainstAnotherCollectiveIsAMismatchNotADesync) {
+  SharedMemoryGroup group(2, {.timeout_seconds = 60});
+  std::atomic<int> threw{0};
+  run_ranks(group, [&](Communicator& comm) {
+    std::vector<float> v(4, 1.0f);
+    try {
+      if (comm.rank() == 0) {
+        comm.barrier();
+      } else {
+        comm.all_reduce(std::span<float>(v), ReduceOp::SUM);
+      }
+    } catch (const InvalidArgument&) {
+      threw.fetch_add(1);
+    }
+    // Still in step afterwards.
+    comm.all_reduce(std::span<float>(v), ReduceOp::SUM);
+    EXPECT_EQ(v[0], 2.0f);
+  });
+  EXPECT_EQ(threw.load(), 2);
+}
+
 TEST(SharedMemoryCommunicator, MissingRankMakesTheOthersThrowDeadlineExceededNamingIt) {
   SharedMemoryGroup group(3, {.timeout_seconds = 0.2});
   std::vector<std::string> messages(3);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -67,7 +68,10 @@ struct Call {
   DType dtype = DType::float32;
   int op = -1;
   int root = -1;
-  friend bool operator==(const Call&, const Call&) = default;
+  friend bool operator==(const Call& a, const Call& b) {
+    return std::string_view(a.name) == b.name && a.count == b.count && a.dtype == b.dtype &&
+           a.op == b.op && a.root == b.root;
+  }
 };
 
 }  // namespace
@@ -197,9 +201,12 @@ class SharedMemoryCommunicator final : public Communicator {
     leave();
   }
 
+  // Also posts a Call, like every other collective, so that every collective is exactly two
+  // barrier generations (entry, exit) and a barrier() on one rank against, say, an all_reduce on
+  // another is detected as a mismatch instead of silently desynchronising the group.
   void do_barrier() override {
-    if (state_->broken.load(std::memory_order_acquire)) state_->throw_broken();
-    if (size() > 1) arrive_and_wait(/*timed=*/true);
+    if (!enter(nullptr, nullptr, {"barrier", 0, DType::uint8, -1, -1})) return;
+    leave();
   }
 
  private:
@@ -250,7 +257,10 @@ class SharedMemoryCommunicator final : public Communicator {
     slot.arrivals.store(my_arrivals, std::memory_order_relaxed);
     const uint64_t prev = s.phase.fetch_add(1, std::memory_order_acq_rel);
     const uint64_t gen = prev >> 32;
-    if ((prev & SharedMemoryState::kPoison) != 0 || s.broken.load(std::memory_order_acquire)) {
+    // Only entry barriers (timed) can be poisoned. An exit barrier ignores abort(): every rank is
+    // inside the collective and arrives, and leaving early would free buffers still being read.
+    if (timed &&
+        ((prev & SharedMemoryState::kPoison) != 0 || s.broken.load(std::memory_order_acquire))) {
       s.throw_broken();
     }
     if ((prev & 0xffffffffu) + 1 == static_cast<uint64_t>(s.size)) {
@@ -264,7 +274,7 @@ class SharedMemoryCommunicator final : public Communicator {
     if (s.spin.count() > 0) {
       for (int i = 0;; ++i) {
         if ((s.phase.load(std::memory_order_acquire) >> 32) != gen) return;
-        if (s.broken.load(std::memory_order_acquire)) s.throw_broken();
+        if (timed && s.broken.load(std::memory_order_acquire)) s.throw_broken();
         cpu_relax();
         if ((i & 63) == 63 && Clock::now() - start > s.spin) break;
       }
@@ -284,7 +294,7 @@ class SharedMemoryCommunicator final : public Communicator {
       // changes the word, so futex_wait returns at once instead of missing it.
       const uint32_t w = s.wake.load(std::memory_order_seq_cst);
       if ((s.phase.load(std::memory_order_acquire) >> 32) != gen) return;
-      if (s.broken.load(std::memory_order_acquire)) s.throw_broken();
+      if (timed && s.broken.load(std::memory_order_acquire)) s.throw_broken();
       if (!has_deadline) {
         futex_wait(&s.wake, w, nullptr);
         continue;
