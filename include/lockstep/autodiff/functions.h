@@ -13,8 +13,6 @@
 
 namespace lockstep {
 
-using ops::Activation;
-
 // op(a)·op(b), see ops/matmul.h.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 // act(x·kernel + bias) (Keras Dense), see ops/linear.h; bias may be undefined.

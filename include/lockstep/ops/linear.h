@@ -12,10 +12,18 @@
 // The first layer's dx is not needed: skip it with need_dx = false.
 #include "lockstep/core/tensor.h"
 
+namespace lockstep {
+
+// gelu is the exact (erf) form, Keras' default (approximate=False). Declared in `lockstep` (not
+// `ops`) so that argument-dependent lookup of an unqualified linear(x, k, b, act) finds only the
+// differentiable lockstep::linear, not also ops::linear.
+enum class Activation { none, relu, sigmoid, tanh, gelu };
+
+}  // namespace lockstep
+
 namespace lockstep::ops {
 
-// gelu is the exact (erf) form, Keras' default (approximate=False).
-enum class Activation { none, relu, sigmoid, tanh, gelu };
+using lockstep::Activation;
 const char* activation_name(Activation act);
 
 // `bias` may be undefined (no bias). For bfloat16 x and kernel, bias may be bfloat16 or float32.
