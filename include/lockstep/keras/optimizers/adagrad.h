@@ -1,0 +1,42 @@
+#pragma once
+// Adagrad (keras.optimizers.Adagrad):
+//   acc <- acc + g^2                      (acc starts at initial_accumulator_value)
+//   w   <- w - lr * g / sqrt(acc + epsilon)
+// Slot: "accumulator".
+#include <memory>
+
+#include "lockstep/keras/optimizers/optimizer.h"
+
+namespace lockstep::keras::optimizers {
+
+struct AdagradOptions {
+  LearningRate learning_rate = 0.001;
+  double initial_accumulator_value = 0.1;
+  double epsilon = 1e-7;
+  std::optional<double> weight_decay{};
+  std::optional<double> clipnorm{};
+  std::optional<double> clipvalue{};
+  std::optional<double> global_clipnorm{};
+  std::vector<std::string> exclude_from_weight_decay{};
+  std::string name = "adagrad";
+};
+
+class Adagrad final : public Optimizer {
+ public:
+  explicit Adagrad(AdagradOptions options = {});
+  nlohmann::json get_config() const override;
+  std::unique_ptr<Optimizer> clone() const override;
+  const AdagradOptions& options() const { return o_; }
+
+ protected:
+  std::vector<std::string> slot_names() const override { return {"accumulator"}; }
+  float slot_initial_value(int) const override;
+  void prepare_step(StepInfo& info) const override;
+  void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
+                   const StepInfo& info) const override;
+
+ private:
+  AdagradOptions o_;
+};
+
+}  // namespace lockstep::keras::optimizers

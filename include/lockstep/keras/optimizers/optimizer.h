@@ -1,0 +1,164 @@
+#pragma once
+// Optimizer: the base of keras.optimizers. It owns everything optimizers share — the iteration
+// count, the learning rate (a constant or a schedule), slot variables, gradient clipping and
+// decoupled weight decay — and each optimizer writes only `update_step`, an elementwise update of
+// a contiguous run of float32 elements.
+//
+// One step, for every (gradient g, variable w) pair, in Keras' order:
+//   lr = learning_rate(iterations)                  (a schedule is evaluated at `iterations`)
+//   clipnorm c:        g <- g * c / max(||g||_2, c)            per variable
+//   global_clipnorm c: g <- g * c / max(sqrt(sum_v ||g_v||^2), c)   over all variables
+//   clipvalue c:       g <- clip(g, -c, c)                     elementwise
+//   weight_decay wd:   w <- w - w * wd * lr                    (variables not excluded)
+//   update_step(w, g, slots)                                   (the optimizer's rule)
+//   iterations += 1
+// Only one of clipnorm, global_clipnorm and clipvalue may be set (as in Keras 3). Gradient norms
+// are accumulated in double (Keras: float32), in a fixed order, so every replica that computes
+// them gets the same factor.
+//
+// Variables and gradients are float32 (mixed precision keeps float32 variables). An undefined
+// gradient (Tensor{}) skips its variable, as Keras skips None gradients.
+//
+// Distributed use (replica threads sharing the variables): every replica calls
+// apply_gradients_range with the same summed gradients and a disjoint flat range of the
+// concatenated variables, then one thread calls finish_step() after a barrier. The update of an
+// element depends only on that element (and its slots), so the split is exact: the result is
+// bit-identical to apply_gradients.
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lockstep/autodiff/variable.h"
+#include "lockstep/core/tensor.h"
+#include "lockstep/keras/optimizers/schedules/learning_rate_schedule.h"
+
+namespace lockstep::keras::optimizers {
+
+// A constant learning rate or a schedule; converts implicitly from either, so options read
+// `.learning_rate = 1e-3` or `.learning_rate = std::make_shared<schedules::ExponentialDecay>(...)`.
+class LearningRate {
+ public:
+  LearningRate(double value) : value_(value) {}  // NOLINT(google-explicit-constructor)
+  template <typename S>
+  requires std::derived_from<S, schedules::LearningRateSchedule> LearningRate(
+      std::shared_ptr<S> schedule)  // NOLINT(google-explicit-constructor)
+      : schedule_(std::move(schedule)) {}
+
+  bool is_schedule() const { return schedule_ != nullptr; }
+  double value() const { return value_; }
+  const std::shared_ptr<schedules::LearningRateSchedule>& schedule() const { return schedule_; }
+  nlohmann::json to_json() const;
+
+ private:
+  double value_ = 0.0;
+  std::shared_ptr<schedules::LearningRateSchedule> schedule_;
+};
+
+// The options every optimizer takes (Keras' BaseOptimizer arguments). Each optimizer's options
+// struct repeats them so designated initialisers work: `Adam({.learning_rate = 3e-4,
+// .global_clipnorm = 1.0})`.
+struct CommonOptions {
+  LearningRate learning_rate = 0.001;
+  std::optional<double> weight_decay{};
+  std::optional<double> clipnorm{};
+  std::optional<double> clipvalue{};
+  std::optional<double> global_clipnorm{};
+  // Variables whose name contains one of these substrings get no weight decay
+  // (Keras: exclude_from_weight_decay(var_names=...)).
+  std::vector<std::string> exclude_from_weight_decay{};
+  std::string name{};
+};
+
+template <typename Options>
+CommonOptions common_options(const Options& o) {
+  return {o.learning_rate, o.weight_decay,    o.clipnorm,
+          o.clipvalue,     o.global_clipnorm, o.exclude_from_weight_decay,
+          o.name};
+}
+
+// Per-step values handed to update_step; `c` holds the optimizer's per-step constants filled once
+// per call by prepare_step (e.g. Adam's alpha), so the element loops do no pow/sqrt of scalars.
+struct StepInfo {
+  double learning_rate = 0.0;
+  int64_t step = 1;  // iterations + 1 (Keras' local_step)
+  float c[8] = {};
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Creates the slot variables (float32, zeros or the optimizer's initial value, named
+  // "<optimizer>/<slot>/<variable>", e.g. "adam/m/dense/kernel"). Idempotent for the same list.
+  void build(const std::vector<Variable>& vars);
+  bool built() const { return built_; }
+
+  // Keras apply_gradients(zip(grads, vars)): builds on the first call, updates, and increments
+  // iterations. `vars` may be any subset of the built variables.
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+
+  // The distributed form (see the top of this file): updates only flat elements [begin, end) of
+  // the concatenation of `vars` (flattened in order) and their slots. Thread-safe for disjoint
+  // ranges; requires build(). Does not increment iterations: call finish_step() once afterwards.
+  void apply_gradients_range(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                             int64_t begin, int64_t end);
+  void finish_step();
+
+  int64_t iterations() const;
+  // The learning rate of the next step (a schedule evaluated at iterations()).
+  double learning_rate() const;
+  // Sets a constant learning rate (LearningRateScheduler). Throws FailedPrecondition when the
+  // optimizer was created with a schedule, as Keras does.
+  void set_learning_rate(double value);
+  const LearningRate& learning_rate_option() const { return options_.learning_rate; }
+
+  // iterations, the learning rate (when constant) and every slot, in a fixed order: the state a
+  // checkpoint saves and restores (restore by assign() into these handles).
+  std::vector<Variable> variables() const;
+  // Total elements of the built variables (for splitting ranges across replicas).
+  int64_t num_elements() const { return total_elements_; }
+
+  const std::string& name() const { return options_.name; }
+  virtual nlohmann::json get_config() const;
+  // A fresh, unbuilt optimizer with the same configuration (for compile() taking a prototype).
+  virtual std::unique_ptr<Optimizer> clone() const = 0;
+
+ protected:
+  explicit Optimizer(CommonOptions options);
+
+  // Slot names, in the order update_step receives them.
+  virtual std::vector<std::string> slot_names() const { return {}; }
+  virtual float slot_initial_value(int /*slot*/) const { return 0.0f; }
+  // Fills info.c with the per-step constants; called once per apply call.
+  virtual void prepare_step(StepInfo& /*info*/) const {}
+  // The optimizer's rule on n contiguous elements: var, grad (already clipped) and slots aligned.
+  // Must depend on nothing but these elements and `info` (the range split relies on it).
+  virtual void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
+                           const StepInfo& info) const = 0;
+
+  const CommonOptions& common() const { return options_; }
+
+ private:
+  void apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, int64_t begin,
+             int64_t end, const char* caller);
+  int index_of(const Variable& v) const;
+
+  CommonOptions options_;
+  Variable iterations_;
+  Variable learning_rate_;  // float64 scalar; undefined when a schedule drives the rate
+  bool built_ = false;
+  std::vector<Variable> vars_;
+  std::vector<std::vector<Variable>> slots_;  // [variable][slot]
+  std::vector<char> decay_;                   // weight decay applies to variable i
+  int64_t total_elements_ = 0;
+};
+
+}  // namespace lockstep::keras::optimizers

@@ -1,0 +1,47 @@
+#pragma once
+// RMSprop (keras.optimizers.RMSprop):
+//   v <- rho * v + (1 - rho) * g^2
+//   centered: a <- rho * a + (1 - rho) * g;  d = v - a^2 + epsilon
+//   otherwise:                              d = v + epsilon
+//   increment = lr * g / sqrt(d)               (epsilon inside the root, as Keras)
+//   momentum > 0: mom <- momentum * mom + increment;  w <- w - mom
+//   otherwise:    w <- w - increment
+// Slots: "velocity", then "momentum" (momentum > 0), then "average_gradient" (centered).
+#include <memory>
+
+#include "lockstep/keras/optimizers/optimizer.h"
+
+namespace lockstep::keras::optimizers {
+
+struct RMSpropOptions {
+  LearningRate learning_rate = 0.001;
+  double rho = 0.9;
+  double momentum = 0.0;
+  double epsilon = 1e-7;
+  bool centered = false;
+  std::optional<double> weight_decay{};
+  std::optional<double> clipnorm{};
+  std::optional<double> clipvalue{};
+  std::optional<double> global_clipnorm{};
+  std::vector<std::string> exclude_from_weight_decay{};
+  std::string name = "rmsprop";
+};
+
+class RMSprop final : public Optimizer {
+ public:
+  explicit RMSprop(RMSpropOptions options = {});
+  nlohmann::json get_config() const override;
+  std::unique_ptr<Optimizer> clone() const override;
+  const RMSpropOptions& options() const { return o_; }
+
+ protected:
+  std::vector<std::string> slot_names() const override;
+  void prepare_step(StepInfo& info) const override;
+  void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
+                   const StepInfo& info) const override;
+
+ private:
+  RMSpropOptions o_;
+};
+
+}  // namespace lockstep::keras::optimizers

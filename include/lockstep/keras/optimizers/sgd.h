@@ -1,0 +1,43 @@
+#pragma once
+// SGD (keras.optimizers.SGD), Keras' momentum form:
+//   momentum == 0:  w <- w - lr * g
+//   momentum > 0:   m <- momentum * m - lr * g
+//                   w <- w + m                         (plain)
+//                   w <- w + momentum * m - lr * g     (nesterov, with the new m)
+// Slot: "momentum" (only when momentum > 0).
+#include <memory>
+
+#include "lockstep/keras/optimizers/optimizer.h"
+
+namespace lockstep::keras::optimizers {
+
+struct SGDOptions {
+  LearningRate learning_rate = 0.01;
+  double momentum = 0.0;  // in [0, 1]
+  bool nesterov = false;
+  std::optional<double> weight_decay{};
+  std::optional<double> clipnorm{};
+  std::optional<double> clipvalue{};
+  std::optional<double> global_clipnorm{};
+  std::vector<std::string> exclude_from_weight_decay{};
+  std::string name = "SGD";
+};
+
+class SGD final : public Optimizer {
+ public:
+  explicit SGD(SGDOptions options = {});
+  nlohmann::json get_config() const override;
+  std::unique_ptr<Optimizer> clone() const override;
+  const SGDOptions& options() const { return o_; }
+
+ protected:
+  std::vector<std::string> slot_names() const override;
+  void prepare_step(StepInfo& info) const override;
+  void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
+                   const StepInfo& info) const override;
+
+ private:
+  SGDOptions o_;
+};
+
+}  // namespace lockstep::keras::optimizers

@@ -1,0 +1,96 @@
+#include "lockstep/keras/optimizers/adam.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "lockstep/keras/optimizers/adamw.h"
+
+namespace lockstep::keras::optimizers {
+
+Adam::Adam(AdamOptions options) : Optimizer(common_options(options)), o_(std::move(options)) {}
+
+std::vector<std::string> Adam::slot_names() const {
+  if (o_.amsgrad) return {"m", "v", "v_hat"};
+  return {"m", "v"};
+}
+
+void Adam::prepare_step(StepInfo& info) const {
+  const double t = static_cast<double>(info.step);
+  const double alpha =
+      info.learning_rate * std::sqrt(1.0 - std::pow(o_.beta_2, t)) / (1.0 - std::pow(o_.beta_1, t));
+  info.c[0] = static_cast<float>(alpha);
+  info.c[1] = static_cast<float>(1.0 - o_.beta_1);
+  info.c[2] = static_cast<float>(1.0 - o_.beta_2);
+  info.c[3] = static_cast<float>(o_.epsilon);
+}
+
+void Adam::update_step(float* __restrict w, const float* __restrict g,
+                       std::span<float* const> slots, size_t n, const StepInfo& info) const {
+  float* __restrict m = slots[0];
+  float* __restrict v = slots[1];
+  const float alpha = info.c[0], one_minus_b1 = info.c[1], one_minus_b2 = info.c[2],
+              eps = info.c[3];
+  if (!o_.amsgrad) {
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i];
+      const float mi = m[i] + (gi - m[i]) * one_minus_b1;
+      const float vi = v[i] + (gi * gi - v[i]) * one_minus_b2;
+      m[i] = mi;
+      v[i] = vi;
+      w[i] -= mi * alpha / (std::sqrt(vi) + eps);
+    }
+    return;
+  }
+  float* __restrict vhat = slots[2];
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = m[i] + (gi - m[i]) * one_minus_b1;
+    const float vi = v[i] + (gi * gi - v[i]) * one_minus_b2;
+    const float hi = std::max(vhat[i], vi);
+    m[i] = mi;
+    v[i] = vi;
+    vhat[i] = hi;
+    w[i] -= mi * alpha / (std::sqrt(hi) + eps);
+  }
+}
+
+nlohmann::json Adam::get_config() const {
+  nlohmann::json c = Optimizer::get_config();
+  c["beta_1"] = o_.beta_1;
+  c["beta_2"] = o_.beta_2;
+  c["epsilon"] = o_.epsilon;
+  c["amsgrad"] = o_.amsgrad;
+  return c;
+}
+
+std::unique_ptr<Optimizer> Adam::clone() const {
+  AdamOptions o = o_;
+  if (!o.learning_rate.is_schedule()) o.learning_rate = learning_rate();
+  return std::make_unique<Adam>(o);
+}
+
+namespace {
+AdamOptions to_adam(const AdamWOptions& w) {
+  return {.learning_rate = w.learning_rate,
+          .beta_1 = w.beta_1,
+          .beta_2 = w.beta_2,
+          .epsilon = w.epsilon,
+          .amsgrad = w.amsgrad,
+          .weight_decay = w.weight_decay,
+          .clipnorm = w.clipnorm,
+          .clipvalue = w.clipvalue,
+          .global_clipnorm = w.global_clipnorm,
+          .exclude_from_weight_decay = w.exclude_from_weight_decay,
+          .name = w.name};
+}
+}  // namespace
+
+AdamW::AdamW(AdamWOptions options) : Adam(to_adam(options)), w_(std::move(options)) {}
+
+std::unique_ptr<Optimizer> AdamW::clone() const {
+  AdamWOptions o = w_;
+  if (!o.learning_rate.is_schedule()) o.learning_rate = learning_rate();
+  return std::make_unique<AdamW>(o);
+}
+
+}  // namespace lockstep::keras::optimizers

@@ -1,0 +1,294 @@
+#include "lockstep/keras/optimizers/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep::keras::optimizers {
+
+namespace {
+
+// Elements per chunk when the gradient must be rewritten (clipping) or weight decay applied first:
+// small enough to stay in L1 next to the variable and slots, large enough to amortise the call.
+constexpr size_t kChunk = 1024;
+constexpr int kMaxSlots = 4;
+
+nlohmann::json optional_json(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+std::string fmt(double v) {
+  std::string s = std::to_string(v);
+  return s;
+}
+
+void check_positive(const std::optional<double>& v, const char* what) {
+  if (v && !(*v > 0.0)) {
+    throw InvalidArgument(std::string("Optimizer: expected ") + what + " > 0. Received: " + what +
+                          "=" + fmt(*v));
+  }
+}
+
+double squared_norm(const Tensor& g) {
+  const float* p = g.data<float>();
+  double s = 0.0;
+  for (int64_t i = 0, n = g.num_elements(); i < n; ++i) s += static_cast<double>(p[i]) * p[i];
+  return s;
+}
+
+}  // namespace
+
+nlohmann::json LearningRate::to_json() const {
+  if (schedule_) return schedules::serialize(*schedule_);
+  return value_;
+}
+
+Optimizer::Optimizer(CommonOptions options) : options_(std::move(options)) {
+  int clip_options = (options_.clipnorm ? 1 : 0) + (options_.clipvalue ? 1 : 0) +
+                     (options_.global_clipnorm ? 1 : 0);
+  if (clip_options > 1) {
+    throw InvalidArgument(
+        "Optimizer: only one of clipnorm, clipvalue and global_clipnorm can be set. Received: "
+        "clipnorm=" +
+        optional_json(options_.clipnorm).dump() +
+        ", clipvalue=" + optional_json(options_.clipvalue).dump() +
+        ", global_clipnorm=" + optional_json(options_.global_clipnorm).dump());
+  }
+  check_positive(options_.clipnorm, "clipnorm");
+  check_positive(options_.clipvalue, "clipvalue");
+  check_positive(options_.global_clipnorm, "global_clipnorm");
+  if (options_.weight_decay && !(*options_.weight_decay >= 0.0)) {
+    throw InvalidArgument("Optimizer: expected weight_decay >= 0. Received: weight_decay=" +
+                          fmt(*options_.weight_decay));
+  }
+  iterations_ = Variable(Tensor::zeros({}, DType::int64), options_.name + "/iterations", false);
+  if (!options_.learning_rate.is_schedule()) {
+    learning_rate_ = Variable(Tensor::scalar(options_.learning_rate.value(), DType::float64),
+                              options_.name + "/learning_rate", false);
+  }
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::build(const std::vector<Variable>& vars) {
+  if (built_) {
+    for (const Variable& v : vars) {
+      if (index_of(v) < 0) {
+        throw FailedPrecondition("Optimizer '" + name() + "': build() was already called, and '" +
+                                 v.name() +
+                                 "' is not one of its variables. Build once with every variable "
+                                 "the optimizer will update.");
+      }
+    }
+    return;
+  }
+  std::vector<std::string> names = slot_names();
+  if (names.size() > static_cast<size_t>(kMaxSlots)) {
+    throw Internal("Optimizer '" + name() + "': more than 4 slots per variable.");
+  }
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const Variable& v = vars[i];
+    if (v.dtype() != DType::float32) {
+      throw InvalidArgument("Optimizer '" + name() + "': expected float32 variables. Received: '" +
+                            v.name() + "' " + v.raw_value().describe() + ".");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (vars[j].same_as(v)) {
+        throw InvalidArgument("Optimizer '" + name() + "': variable '" + v.name() +
+                              "' is listed twice.");
+      }
+    }
+  }
+  for (const Variable& v : vars) {
+    std::vector<Variable> slots;
+    for (size_t s = 0; s < names.size(); ++s) {
+      slots.emplace_back(
+          Tensor::full(v.shape(), slot_initial_value(static_cast<int>(s)), DType::float32),
+          name() + "/" + names[s] + "/" + v.name(), false);
+    }
+    slots_.push_back(std::move(slots));
+    bool decay = options_.weight_decay.has_value() && *options_.weight_decay > 0.0;
+    for (const std::string& pattern : options_.exclude_from_weight_decay) {
+      if (v.name().find(pattern) != std::string::npos) decay = false;
+    }
+    decay_.push_back(decay ? 1 : 0);
+    total_elements_ += v.num_elements();
+  }
+  vars_ = vars;
+  built_ = true;
+}
+
+int Optimizer::index_of(const Variable& v) const {
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    if (vars_[i].same_as(v)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
+                                const std::vector<Variable>& vars) {
+  if (!built_) build(vars);
+  int64_t total = 0;
+  for (const Variable& v : vars) total += v.num_elements();
+  apply(grads, vars, 0, total, "apply_gradients");
+  finish_step();
+}
+
+void Optimizer::apply_gradients_range(const std::vector<Tensor>& grads,
+                                      const std::vector<Variable>& vars, int64_t begin,
+                                      int64_t end) {
+  if (!built_) {
+    throw FailedPrecondition("Optimizer '" + name() +
+                             "'.apply_gradients_range: call build(vars) first (the replicas "
+                             "must not race to create slots).");
+  }
+  apply(grads, vars, begin, end, "apply_gradients_range");
+}
+
+void Optimizer::finish_step() {
+  iterations_.raw_value().data<int64_t>()[0] += 1;
+}
+
+int64_t Optimizer::iterations() const {
+  return iterations_.raw_value().data<int64_t>()[0];
+}
+
+double Optimizer::learning_rate() const {
+  if (options_.learning_rate.is_schedule()) {
+    return (*options_.learning_rate.schedule())(iterations());
+  }
+  return learning_rate_.raw_value().data<double>()[0];
+}
+
+void Optimizer::set_learning_rate(double value) {
+  if (options_.learning_rate.is_schedule()) {
+    throw FailedPrecondition(
+        "Optimizer '" + name() +
+        "': this optimizer was created with a LearningRateSchedule as its learning_rate, hence "
+        "its learning rate is not settable. Received: learning_rate=" +
+        fmt(value));
+  }
+  learning_rate_.raw_value().data<double>()[0] = value;
+}
+
+std::vector<Variable> Optimizer::variables() const {
+  std::vector<Variable> out{iterations_};
+  if (learning_rate_.defined()) out.push_back(learning_rate_);
+  for (const auto& slots : slots_) out.insert(out.end(), slots.begin(), slots.end());
+  return out;
+}
+
+nlohmann::json Optimizer::get_config() const {
+  return {{"name", options_.name},
+          {"learning_rate", learning_rate_.defined() ? nlohmann::json(learning_rate())
+                                                     : options_.learning_rate.to_json()},
+          {"weight_decay", optional_json(options_.weight_decay)},
+          {"clipnorm", optional_json(options_.clipnorm)},
+          {"global_clipnorm", optional_json(options_.global_clipnorm)},
+          {"clipvalue", optional_json(options_.clipvalue)},
+          {"exclude_from_weight_decay", options_.exclude_from_weight_decay}};
+}
+
+void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                      int64_t begin, int64_t end, const char* caller) {
+  if (grads.size() != vars.size()) {
+    throw InvalidArgument(
+        "Optimizer '" + name() + "'." + caller +
+        ": expected one gradient per variable. Received: " + std::to_string(grads.size()) +
+        " gradients for " + std::to_string(vars.size()) + " variables.");
+  }
+  bool same_order = vars.size() == vars_.size();
+  for (size_t i = 0; same_order && i < vars.size(); ++i) same_order = vars[i].same_as(vars_[i]);
+  int64_t total = 0;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const Variable& v = vars[i];
+    total += v.num_elements();
+    if (!same_order && index_of(v) < 0) {
+      throw InvalidArgument("Optimizer '" + name() + "'." + caller + ": unknown variable '" +
+                            v.name() +
+                            "'. This optimizer can only be called for the variables it was built "
+                            "with; build() it with every variable first.");
+    }
+    const Tensor& g = grads[i];
+    if (!g.defined()) continue;
+    if (g.dtype() != DType::float32 || !(g.shape() == v.shape())) {
+      throw InvalidArgument("Optimizer '" + name() + "'." + caller +
+                            ": expected a float32 gradient shaped like variable '" + v.name() +
+                            "' (" + v.raw_value().describe() + "). Received: " + g.describe() +
+                            ".");
+    }
+  }
+  if (begin < 0 || end < begin || end > total) {
+    throw InvalidArgument("Optimizer '" + name() + "'." + caller +
+                          ": expected 0 <= begin <= end <= " + std::to_string(total) +
+                          " (the total number of elements). Received: begin=" +
+                          std::to_string(begin) + ", end=" + std::to_string(end));
+  }
+
+  double global_scale = 1.0;
+  if (options_.global_clipnorm) {
+    double sq = 0.0;
+    for (const Tensor& g : grads) {
+      if (g.defined()) sq += squared_norm(g);
+    }
+    double c = *options_.global_clipnorm;
+    global_scale = c / std::max(std::sqrt(sq), c);
+  }
+
+  StepInfo info;
+  info.step = iterations() + 1;
+  info.learning_rate = learning_rate();
+  prepare_step(info);
+  const float clip = options_.clipvalue ? static_cast<float>(*options_.clipvalue) : 0.0f;
+  const float wd_lr = static_cast<float>(options_.weight_decay.value_or(0.0) * info.learning_rate);
+
+  int64_t offset = 0;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const int64_t n = vars[i].num_elements();
+    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
+    const int64_t start = offset;
+    offset += n;
+    if (lo >= hi || !grads[i].defined()) continue;
+    const int k = same_order ? static_cast<int>(i) : index_of(vars[i]);
+
+    double scale = global_scale;
+    if (options_.clipnorm) {
+      double c = *options_.clipnorm;
+      scale = c / std::max(std::sqrt(squared_norm(grads[i])), c);
+    }
+    const size_t local = static_cast<size_t>(lo - start), count = static_cast<size_t>(hi - lo);
+    float* w = vars[i].raw_value().data<float>() + local;
+    const float* g = grads[i].data<float>() + local;
+    float* slot_ptr[kMaxSlots] = {};
+    const auto& slots = slots_[static_cast<size_t>(k)];
+    for (size_t s = 0; s < slots.size(); ++s) {
+      slot_ptr[s] = slots[s].raw_value().data<float>() + local;
+    }
+    const bool decay = decay_[static_cast<size_t>(k)] != 0;
+    if (scale == 1.0 && !options_.clipvalue && !decay) {
+      update_step(w, g, std::span<float* const>(slot_ptr, slots.size()), count, info);
+      continue;
+    }
+    const float fscale = static_cast<float>(scale);
+    alignas(64) float buffer[kChunk];
+    for (size_t c0 = 0; c0 < count; c0 += kChunk) {
+      const size_t m = std::min(kChunk, count - c0);
+      float* wc = w + c0;
+      const float* gc = g + c0;
+      if (clip > 0.0f) {
+        for (size_t j = 0; j < m; ++j) buffer[j] = std::clamp(gc[j], -clip, clip);
+      } else {
+        for (size_t j = 0; j < m; ++j) buffer[j] = gc[j] * fscale;
+      }
+      if (decay) {
+        for (size_t j = 0; j < m; ++j) wc[j] -= wc[j] * wd_lr;
+      }
+      float* chunk_slots[kMaxSlots] = {};
+      for (size_t s = 0; s < slots.size(); ++s) chunk_slots[s] = slot_ptr[s] + c0;
+      update_step(wc, buffer, std::span<float* const>(chunk_slots, slots.size()), m, info);
+    }
+  }
+}
+
+}  // namespace lockstep::keras::optimizers
