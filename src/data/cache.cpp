@@ -112,8 +112,9 @@ class FileReader : public IteratorImpl {
     if (n == kTrailer) {
       int64_t count;
       read(&count, 8);
-      if (count != count_) fail("trailer counts " + std::to_string(count) + " elements, read " +
-                                std::to_string(count_));
+      if (count != count_)
+        fail("trailer counts " + std::to_string(count) + " elements, read " +
+             std::to_string(count_));
       done_ = true;
       return false;
     }
@@ -140,8 +141,8 @@ class FileReader : public IteratorImpl {
 
  private:
   void read(void* dst, size_t n) {
-    if (n && std::fread(dst, 1, n, file_) != n) fail("truncated (needed " + std::to_string(n) +
-                                                     " more bytes)");
+    if (n && std::fread(dst, 1, n, file_) != n)
+      fail("truncated (needed " + std::to_string(n) + " more bytes)");
     offset_ += n;
   }
   [[noreturn]] void fail(const std::string& what) {

@@ -44,10 +44,9 @@ Dataset Dataset::zip(const std::vector<Dataset>& datasets) {
 }
 
 Dataset Dataset::map(MapFn fn, int64_t num_parallel_calls, bool deterministic) const {
-  return map(std::move(fn),
-             MapOptions{.num_parallel_calls = num_parallel_calls,
-                        .deterministic = deterministic,
-                        .output_spec = std::nullopt});
+  return map(std::move(fn), MapOptions{.num_parallel_calls = num_parallel_calls,
+                                       .deterministic = deterministic,
+                                       .output_spec = std::nullopt});
 }
 Dataset Dataset::map(MapFn fn, MapOptions options) const {
   return Dataset(data_internal::make_map(node_, std::move(fn), std::move(options)));
@@ -66,11 +65,15 @@ Dataset Dataset::repeat(int64_t count) const {
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
   return Dataset(data_internal::make_batch(node_, batch_size, drop_remainder));
 }
-Dataset Dataset::unbatch() const { return Dataset(data_internal::make_unbatch(node_)); }
+Dataset Dataset::unbatch() const {
+  return Dataset(data_internal::make_unbatch(node_));
+}
 Dataset Dataset::prefetch(int64_t buffer_size) const {
   return Dataset(data_internal::make_prefetch(node_, buffer_size));
 }
-Dataset Dataset::cache() const { return Dataset(data_internal::make_memory_cache(node_)); }
+Dataset Dataset::cache() const {
+  return Dataset(data_internal::make_memory_cache(node_));
+}
 Dataset Dataset::cache(const std::string& path) const {
   if (path.empty()) return cache();
   return Dataset(data_internal::make_file_cache(node_, path));
@@ -85,9 +88,15 @@ Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
   return Dataset(data_internal::make_shard(node_, num_shards, index));
 }
 
-int64_t Dataset::cardinality() const { return node_->cardinality(); }
-ElementSpec Dataset::element_spec() const { return node_->element_spec(); }
-std::string Dataset::to_string() const { return node_->to_string(); }
+int64_t Dataset::cardinality() const {
+  return node_->cardinality();
+}
+ElementSpec Dataset::element_spec() const {
+  return node_->element_spec();
+}
+std::string Dataset::to_string() const {
+  return node_->to_string();
+}
 
 Iterator Dataset::make_iterator() const {
   uint64_t iteration = node_->iterations.fetch_add(1, std::memory_order_relaxed);

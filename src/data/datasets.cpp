@@ -79,15 +79,21 @@ TrainTest load_idx_directory(const std::string& dir, const std::string& dataset_
 }
 
 namespace fashion_mnist {
-std::string resolve_dir(const std::string& dir) { return resolve(dir, "fashion-mnist", kDefaultDir); }
+std::string resolve_dir(const std::string& dir) {
+  return resolve(dir, "fashion-mnist", kDefaultDir);
+}
 TrainTest load_data(const std::string& dir) {
   return load_idx_directory(resolve_dir(dir), "fashion-mnist");
 }
 }  // namespace fashion_mnist
 
 namespace mnist {
-std::string resolve_dir(const std::string& dir) { return resolve(dir, "mnist", kDefaultDir); }
-TrainTest load_data(const std::string& dir) { return load_idx_directory(resolve_dir(dir), "mnist"); }
+std::string resolve_dir(const std::string& dir) {
+  return resolve(dir, "mnist", kDefaultDir);
+}
+TrainTest load_data(const std::string& dir) {
+  return load_idx_directory(resolve_dir(dir), "mnist");
+}
 }  // namespace mnist
 
 }  // namespace lockstep::datasets

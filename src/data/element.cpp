@@ -45,7 +45,9 @@ std::string to_string(const ElementSpec& spec) {
   return s + ')';
 }
 
-std::string describe(const Element& element) { return to_string(element_spec_of(element)); }
+std::string describe(const Element& element) {
+  return to_string(element_spec_of(element));
+}
 
 namespace data_internal {
 
@@ -73,7 +75,8 @@ void check_element_matches_batch(const Element& src, const Element& dst, const c
     }
     throw InvalidArgument(std::string(op) +
                           ": every element must have the shapes and dtypes of the first one "
-                          "(batch " + rows + "). Received an element " + describe(src) +
+                          "(batch " +
+                          rows + "). Received an element " + describe(src) +
                           ". Map the elements to a common shape before batching.");
   }
 }

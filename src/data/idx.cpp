@@ -26,13 +26,26 @@ struct IdxType {
 
 bool idx_type(uint8_t code, IdxType& out) {
   switch (code) {
-    case 0x08: out = {DType::uint8, 1, "uint8"}; return true;
-    case 0x09: out = {DType::int32, 1, "int8"}; return true;
-    case 0x0B: out = {DType::int32, 2, "int16"}; return true;
-    case 0x0C: out = {DType::int32, 4, "int32"}; return true;
-    case 0x0D: out = {DType::float32, 4, "float32"}; return true;
-    case 0x0E: out = {DType::float64, 8, "float64"}; return true;
-    default: return false;
+    case 0x08:
+      out = {DType::uint8, 1, "uint8"};
+      return true;
+    case 0x09:
+      out = {DType::int32, 1, "int8"};
+      return true;
+    case 0x0B:
+      out = {DType::int32, 2, "int16"};
+      return true;
+    case 0x0C:
+      out = {DType::int32, 4, "int32"};
+      return true;
+    case 0x0D:
+      out = {DType::float32, 4, "float32"};
+      return true;
+    case 0x0E:
+      out = {DType::float64, 8, "float64"};
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -55,8 +68,9 @@ std::vector<uint8_t> read_file(const std::string& path) {
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
   bool err = std::ferror(f);
   std::fclose(f);
-  if (err) throw DataLoss("Read error on IDX file " + path + " after " +
-                          std::to_string(bytes.size()) + " bytes.");
+  if (err)
+    throw DataLoss("Read error on IDX file " + path + " after " + std::to_string(bytes.size()) +
+                   " bytes.");
   return bytes;
 }
 
@@ -68,33 +82,37 @@ bool is_gzip(std::span<const uint8_t> bytes) {
 
 Tensor parse_idx(std::span<const uint8_t> bytes, const std::string& name) {
   if (bytes.size() < 4) {
-    corrupt(name, bytes.size(), "truncated header (" + std::to_string(bytes.size()) +
-                                    " bytes; an IDX header needs at least 4)");
+    corrupt(name, bytes.size(),
+            "truncated header (" + std::to_string(bytes.size()) +
+                " bytes; an IDX header needs at least 4)");
   }
   if (bytes[0] != 0 || bytes[1] != 0) {
     char magic[16];
     std::snprintf(magic, sizeof magic, "%02x %02x", bytes[0], bytes[1]);
-    corrupt(name, 0, std::string("bad magic number: expected 00 00, found ") + magic +
-                         (is_gzip(bytes) ? " (gzip data: read it with read_idx)" : ""));
+    corrupt(name, 0,
+            std::string("bad magic number: expected 00 00, found ") + magic +
+                (is_gzip(bytes) ? " (gzip data: read it with read_idx)" : ""));
   }
   IdxType type;
   if (!idx_type(bytes[2], type)) {
-    corrupt(name, 2, "unknown element type 0x" + [&] {
-      char b[8];
-      std::snprintf(b, sizeof b, "%02x", bytes[2]);
-      return std::string(b);
-    }() + " (expected 08, 09, 0b, 0c, 0d or 0e)");
+    corrupt(
+        name, 2, "unknown element type 0x" + [&] {
+          char b[8];
+          std::snprintf(b, sizeof b, "%02x", bytes[2]);
+          return std::string(b);
+        }() + " (expected 08, 09, 0b, 0c, 0d or 0e)");
   }
   int rank = bytes[3];
   if (rank < 1 || rank > Shape::kMaxRank) {
-    corrupt(name, 3, "rank " + std::to_string(rank) + " is out of range (1.." +
-                         std::to_string(Shape::kMaxRank) + ")");
+    corrupt(name, 3,
+            "rank " + std::to_string(rank) + " is out of range (1.." +
+                std::to_string(Shape::kMaxRank) + ")");
   }
   size_t header = 4 + 4 * static_cast<size_t>(rank);
   if (bytes.size() < header) {
-    corrupt(name, bytes.size(), "truncated header: rank " + std::to_string(rank) + " needs " +
-                                    std::to_string(header) + " header bytes, the file has " +
-                                    std::to_string(bytes.size()));
+    corrupt(name, bytes.size(),
+            "truncated header: rank " + std::to_string(rank) + " needs " + std::to_string(header) +
+                " header bytes, the file has " + std::to_string(bytes.size()));
   }
   std::vector<int64_t> dims(static_cast<size_t>(rank));
   std::string dims_str = "[";
@@ -112,24 +130,27 @@ Tensor parse_idx(std::span<const uint8_t> bytes, const std::string& name) {
   dims_str += "]";
   uint64_t available = bytes.size() - header;
   if (overflow || count > available / type.file_bytes) {
-    corrupt(name, bytes.size(),
-            "dimensions " + dims_str + " of " + type.name + " need " +
-                (overflow ? std::string("more than 2^64") : std::to_string(count * type.file_bytes)) +
-                " data bytes after the " + std::to_string(header) +
-                "-byte header, but the file has only " + std::to_string(available) +
-                " (truncated file or oversized dimension)");
+    corrupt(
+        name, bytes.size(),
+        "dimensions " + dims_str + " of " + type.name + " need " +
+            (overflow ? std::string("more than 2^64") : std::to_string(count * type.file_bytes)) +
+            " data bytes after the " + std::to_string(header) +
+            "-byte header, but the file has only " + std::to_string(available) +
+            " (truncated file or oversized dimension)");
   }
   uint64_t needed = count * type.file_bytes;
   if (available != needed) {
-    corrupt(name, header + needed, std::to_string(available - needed) +
-                                       " unexpected trailing bytes after the data of shape " +
-                                       dims_str);
+    corrupt(name, header + needed,
+            std::to_string(available - needed) +
+                " unexpected trailing bytes after the data of shape " + dims_str);
   }
   Tensor t{Shape(dims), type.dtype};
   const uint8_t* src = bytes.data() + header;
   int64_t n = static_cast<int64_t>(count);
   switch (bytes[2]) {
-    case 0x08: if (n) std::memcpy(t.raw_data(), src, static_cast<size_t>(n)); break;
+    case 0x08:
+      if (n) std::memcpy(t.raw_data(), src, static_cast<size_t>(n));
+      break;
     case 0x09: {
       int32_t* d = t.data<int32_t>();
       for (int64_t i = 0; i < n; ++i) d[i] = static_cast<int8_t>(src[i]);
@@ -142,9 +163,15 @@ Tensor parse_idx(std::span<const uint8_t> bytes, const std::string& name) {
       }
       break;
     }
-    case 0x0C: load_big_endian<int32_t, 4>(src, t.data<int32_t>(), n); break;
-    case 0x0D: load_big_endian<float, 4>(src, t.data<float>(), n); break;
-    case 0x0E: load_big_endian<double, 8>(src, t.data<double>(), n); break;
+    case 0x0C:
+      load_big_endian<int32_t, 4>(src, t.data<int32_t>(), n);
+      break;
+    case 0x0D:
+      load_big_endian<float, 4>(src, t.data<float>(), n);
+      break;
+    case 0x0E:
+      load_big_endian<double, 8>(src, t.data<double>(), n);
+      break;
   }
   return t;
 }
@@ -206,21 +233,31 @@ Tensor parse_idx_maybe_gzip(std::span<const uint8_t> bytes, const std::string& n
   return parse_idx(bytes, name);
 }
 
-Tensor read_idx(const std::string& path) { return parse_idx_maybe_gzip(read_file(path), path); }
+Tensor read_idx(const std::string& path) {
+  return parse_idx_maybe_gzip(read_file(path), path);
+}
 
 std::vector<uint8_t> encode_idx(const Tensor& t) {
   uint8_t code;
   switch (t.dtype()) {
-    case DType::uint8: code = 0x08; break;
-    case DType::int32: code = 0x0C; break;
-    case DType::float32: code = 0x0D; break;
-    case DType::float64: code = 0x0E; break;
+    case DType::uint8:
+      code = 0x08;
+      break;
+    case DType::int32:
+      code = 0x0C;
+      break;
+    case DType::float32:
+      code = 0x0D;
+      break;
+    case DType::float64:
+      code = 0x0E;
+      break;
     default:
       throw InvalidArgument("write_idx: IDX holds uint8, int32, float32 or float64. Received " +
                             t.describe() + ".");
   }
-  if (t.rank() < 1) throw InvalidArgument("write_idx: IDX needs rank >= 1. Received " +
-                                          t.describe() + ".");
+  if (t.rank() < 1)
+    throw InvalidArgument("write_idx: IDX needs rank >= 1. Received " + t.describe() + ".");
   std::vector<uint8_t> out = {0, 0, code, static_cast<uint8_t>(t.rank())};
   for (int64_t d : t.shape().dims()) {
     if (d > std::numeric_limits<uint32_t>::max()) {
@@ -243,9 +280,8 @@ void write_idx(const std::string& path, const Tensor& t, bool gzip) {
   if (gzip) {
     gzFile f = gzopen(path.c_str(), "wb");
     if (!f) throw NotFound("write_idx: cannot create " + path + ".");
-    bool ok = bytes.empty() ||
-              gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
-                  static_cast<int>(bytes.size());
+    bool ok = bytes.empty() || gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
+                                   static_cast<int>(bytes.size());
     ok = gzclose(f) == Z_OK && ok;
     if (!ok) throw DataLoss("write_idx: writing " + path + " failed.");
     return;

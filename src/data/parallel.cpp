@@ -193,12 +193,12 @@ class ParallelMapIterator : public IteratorImpl {
   int64_t next_pull_ = 0;
   bool input_exhausted_ = false;
 
-  std::mutex mu_;  // guards everything below
+  std::mutex mu_;                     // guards everything below
   std::condition_variable ready_cv_;  // consumer waits for a result
   std::condition_variable space_cv_;  // workers wait for room or a higher target
   int64_t target_;
-  std::vector<Slot> slots_;     // deterministic: result of seq s in slot s % capacity_
-  std::deque<Result> done_;     // non-deterministic: results in completion order
+  std::vector<Slot> slots_;  // deterministic: result of seq s in slot s % capacity_
+  std::deque<Result> done_;  // non-deterministic: results in completion order
   int64_t reserved_ = 0, active_ = 0;
   int64_t next_out_ = 0;
   int64_t end_seq_ = std::numeric_limits<int64_t>::max();
@@ -324,8 +324,10 @@ class PrefetchNode : public Node {
   PrefetchNode(std::shared_ptr<const Node> input, int64_t buffer_size)
       : input_(std::move(input)), buffer_size_(buffer_size) {
     if (buffer_size <= 0 && buffer_size != Dataset::AUTOTUNE) {
-      throw InvalidArgument("Dataset::prefetch: buffer_size must be > 0 or AUTOTUNE (-1). "
-                            "Received " + std::to_string(buffer_size) + ".");
+      throw InvalidArgument(
+          "Dataset::prefetch: buffer_size must be > 0 or AUTOTUNE (-1). "
+          "Received " +
+          std::to_string(buffer_size) + ".");
     }
   }
   std::unique_ptr<IteratorImpl> make_iterator(const IterContext& ctx) const override {

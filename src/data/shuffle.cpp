@@ -11,7 +11,9 @@
 namespace lockstep::data_internal {
 namespace {
 
-uint64_t shuffle_stream(const IterContext& ctx, bool reshuffle) { return reshuffle ? ctx.key : 0; }
+uint64_t shuffle_stream(const IterContext& ctx, bool reshuffle) {
+  return reshuffle ? ctx.key : 0;
+}
 
 class IndexShuffleIterator : public IteratorImpl {
  public:
@@ -100,8 +102,7 @@ class ElementShuffleIterator : public IteratorImpl {
 
 class ShuffleNode : public Node {
  public:
-  ShuffleNode(std::shared_ptr<const Node> input, int64_t buffer_size, uint64_t seed,
-              bool reshuffle)
+  ShuffleNode(std::shared_ptr<const Node> input, int64_t buffer_size, uint64_t seed, bool reshuffle)
       : input_(std::move(input)), buffer_size_(buffer_size), seed_(seed), reshuffle_(reshuffle) {
     if (buffer_size <= 0) {
       throw InvalidArgument("Dataset::shuffle: buffer_size must be > 0. Received " +
@@ -113,8 +114,8 @@ class ShuffleNode : public Node {
     if (auto ra = input_->random_access()) {
       return std::make_unique<IndexShuffleIterator>(std::move(ra), buffer_size_, seed_, stream);
     }
-    return std::make_unique<ElementShuffleIterator>(input_->make_iterator(ctx), buffer_size_,
-                                                    seed_, stream);
+    return std::make_unique<ElementShuffleIterator>(input_->make_iterator(ctx), buffer_size_, seed_,
+                                                    stream);
   }
   int64_t cardinality() const override { return input_->cardinality(); }
   ElementSpec element_spec() const override { return input_->element_spec(); }

@@ -49,7 +49,8 @@ class SlicesAccess : public RandomAccess {
           tensors_[0].rank() == 0) {
         throw InvalidArgument(
             "Dataset::from_tensor_slices: expected tensors of rank >= 1 with the same leading "
-            "dimension. Received " + describe(tensors_) + ".");
+            "dimension. Received " +
+            describe(tensors_) + ".");
       }
       row_bytes_.push_back(t.nbytes() / static_cast<size_t>(std::max<int64_t>(t.dim(0), 1)));
     }

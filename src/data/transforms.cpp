@@ -56,8 +56,10 @@ class MapNode : public Node {
       : input_(std::move(input)), fn_(std::move(fn)), options_(std::move(options)) {
     if (!fn_) throw InvalidArgument("Dataset::map: the function is empty.");
     if (options_.num_parallel_calls < Dataset::AUTOTUNE) {
-      throw InvalidArgument("Dataset::map: num_parallel_calls must be >= 0 or AUTOTUNE (-1). "
-                            "Received " + std::to_string(options_.num_parallel_calls) + ".");
+      throw InvalidArgument(
+          "Dataset::map: num_parallel_calls must be >= 0 or AUTOTUNE (-1). "
+          "Received " +
+          std::to_string(options_.num_parallel_calls) + ".");
     }
     if (options_.num_parallel_calls == 0) {
       if (auto ra = input_->random_access()) ra_ = std::make_shared<MapAccess>(ra, &fn_);
@@ -527,9 +529,10 @@ class ShardNode : public Node {
   ShardNode(std::shared_ptr<const Node> input, int64_t num_shards, int64_t index)
       : input_(std::move(input)), num_shards_(num_shards), index_(index) {
     if (num_shards <= 0 || index < 0 || index >= num_shards) {
-      throw InvalidArgument("Dataset::shard: expected num_shards > 0 and 0 <= index < num_shards. "
-                            "Received num_shards=" + std::to_string(num_shards) +
-                            ", index=" + std::to_string(index) + ".");
+      throw InvalidArgument(
+          "Dataset::shard: expected num_shards > 0 and 0 <= index < num_shards. "
+          "Received num_shards=" +
+          std::to_string(num_shards) + ", index=" + std::to_string(index) + ".");
     }
     if (auto ra = input_->random_access()) {
       ra_ = std::make_shared<StridedAccess>(ra, index, num_shards, -1);
@@ -588,4 +591,3 @@ std::shared_ptr<const Node> make_shard(std::shared_ptr<const Node> input, int64_
 }
 
 }  // namespace lockstep::data_internal
-

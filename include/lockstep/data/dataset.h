@@ -95,7 +95,9 @@ class Dataset {
   // Element i is (t[i] for t in tensors): views of the rows, no copy. All tensors need rank >= 1
   // and the same leading dimension.
   static Dataset from_tensor_slices(const Element& tensors);
-  static Dataset from_tensor_slices(const Tensor& tensor) { return from_tensor_slices(Element{tensor}); }
+  static Dataset from_tensor_slices(const Tensor& tensor) {
+    return from_tensor_slices(Element{tensor});
+  }
   // Elements from a generator; `spec` describes them (checked on every element).
   static Dataset from_generator(GeneratorFactory factory, ElementSpec spec);
   // Scalar int64 elements start, start + step, ... up to stop (exclusive), as Python's range.

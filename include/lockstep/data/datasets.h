@@ -19,8 +19,8 @@
 
 namespace lockstep::datasets {
 
-using Split = std::pair<Tensor, Tensor>;         // (images, labels)
-using TrainTest = std::pair<Split, Split>;       // (train, test)
+using Split = std::pair<Tensor, Tensor>;    // (images, labels)
+using TrainTest = std::pair<Split, Split>;  // (train, test)
 
 // Loads the four IDX files of an MNIST-format directory and checks that they are uint8 images
 // [n, rows, cols] and uint8 labels [n] with matching n.
