@@ -231,8 +231,8 @@ class SharedMemoryCommunicator final : public Communicator {
       const Call& other = s.slots[static_cast<size_t>(k)].call;
       if (!(other == s.slots[0].call)) {
         const Call& first = s.slots[0].call;
-        arrive_and_wait(/*timed=*/false);  // nobody may still be reading our slots
-        throw InvalidArgument(
+        // The message is built before the exit barrier: after it, the slots are the next call's.
+        InvalidArgument error(
             "collective mismatch in " + describe_current() + ": rank 0 called " + first.name +
             " with " + std::to_string(first.count) + " " + std::string(dtype_name(first.dtype)) +
             " elements, rank " + std::to_string(k) + " called " + other.name + " with " +
@@ -240,6 +240,8 @@ class SharedMemoryCommunicator final : public Communicator {
             " elements (op/root " + std::to_string(first.op) + "/" + std::to_string(first.root) +
             " vs " + std::to_string(other.op) + "/" + std::to_string(other.root) +
             "). Every rank must make the same collective calls in the same order.");
+        arrive_and_wait(/*timed=*/false);  // nobody may still be reading our slots
+        throw error;
       }
     }
     return true;
