@@ -21,12 +21,17 @@
 #include "lockstep/core/tensor.h"
 #include "lockstep/ops/nn_padding.h"
 
-namespace lockstep::ops {
+namespace lockstep {
 
+// In namespace lockstep, not ops: see nn_padding.h.
 struct Conv2DOptions {
   std::array<int64_t, 2> strides{1, 1};  // {height, width}
   Padding padding = Padding::valid;
 };
+
+}  // namespace lockstep
+
+namespace lockstep::ops {
 
 // Output shape of conv2d for these operands; validates ranks, channel counts and the window.
 Shape conv2d_output_shape(const Shape& input, const Shape& kernel, const Conv2DOptions& options);

@@ -20,14 +20,19 @@
 #include "lockstep/core/tensor.h"
 #include "lockstep/ops/nn_padding.h"
 
-namespace lockstep::ops {
+namespace lockstep {
 
+// In namespace lockstep, not ops: see nn_padding.h.
 struct Pool2DOptions {
   std::array<int64_t, 2> pool_size{2, 2};  // {height, width}
   // {height, width}; {0, 0} means "equal to pool_size", as Keras' strides=None.
   std::array<int64_t, 2> strides{0, 0};
   Padding padding = Padding::valid;
 };
+
+}  // namespace lockstep
+
+namespace lockstep::ops {
 
 struct MaxPool2DResult {
   Tensor output;  // [N, OH, OW, C], input's dtype
