@@ -1,0 +1,97 @@
+// The ops on the seed model's hot path (784-128-10, batch 128, one core): the five matmuls of a
+// training step (forward x·W1, h·W2; backward dW2, dh, dW1 — the first layer's dx is skipped),
+// and small eltwise / softmax ops where a plain loop may beat a oneDNN call.
+//   OMP_NUM_THREADS=1 taskset -c 0 build/release/bench/ops_bench
+// Reference: oneDNN fp32 runs the five matmuls in ~329 µs on one core (docs: MACHINE.md).
+#include <benchmark/benchmark.h>
+
+#include "lockstep/core/random.h"
+#include "lockstep/ops.h"
+
+namespace lockstep {
+namespace {
+
+struct SeedStep {
+  explicit SeedStep(DType dt) {
+    Generator gen(1);
+    x = gen.uniform({128, 784}, -1, 1, dt);
+    k1 = gen.uniform({784, 128}, -0.1, 0.1, dt);
+    k2 = gen.uniform({128, 10}, -0.1, 0.1, dt);
+    b1 = Tensor::zeros({128}, dt);
+    b2 = Tensor::zeros({10}, dt);
+    dy = gen.uniform({128, 10}, -1, 1, dt);
+    h = Tensor({128, 128}, dt);
+    y = Tensor({128, 10}, dt);
+    dh = Tensor({128, 128}, dt);
+    dk1 = Tensor({784, 128}, dt);
+    db1 = Tensor({128}, dt);
+    dk2 = Tensor({128, 10}, dt);
+    db2 = Tensor({10}, dt);
+  }
+  void run() {
+    ops::linear_into(x, k1, b1, Activation::relu, h);
+    ops::linear_into(h, k2, b2, Activation::none, y);
+    ops::linear_backward_into(dy, h, k2, y, Activation::none, dh, dk2, db2);
+    ops::linear_backward_into(dh, x, k1, h, Activation::relu, Tensor(), dk1, db1);
+  }
+  Tensor x, k1, k2, b1, b2, dy, h, y, dh, dk1, db1, dk2, db2;
+};
+
+constexpr double kSeedStepFlop = 128.0 * 2 * (784 * 128 + 128 * 10) * 2 +  // fwd + dW
+                                 128.0 * 2 * 128 * 10;                     // dh
+
+void BM_SeedStepLinear(benchmark::State& state) {
+  SeedStep s(state.range(0) == 0 ? DType::float32 : DType::bfloat16);
+  for (auto _ : state) s.run();
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      kSeedStepFlop * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(state.range(0) == 0 ? "float32" : "bfloat16");
+}
+BENCHMARK(BM_SeedStepLinear)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+void BM_Matmul(benchmark::State& state) {
+  const bool ta = state.range(0) & 1, tb = state.range(0) & 2;
+  Generator gen(2);
+  Tensor a = gen.uniform(ta ? Shape{784, 128} : Shape{128, 784}, -1, 1);
+  Tensor b = gen.uniform(tb ? Shape{128, 784} : Shape{784, 128}, -1, 1);
+  Tensor out({128, 128});
+  for (auto _ : state) ops::matmul_into(a, b, out, ta, tb);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * 128 * 784 * 128 * static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Matmul)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
+
+void BM_Relu128x10(benchmark::State& state) {
+  Generator gen(3);
+  Tensor x = gen.uniform({128, 10}, -1, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::relu(x));
+}
+BENCHMARK(BM_Relu128x10);
+
+void BM_ReluBackward128x10(benchmark::State& state) {  // a loop kernel, for comparison
+  Generator gen(3);
+  Tensor y = gen.uniform({128, 10}, -1, 1), dy = gen.uniform({128, 10}, -1, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::relu_backward(dy, y));
+}
+BENCHMARK(BM_ReluBackward128x10);
+
+void BM_Softmax128x10(benchmark::State& state) {
+  Generator gen(4);
+  Tensor x = gen.uniform({128, 10}, -1, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::softmax(x));
+}
+BENCHMARK(BM_Softmax128x10);
+
+void BM_CategoricalCrossentropy128x10(benchmark::State& state) {
+  Generator gen(5);
+  Tensor p = ops::softmax(gen.uniform({128, 10}, -1, 1));
+  Tensor t = ops::one_hot(Tensor::zeros({128}, DType::int32), 10);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::categorical_crossentropy(t, p));
+}
+BENCHMARK(BM_CategoricalCrossentropy128x10);
+
+}  // namespace
+}  // namespace lockstep
+
+BENCHMARK_MAIN();
