@@ -311,6 +311,8 @@ Tensor conv2d(const Tensor& input, const Tensor& kernel, const Tensor& bias,
                           ", kernel=" + kernel.describe() + ".");
   }
   Tensor out({d.n, d.oh, d.ow, d.o}, input.dtype());
+  // oneDNN rejects zero-sized dimensions; an empty batch has nothing to compute.
+  if (out.num_elements() == 0) return out;
   if (input.dtype() == DType::float64) {
     conv_forward_loops(d, input.data<double>(), kernel.data<double>(),
                        bias.defined() ? bias.data<double>() : nullptr, out.data<double>());
@@ -335,6 +337,7 @@ Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& kernel,
                           grad_output.describe() + ", kernel=" + kernel.describe() + ".");
   }
   Tensor dx(input_shape, grad_output.dtype());
+  if (dx.num_elements() == 0) return dx;
   if (grad_output.dtype() == DType::float64) {
     conv_backward_input_loops(d, grad_output.data<double>(), kernel.data<double>(),
                               dx.data<double>());
@@ -356,6 +359,9 @@ Tensor conv2d_backward_kernel(const Tensor& grad_output, const Tensor& input,
                           expected.to_string() + " (the conv2d output for input " +
                           input.shape().to_string() + " and kernel " + kernel_shape.to_string() +
                           "). Received: grad_output=" + grad_output.describe() + ".");
+  }
+  if (d.n == 0 || kernel_shape.num_elements() == 0) {
+    return Tensor::zeros(kernel_shape, input.dtype());
   }
   Tensor dk(kernel_shape, input.dtype());
   if (input.dtype() == DType::float64) {

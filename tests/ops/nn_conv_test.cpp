@@ -210,6 +210,18 @@ TEST(Conv2D, SamePaddingPutsTheOddPadElementAfter) {
   EXPECT_FLOAT_EQ(v[15], 1);
 }
 
+TEST(Conv2D, EmptyBatchGivesEmptyOutputAndZeroKernelGradient) {
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    Tensor x = Tensor::zeros({0, 7, 7, 5}, dtype), k = Tensor::ones({3, 3, 5, 6}, dtype);
+    Tensor y = conv2d(x, k, Tensor(), {.padding = Padding::same});
+    EXPECT_EQ(y.shape(), Shape({0, 7, 7, 6}));
+    EXPECT_EQ(conv2d_backward_input(y, k, x.shape(), {.padding = Padding::same}).shape(),
+              x.shape());
+    Tensor dk = conv2d_backward_kernel(y, x, k.shape(), {.padding = Padding::same});
+    EXPECT_EQ(dk.to_vector<double>(), std::vector<double>(3 * 3 * 5 * 6, 0.0));
+  }
+}
+
 TEST(Conv2D, RejectsWrongRankNamingBothShapes) {
   Tensor x({3, 7, 7}), k({3, 3, 5, 6});
   try {
