@@ -1,0 +1,47 @@
+#pragma once
+// GradientSynchronizer: sums the gradients of every replica in sync, for a fixed list of gradient
+// sizes (one model's trainable variables).
+//
+// Within a process the replicas share one flat buffer S. Each replica packs its gradients into
+// its own flat buffer G_r; a reduce-scatter writes block r of the sum straight into S (replica r
+// sums block r over all G's in rank order: deterministic), so after it every local replica sees
+// the whole sum in S without an all-gather. Across workers, local replica 0 then all-reduces S
+// over the workers (one collective per bucket of `bucket_bytes`) while the others wait.
+//
+// The caller then updates only its own block of the flat parameter space (owned_range), as
+// DESIGN.md's "reduce-scatter, update the slice, all-gather" — the all-gather being implicit
+// because the variables are shared memory — and must barrier before variables are read again.
+#include <vector>
+
+#include "lockstep/core/tensor.h"
+#include "lockstep/distribute/collective.h"
+#include "lockstep/distribute/replica_context.h"
+
+namespace lockstep::distribute {
+
+class GradientSynchronizer {
+ public:
+  // `shapes`: the gradients' shapes in order; all gradients are float32.
+  GradientSynchronizer(std::vector<Shape> shapes, int num_local_replicas,
+                       size_t bucket_bytes = size_t{25} << 20);
+
+  // Called by every local replica with its gradients (undefined tensors count as zeros). Returns
+  // views of the summed gradients, identical on all local replicas, valid until the next call.
+  const std::vector<Tensor>& all_reduce(ReplicaContext& ctx, const std::vector<Tensor>& grads);
+
+  // The flat element range [begin, end) of the concatenated gradients local replica r updates.
+  BlockRange owned_range(int local_replica) const;
+  int64_t total_elements() const { return total_; }
+
+ private:
+  std::vector<Shape> shapes_;
+  std::vector<int64_t> offsets_;
+  int64_t total_ = 0;
+  int num_local_;
+  size_t bucket_elements_;
+  std::vector<Tensor> packed_;  // G_r, one per local replica
+  Tensor summed_;               // S
+  std::vector<Tensor> summed_views_;
+};
+
+}  // namespace lockstep::distribute

@@ -1,0 +1,77 @@
+#include "lockstep/distribute/gradient_sync.h"
+
+#include <cstring>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep::distribute {
+
+GradientSynchronizer::GradientSynchronizer(std::vector<Shape> shapes, int num_local_replicas,
+                                           size_t bucket_bytes)
+    : shapes_(std::move(shapes)),
+      num_local_(num_local_replicas),
+      bucket_elements_(std::max<size_t>(1, bucket_bytes / sizeof(float))) {
+  for (const Shape& s : shapes_) {
+    offsets_.push_back(total_);
+    total_ += s.num_elements();
+  }
+  for (int r = 0; r < num_local_; ++r) packed_.push_back(Tensor::zeros({total_}));
+  summed_ = Tensor::zeros({total_});
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    summed_views_.push_back(
+        summed_.slice(offsets_[i], offsets_[i] + shapes_[i].num_elements()).reshape(shapes_[i]));
+  }
+}
+
+BlockRange GradientSynchronizer::owned_range(int local_replica) const {
+  return block_range(static_cast<size_t>(total_), num_local_, local_replica);
+}
+
+const std::vector<Tensor>& GradientSynchronizer::all_reduce(ReplicaContext& ctx,
+                                                            const std::vector<Tensor>& grads) {
+  if (grads.size() != shapes_.size()) {
+    throw InvalidArgument("GradientSynchronizer: expected " + std::to_string(shapes_.size()) +
+                          " gradients. Received " + std::to_string(grads.size()) + ".");
+  }
+  int r = ctx.local_replica_id();
+  float* g = packed_[static_cast<size_t>(r)].data<float>();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    size_t n = static_cast<size_t>(shapes_[i].num_elements());
+    float* dst = g + offsets_[i];
+    if (!grads[i].defined()) {
+      std::memset(dst, 0, n * sizeof(float));
+      continue;
+    }
+    if (!(grads[i].shape() == shapes_[i])) {
+      throw InvalidArgument("GradientSynchronizer: gradient " + std::to_string(i) + " is " +
+                            grads[i].describe() + "; expected shape " + shapes_[i].to_string() +
+                            ".");
+    }
+    if (grads[i].dtype() == DType::float32) {
+      std::memcpy(dst, grads[i].data<float>(), n * sizeof(float));
+    } else {
+      Tensor f = grads[i].to(DType::float32);
+      std::memcpy(dst, f.data<float>(), n * sizeof(float));
+    }
+  }
+  Communicator& local = ctx.local_communicator();
+  BlockRange mine = owned_range(r);
+  local.reduce_scatter(packed_[static_cast<size_t>(r)].data<float>(),
+                       summed_.data<float>() + mine.begin, static_cast<size_t>(total_),
+                       DType::float32, ReduceOp::SUM);
+  if (Communicator* cross = ctx.cross_worker_communicator()) {
+    // Every local block must be in S before replica 0 ships it to the other workers.
+    local.barrier();
+    if (r == 0) {
+      float* s = summed_.data<float>();
+      for (size_t begin = 0; begin < static_cast<size_t>(total_); begin += bucket_elements_) {
+        size_t n = std::min(bucket_elements_, static_cast<size_t>(total_) - begin);
+        cross->all_reduce(s + begin, n, DType::float32, ReduceOp::SUM);
+      }
+    }
+    local.barrier();
+  }
+  return summed_views_;
+}
+
+}  // namespace lockstep::distribute
