@@ -48,7 +48,8 @@ struct ClusterSpec {
 class Environment {
  public:
   static Environment process();
-  explicit Environment(std::map<std::string, std::string> variables);
+  // Exactly these variables: Environment::fixed({{"SLURM_PROCID", "0"}, ...}).
+  static Environment fixed(std::map<std::string, std::string> variables);
   std::optional<std::string> get(const std::string& name) const;
 
  private:

@@ -9,8 +9,11 @@ Environment Environment::process() {
   return Environment();
 }
 
-Environment::Environment(std::map<std::string, std::string> variables)
-    : variables_(std::move(variables)) {}
+Environment Environment::fixed(std::map<std::string, std::string> variables) {
+  Environment env;
+  env.variables_ = std::move(variables);
+  return env;
+}
 
 std::optional<std::string> Environment::get(const std::string& name) const {
   if (variables_) {

@@ -66,7 +66,16 @@ int replicas_from_env(const Environment& env) {
         "or unset it.");
   }
   if (colon == std::string::npos) return 0;
-  return parse_env_int("LOCKSTEP_DEVICES", value->substr(colon + 1), 1);
+  const std::string count = value->substr(colon + 1);
+  int parsed = 0;
+  auto [ptr, error] = std::from_chars(count.data(), count.data() + count.size(), parsed);
+  if (count.empty() || error != std::errc() || ptr != count.data() + count.size() || parsed < 1) {
+    throw InvalidArgument(
+        "LOCKSTEP_DEVICES: expected \"cpu:N\" with N >= 1 replicas. Received: "
+        "LOCKSTEP_DEVICES=\"" +
+        *value + "\".");
+  }
+  return parsed;
 }
 
 }  // namespace
