@@ -131,6 +131,11 @@ TEST(ExpandSlurmNodelist, RejectsMalformedListsNamingThem) {
   }
 }
 
+TEST(ExpandSlurmNodelist, RefusesListsTooLargeToBeRealInsteadOfExhaustingMemory) {
+  EXPECT_THROW(expand_slurm_nodelist("a[1-100000]b[1-100000]"), InvalidArgument);
+  EXPECT_THROW(expand_slurm_tasks_per_node("1(x999999),1(x999999)"), InvalidArgument);
+}
+
 TEST(ExpandSlurmTasksPerNode, ExpandsRepeatCounts) {
   EXPECT_EQ(expand_slurm_tasks_per_node("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
   EXPECT_EQ(expand_slurm_tasks_per_node("4"), (std::vector<int>{4}));
@@ -239,6 +244,11 @@ TEST(SlurmClusterResolver, ErrorsNameTheVariable) {
         SlurmClusterResolver(slurm_env({{"SLURM_CPUS_PER_TASK", "0"}}), kTwoCores);
       },
       {"SLURM_CPUS_PER_TASK", "\"0\""});
+  expect_error_mentioning<InvalidArgument>(
+      [] {
+        SlurmClusterResolver(slurm_env({{"SLURM_NTASKS", "2000000000"}}), kTwoCores);
+      },
+      {"SLURM_NTASKS=2000000000"});
 }
 
 // ---------------------------------------------------------------- MPI
@@ -315,6 +325,12 @@ TEST(MpiClusterResolver, ErrorsNameTheVariables) {
         MpiClusterResolver(Environment::fixed({{"PMI_RANK", "x"}, {"PMI_SIZE", "2"}}), kTwoCores);
       },
       {"PMI_RANK", "\"x\""});
+  expect_error_mentioning<InvalidArgument>(
+      [] {
+        MpiClusterResolver(Environment::fixed({{"PMI_RANK", "0"}, {"PMI_SIZE", "2000000000"}}),
+                           kTwoCores);
+      },
+      {"PMI_SIZE=2000000000"});
   expect_error_mentioning<InvalidArgument>(
       [] {
         MpiClusterResolver(Environment::fixed({{"OMPI_COMM_WORLD_RANK", "0"},

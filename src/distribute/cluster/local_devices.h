@@ -24,6 +24,10 @@ int parse_env_int(const std::string& variable, const std::string& value, int min
 
 std::string join_ints(const std::vector<int>& values);
 
+// Upper bound on tasks or hosts a launcher variable may describe: far above any real job, low
+// enough that a corrupt value cannot make a resolver allocate billions of addresses.
+inline constexpr int kMaxTasks = 1 << 20;
+
 }  // namespace lockstep::cluster_internal
 
 namespace lockstep::cluster_internal {

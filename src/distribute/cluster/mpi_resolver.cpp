@@ -44,6 +44,11 @@ MpiClusterResolver::MpiClusterResolver(const Environment& env, LocalDeviceOption
   }
   rank_ = parse_env_int(rank->name, rank->value, 0);
   size_ = parse_env_int(size->name, size->value, 1);
+  if (size_ > cluster_internal::kMaxTasks) {
+    throw InvalidArgument(size->name + "=" + size->value + " exceeds the " +
+                          std::to_string(cluster_internal::kMaxTasks) +
+                          " ranks Lockstep supports; the environment looks corrupt.");
+  }
   if (rank_ >= size_) {
     throw InvalidArgument(rank->name + "=" + rank->value + " is outside the world of " +
                           size->name + "=" + size->value + " ranks.");

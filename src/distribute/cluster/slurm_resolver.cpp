@@ -83,6 +83,10 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& nodelist) {
       const size_t close = pattern.find(']', open);
       std::vector<std::string> suffixes =
           expand_ranges(pattern.substr(open + 1, close - open - 1), nodelist);
+      if (expanded.size() * suffixes.size() > static_cast<size_t>(cluster_internal::kMaxTasks)) {
+        bad_nodelist(nodelist, "expands to more than " +
+                                   std::to_string(cluster_internal::kMaxTasks) + " hosts");
+      }
       std::vector<std::string> next;
       for (const std::string& host : expanded) {
         for (const std::string& suffix : suffixes) next.push_back(host + suffix);
@@ -91,6 +95,10 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& nodelist) {
       pos = close + 1;
     }
     hosts.insert(hosts.end(), expanded.begin(), expanded.end());
+    if (hosts.size() > static_cast<size_t>(cluster_internal::kMaxTasks)) {
+      bad_nodelist(nodelist, "expands to more than " + std::to_string(cluster_internal::kMaxTasks) +
+                                 " hosts");
+    }
   }
   return hosts;
 }
@@ -114,6 +122,7 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& tasks_per_node) 
       repeat = std::stoi(times);
     }
     if (!all_digits(count) || count.size() > 6 || repeat < 1) bad();
+    if (counts.size() + repeat > static_cast<size_t>(cluster_internal::kMaxTasks)) bad();
     counts.insert(counts.end(), repeat, std::stoi(count));
   }
   if (counts.empty() || tasks_per_node.back() == ',') bad();
@@ -148,6 +157,11 @@ SlurmClusterResolver::SlurmClusterResolver(const Environment& env, LocalDeviceOp
   task_id_ = parse_env_int(name, value, 0);
   value = first_set(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, &name);
   const int num_tasks = parse_env_int(name, value, 1);
+  if (num_tasks > cluster_internal::kMaxTasks) {
+    throw InvalidArgument(name + "=" + value + " exceeds the " +
+                          std::to_string(cluster_internal::kMaxTasks) +
+                          " tasks Lockstep supports; the environment looks corrupt.");
+  }
   std::string nodelist_name;
   const std::string nodelist = first_set(
       env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &nodelist_name);
@@ -177,7 +191,7 @@ SlurmClusterResolver::SlurmClusterResolver(const Environment& env, LocalDeviceOp
     for (int n = 0; n < nodes; ++n) per_node.push_back(num_tasks / nodes + (n < num_tasks % nodes));
   }
   if (per_node.size() != hosts.size() ||
-      std::accumulate(per_node.begin(), per_node.end(), 0) != num_tasks) {
+      std::accumulate(per_node.begin(), per_node.end(), 0LL) != num_tasks) {
     throw InvalidArgument(
         "SLURM environment is inconsistent: " + nodelist_name + "=\"" + nodelist + "\" has " +
         std::to_string(hosts.size()) + " node(s) and " + name + "=" + std::to_string(num_tasks) +
@@ -185,7 +199,7 @@ SlurmClusterResolver::SlurmClusterResolver(const Environment& env, LocalDeviceOp
              ? std::string()
              : ", but " + tpn_name + " gives " + std::to_string(per_node.size()) +
                    " node(s) with " +
-                   std::to_string(std::accumulate(per_node.begin(), per_node.end(), 0)) +
+                   std::to_string(std::accumulate(per_node.begin(), per_node.end(), 0LL)) +
                    " task(s)") +
         ".");
   }
