@@ -1,0 +1,39 @@
+#include <cmath>
+#include <iostream>
+
+#include "lockstep/core/error.h"
+#include "lockstep/keras/callbacks/learning_rate_scheduler.h"
+#include "lockstep/keras/callbacks/terminate_on_nan.h"
+#include "lockstep/keras/optimizers/optimizer.h"
+
+namespace lockstep::keras::callbacks {
+
+void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
+  auto it = logs.find("loss");
+  if (it == logs.end() || std::isfinite(it->second)) return;
+  (out_ ? *out_ : std::cout) << "Batch " << batch << ": Invalid loss, terminating training\n";
+  request_stop();
+}
+
+LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> schedule,
+                                             int verbose)
+    : schedule_(std::move(schedule)), verbose_(verbose) {
+  if (!schedule_) throw InvalidArgument("LearningRateScheduler: expected a schedule function.");
+}
+
+void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
+  optimizers::Optimizer& opt = target_optimizer();
+  const double lr = schedule_(epoch, opt.learning_rate());
+  if (!std::isfinite(lr)) {
+    throw InvalidArgument(
+        "LearningRateScheduler: the schedule should return a finite float. Received: " +
+        std::to_string(lr));
+  }
+  opt.set_learning_rate(lr);
+  if (verbose_ > 0) {
+    std::cout << "\nEpoch " << epoch + 1 << ": LearningRateScheduler setting learning rate to "
+              << lr << ".\n";
+  }
+}
+
+}  // namespace lockstep::keras::callbacks

@@ -1,0 +1,206 @@
+#include "lockstep/keras/metrics/accuracy_metrics.h"
+
+#include <cmath>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep::keras::metrics {
+
+namespace {
+
+int64_t samples_of(const Tensor& t, int class_axis_rank) {
+  // The batch axis is axis 0 unless the tensor is a single unbatched sample.
+  return t.rank() > class_axis_rank ? t.dim(0) : 1;
+}
+
+[[noreturn]] void shape_error(const std::string& metric, const std::string& expected,
+                              const Tensor& y_true, const Tensor& y_pred) {
+  throw InvalidArgument("Metric '" + metric + "'.update_state: expected " + expected +
+                        ". Received: y_true " + y_true.describe() + ", y_pred " +
+                        y_pred.describe() + ".");
+}
+
+int64_t argmax(const float* p, int64_t n) {
+  int64_t best = 0;
+  for (int64_t j = 1; j < n; ++j) {
+    if (std::isnan(p[best])) break;
+    if (p[j] > p[best] || std::isnan(p[j])) best = j;
+  }
+  return best;
+}
+
+// tf.math.in_top_k: fewer than k scores strictly above the target's, and a finite target.
+bool in_top_k(const float* p, int64_t n, int64_t target, int k) {
+  if (target < 0 || target >= n || !std::isfinite(p[target])) return false;
+  int64_t above = 0;
+  for (int64_t j = 0; j < n; ++j) above += p[j] > p[target] ? 1 : 0;
+  return above < k;
+}
+
+int64_t num_classes(const std::string& name, const Tensor& y_true, const Tensor& y_pred) {
+  if (y_pred.rank() == 0 || y_pred.dim(-1) == 0) {
+    shape_error(name, "y_pred with a non-empty class axis", y_true, y_pred);
+  }
+  return y_pred.dim(-1);
+}
+
+// Labels as double: a float label that is not an integer matches no class, as in Keras.
+double label(const Tensor& labels, int64_t j) {
+  return static_cast<double>(labels.data<float>()[j]);
+}
+
+void check_labels(const std::string& name, const Tensor& y_true, const Tensor& y_pred,
+                  int64_t rows) {
+  if (y_true.num_elements() != rows) {
+    shape_error(name,
+                "one label per row of y_pred (y_true shaped like y_pred without its last axis)",
+                y_true, y_pred);
+  }
+}
+
+}  // namespace
+
+void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                            const Tensor& sample_weight) {
+  if (y_true.num_elements() != y_pred.num_elements()) {
+    shape_error(name(), "y_true and y_pred with the same number of elements", y_true, y_pred);
+  }
+  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
+  const float* tp = t.data<float>();
+  const float* pp = p.data<float>();
+  accumulate_rows(p.num_elements(), samples_of(y_pred, 0), sample_weight,
+                  [&](int64_t j) { return tp[j] == pp[j] ? 1.0 : 0.0; });
+}
+
+std::unique_ptr<Metric> Accuracy::clone() const {
+  return std::make_unique<Accuracy>(name());
+}
+
+BinaryAccuracy::BinaryAccuracy(BinaryAccuracyOptions options)
+    : Metric(options.name), o_(std::move(options)) {}
+
+void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                  const Tensor& sample_weight) {
+  if (y_true.num_elements() != y_pred.num_elements()) {
+    shape_error(name(), "y_true and y_pred with the same number of elements", y_true, y_pred);
+  }
+  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
+  const float* tp = t.data<float>();
+  const float* pp = p.data<float>();
+  const double threshold = o_.threshold;
+  accumulate_rows(p.num_elements(), samples_of(y_pred, 0), sample_weight, [&](int64_t j) {
+    const float predicted = static_cast<double>(pp[j]) > threshold ? 1.0f : 0.0f;
+    return tp[j] == predicted ? 1.0 : 0.0;
+  });
+}
+
+std::unique_ptr<Metric> BinaryAccuracy::clone() const {
+  return std::make_unique<BinaryAccuracy>(o_);
+}
+
+nlohmann::json BinaryAccuracy::get_config() const {
+  nlohmann::json c = Metric::get_config();
+  c["threshold"] = o_.threshold;
+  return c;
+}
+
+void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                       const Tensor& sample_weight) {
+  const int64_t c = num_classes(name(), y_true, y_pred);
+  if (!(y_true.shape() == y_pred.shape())) {
+    shape_error(name(), "one-hot y_true shaped like y_pred", y_true, y_pred);
+  }
+  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
+  const float* tp = t.data<float>();
+  const float* pp = p.data<float>();
+  accumulate_rows(p.num_elements() / c, samples_of(y_pred, 1), sample_weight, [&](int64_t j) {
+    return argmax(tp + j * c, c) == argmax(pp + j * c, c) ? 1.0 : 0.0;
+  });
+}
+
+std::unique_ptr<Metric> CategoricalAccuracy::clone() const {
+  return std::make_unique<CategoricalAccuracy>(name());
+}
+
+void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                             const Tensor& sample_weight) {
+  const int64_t c = num_classes(name(), y_true, y_pred);
+  const int64_t rows = y_pred.num_elements() / c;
+  check_labels(name(), y_true, y_pred, rows);
+  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
+  const float* pp = p.data<float>();
+  accumulate_rows(rows, samples_of(y_pred, 1), sample_weight, [&](int64_t j) {
+    return label(t, j) == static_cast<double>(argmax(pp + j * c, c)) ? 1.0 : 0.0;
+  });
+}
+
+std::unique_ptr<Metric> SparseCategoricalAccuracy::clone() const {
+  return std::make_unique<SparseCategoricalAccuracy>(name());
+}
+
+TopKCategoricalAccuracy::TopKCategoricalAccuracy(TopKCategoricalAccuracyOptions options)
+    : Metric(options.name), o_(std::move(options)) {
+  if (o_.k < 1) {
+    throw InvalidArgument("TopKCategoricalAccuracy: expected k >= 1. Received: k=" +
+                          std::to_string(o_.k));
+  }
+}
+
+void TopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                           const Tensor& sample_weight) {
+  const int64_t c = num_classes(name(), y_true, y_pred);
+  if (!(y_true.shape() == y_pred.shape())) {
+    shape_error(name(), "one-hot y_true shaped like y_pred", y_true, y_pred);
+  }
+  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
+  const float* tp = t.data<float>();
+  const float* pp = p.data<float>();
+  accumulate_rows(p.num_elements() / c, samples_of(y_pred, 1), sample_weight, [&](int64_t j) {
+    return in_top_k(pp + j * c, c, argmax(tp + j * c, c), o_.k) ? 1.0 : 0.0;
+  });
+}
+
+std::unique_ptr<Metric> TopKCategoricalAccuracy::clone() const {
+  return std::make_unique<TopKCategoricalAccuracy>(o_);
+}
+
+nlohmann::json TopKCategoricalAccuracy::get_config() const {
+  nlohmann::json c = Metric::get_config();
+  c["k"] = o_.k;
+  return c;
+}
+
+SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(
+    SparseTopKCategoricalAccuracyOptions options)
+    : Metric(options.name), o_(std::move(options)) {
+  if (o_.k < 1) {
+    throw InvalidArgument("SparseTopKCategoricalAccuracy: expected k >= 1. Received: k=" +
+                          std::to_string(o_.k));
+  }
+}
+
+void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                                 const Tensor& sample_weight) {
+  const int64_t c = num_classes(name(), y_true, y_pred);
+  const int64_t rows = y_pred.num_elements() / c;
+  check_labels(name(), y_true, y_pred, rows);
+  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
+  const float* pp = p.data<float>();
+  accumulate_rows(rows, samples_of(y_pred, 1), sample_weight, [&](int64_t j) {
+    const double l = label(t, j);
+    if (l != std::floor(l)) return 0.0;
+    return in_top_k(pp + j * c, c, static_cast<int64_t>(l), o_.k) ? 1.0 : 0.0;
+  });
+}
+
+std::unique_ptr<Metric> SparseTopKCategoricalAccuracy::clone() const {
+  return std::make_unique<SparseTopKCategoricalAccuracy>(o_);
+}
+
+nlohmann::json SparseTopKCategoricalAccuracy::get_config() const {
+  nlohmann::json c = Metric::get_config();
+  c["k"] = o_.k;
+  return c;
+}
+
+}  // namespace lockstep::keras::metrics
