@@ -119,14 +119,15 @@ struct AcceleratorOptions {
 // TPUClusterResolver. Asking for a kind with no backend or no hardware throws NotFound, whose
 // message says to fall back to the default strategy:
 //
+//   std::unique_ptr<AcceleratorStrategy> accelerator;
 //   try {
 //     AcceleratorClusterResolver resolver({.kind = "tpu"});
 //     connect_to_cluster(resolver);
 //     initialize_system(resolver);
-//     strategy = ...(resolver);
+//     accelerator = std::make_unique<AcceleratorStrategy>(resolver);
 //   } catch (const NotFound&) {
-//     strategy = get_strategy();
 //   }
+//   Strategy& strategy = accelerator ? *accelerator : get_strategy();  // default: 1 replica
 class AcceleratorClusterResolver : public ClusterResolver {
  public:
   explicit AcceleratorClusterResolver(AcceleratorOptions options = {},
