@@ -27,8 +27,8 @@ class ReplicaPool {
 
   // Runs fn(r) on replica thread r for every r, concurrently, and returns when all are done.
   // If some replicas throw, `on_failure` (if set) is called from the first failing thread (so the
-  // strategy can break collectives others may be waiting in), and the exception of the lowest
-  // failing replica is rethrown here. Not reentrant: call from one host thread at a time.
+  // strategy can break collectives others may be waiting in), and that first exception is
+  // rethrown here. Not reentrant: call from one host thread at a time.
   void run(const std::function<void(int)>& fn,
            const std::function<void(const std::string&)>& on_failure = {});
 
@@ -40,6 +40,7 @@ class ReplicaPool {
   const std::function<void(const std::string&)>* on_failure_ = nullptr;
   std::vector<std::exception_ptr> errors_;
   std::atomic<bool> failed_{false};
+  int first_failed_ = 0;  // written by the first failing replica, read after all finished
   std::atomic<uint32_t> generation_{0};  // bumped to start a task (and to stop)
   std::atomic<int> remaining_{0};
   std::atomic<uint32_t> finished_{0};  // set to the generation when the last replica finishes

@@ -50,7 +50,9 @@ void ReplicaPool::worker(int replica, std::vector<int> cores) {
       (*task_)(replica);
     } catch (...) {
       errors_[static_cast<size_t>(replica)] = std::current_exception();
-      if (!failed_.exchange(true) && on_failure_ && *on_failure_) {
+      bool first = !failed_.exchange(true);
+      if (first) first_failed_ = replica;
+      if (first && on_failure_ && *on_failure_) {
         std::string what = "replica " + std::to_string(replica) + " failed";
         try {
           throw;
@@ -83,8 +85,10 @@ void ReplicaPool::run(const std::function<void(int)>& fn,
   }
   task_ = nullptr;
   on_failure_ = nullptr;
-  for (auto& e : errors_)
-    if (e) std::rethrow_exception(e);
+  // The first failure is the cause; the others are usually replicas released from a collective
+  // by the abort it triggered.
+  if (failed_.load(std::memory_order_acquire))
+    std::rethrow_exception(errors_[static_cast<size_t>(first_failed_)]);
 }
 
 }  // namespace lockstep::distribute

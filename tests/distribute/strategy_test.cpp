@@ -1,0 +1,168 @@
+#include "lockstep/distribute/strategy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "lockstep/data/dataset.h"
+#include "lockstep/distribute/distributed_dataset.h"
+#include "lockstep/distribute/strategies.h"
+
+namespace lockstep::distribute {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Values of each replica's slice, per step, for int64 scalar datasets batched.
+std::vector<std::vector<std::vector<int64_t>>> rebatched(const Dataset& ds, int replicas) {
+  MirroredStrategy strategy(replicas);
+  auto dist = strategy.experimental_distribute_dataset(ds);
+  auto it = dist.make_iterator();
+  std::vector<std::vector<std::vector<int64_t>>> steps;
+  while (auto step = it.next()) {
+    std::vector<std::vector<int64_t>> per;
+    for (const Element& e : step->values) per.push_back(e[0].to_vector<int64_t>());
+    steps.push_back(per);
+  }
+  return steps;
+}
+
+TEST(DistributeDataset, SplitsGlobalBatchesAsTfDistributeDocuments) {
+  using V = std::vector<int64_t>;
+  // tf.distribute's examples: range(6).batch(4) on 2 replicas, range(4).batch(4) on 5 replicas.
+  auto a = rebatched(Dataset::range(6).batch(4), 2);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_THAT(a[0], ElementsAre(V{0, 1}, V{2, 3}));
+  EXPECT_THAT(a[1], ElementsAre(V{4}, V{5}));
+  auto b = rebatched(Dataset::range(4).batch(4), 5);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_THAT(b[0], ElementsAre(V{0}, V{1}, V{2}, V{3}, V{}));
+  auto c = rebatched(Dataset::range(8).batch(4), 3);
+  EXPECT_THAT(c[0], ElementsAre(V{0, 1}, V{2, 3}, V{}));
+  EXPECT_THAT(c[1], ElementsAre(V{4, 5}, V{6, 7}, V{}));
+}
+
+TEST(DistributeDataset, SlicesAreViewsOfTheGlobalBatch) {
+  MirroredStrategy strategy(2);
+  Tensor x = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2});
+  auto dist = strategy.experimental_distribute_dataset(Dataset::from_tensor_slices(x).batch(4));
+  auto it = dist.make_iterator();
+  auto step = it.next();
+  ASSERT_TRUE(step);
+  EXPECT_TRUE((*step)[0][0].shares_storage_with((*step)[1][0]));
+  EXPECT_EQ((*step)[1][0].to_vector<float>(), (std::vector<float>{4, 5, 6, 7}));
+  EXPECT_EQ(it.last_global_batch_size(), 4);
+}
+
+TEST(DistributeDataset, FromFunctionGivesEachReplicaItsOwnBatch) {
+  MirroredStrategy strategy(2);
+  int calls = 0;
+  auto dist = strategy.distribute_datasets_from_function([&](const InputContext& ctx) {
+    ++calls;
+    EXPECT_EQ(ctx.num_replicas_in_sync, 2);
+    EXPECT_EQ(ctx.get_per_replica_batch_size(8), 4);
+    return Dataset::range(10).batch(ctx.get_per_replica_batch_size(8));
+  });
+  EXPECT_EQ(calls, 1);
+  auto it = dist.make_iterator();
+  auto s0 = it.next(), s1 = it.next();
+  ASSERT_TRUE(s0 && s1);
+  EXPECT_EQ((*s0)[1][0].to_vector<int64_t>(), (std::vector<int64_t>{4, 5, 6, 7}));
+  EXPECT_EQ((*s1)[0][0].to_vector<int64_t>(), (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ((*s1)[1][0].num_elements(), 0);  // the dataset ended inside the step
+  EXPECT_FALSE(it.next());
+}
+
+TEST(Strategy, RunGivesEveryReplicaItsIdAndReduceCombinesThem) {
+  MirroredStrategy strategy(3);
+  EXPECT_EQ(strategy.num_replicas_in_sync(), 3);
+  auto values = strategy.run([](ReplicaContext& ctx) {
+    EXPECT_EQ(get_replica_context(), &ctx);
+    double id = ctx.replica_id_in_sync_group();
+    return Tensor::from_vector<float>({static_cast<float>(id), 1.0f}, {2});
+  });
+  EXPECT_EQ(strategy.reduce(ReduceOp::SUM, values).to_vector<float>(), (std::vector<float>{3, 3}));
+  EXPECT_EQ(strategy.reduce(ReduceOp::MEAN, values).to_vector<float>(), (std::vector<float>{1, 1}));
+  EXPECT_EQ(strategy.reduce(ReduceOp::MAX, values).to_vector<float>(), (std::vector<float>{2, 1}));
+  EXPECT_EQ(get_replica_context(), nullptr);
+}
+
+TEST(Strategy, ReduceMeanAlongAxisWeighsUnevenBatchesByExample) {
+  MirroredStrategy strategy(2);
+  PerReplica<Tensor> v{
+      {Tensor::from_vector<float>({1, 2, 3}, {3}), Tensor::from_vector<float>({10}, {1})}};
+  EXPECT_DOUBLE_EQ(strategy.reduce(ReduceOp::MEAN, v, 0).item(), 4.0);
+  EXPECT_DOUBLE_EQ(strategy.reduce(ReduceOp::SUM, v, 0).item(), 16.0);
+  EXPECT_EQ(strategy.gather(v).to_vector<float>(), (std::vector<float>{1, 2, 3, 10}));
+}
+
+TEST(Strategy, ReplicaAllReduceSumsOverReplicas) {
+  MirroredStrategy strategy(4);
+  auto sums = strategy.run([](ReplicaContext& ctx) {
+    Tensor t = Tensor::full({5}, ctx.replica_id_in_sync_group() + 1.0);
+    return ctx.all_reduce(ReduceOp::SUM, t);
+  });
+  for (const Tensor& s : sums.values) EXPECT_EQ(s.to_vector<float>(), std::vector<float>(5, 10.0f));
+}
+
+TEST(Strategy, AFailingReplicaIsReportedAndDoesNotHangTheOthers) {
+  MirroredStrategy strategy(3);
+  try {
+    strategy.run([](ReplicaContext& ctx) {
+      if (ctx.local_replica_id() == 1) throw InvalidArgument("bad batch on replica 1");
+      ctx.barrier();  // the others wait here for replica 1, which never comes
+    });
+    FAIL() << "expected the replica's error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bad batch on replica 1"));
+  }
+  // The strategy is usable again afterwards.
+  auto ids = strategy.run([](ReplicaContext& ctx) {
+    ctx.barrier();
+    return ctx.local_replica_id();
+  });
+  EXPECT_THAT(ids.values, ElementsAre(0, 1, 2));
+}
+
+TEST(Strategy, ScopeMakesItCurrentAndOwnsVariablesCreatedInside) {
+  MirroredStrategy strategy(2);
+  EXPECT_FALSE(has_strategy());
+  EXPECT_EQ(&get_strategy(), &default_strategy());
+  {
+    auto scope = strategy.scope();
+    EXPECT_EQ(&get_strategy(), &strategy);
+    Variable v(Tensor::zeros({2}), "v");
+    EXPECT_EQ(v.owner(), &strategy);
+    MirroredStrategy other(1);
+    try {
+      auto inner = other.scope();
+      FAIL() << "entering another strategy's scope must fail";
+    } catch (const FailedPrecondition& e) {
+      EXPECT_THAT(e.what(), HasSubstr("different strategy"));
+    }
+  }
+  EXPECT_EQ(&get_strategy(), &default_strategy());
+  EXPECT_EQ(default_strategy().num_replicas_in_sync(), 1);
+}
+
+TEST(Strategy, AbsentAcceleratorKindFallsBackToTheDefaultStrategy) {
+  // The seed program's flow: try the accelerator resolver, fall back on NotFound.
+  Strategy* strategy = nullptr;
+  std::unique_ptr<Strategy> owned;
+  try {
+    AcceleratorClusterResolver resolver(AcceleratorOptions{.kind = "tpu"});
+    owned = std::make_unique<AcceleratorStrategy>(resolver);
+    strategy = owned.get();
+  } catch (const NotFound& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tpu"));
+    strategy = &get_strategy();
+  }
+  ASSERT_NE(strategy, nullptr);
+  EXPECT_EQ(owned, nullptr);
+  EXPECT_EQ(strategy->num_replicas_in_sync(), 1);
+}
+
+}  // namespace
+}  // namespace lockstep::distribute
