@@ -8,8 +8,9 @@ namespace lockstep {
 
 using data_internal::IterContext;
 
-Iterator::Iterator(std::unique_ptr<data_internal::IteratorImpl> impl, uint64_t iteration)
-    : impl_(std::move(impl)), iteration_(iteration) {}
+Iterator::Iterator(std::shared_ptr<const data_internal::Node> node,
+                   std::unique_ptr<data_internal::IteratorImpl> impl, uint64_t iteration)
+    : node_(std::move(node)), impl_(std::move(impl)), iteration_(iteration) {}
 Iterator::Iterator(Iterator&&) noexcept = default;
 Iterator& Iterator::operator=(Iterator&&) noexcept = default;
 Iterator::~Iterator() = default;
@@ -100,7 +101,7 @@ std::string Dataset::to_string() const {
 
 Iterator Dataset::make_iterator() const {
   uint64_t iteration = node_->iterations.fetch_add(1, std::memory_order_relaxed);
-  return Iterator(node_->make_iterator(IterContext{iteration}), iteration);
+  return Iterator(node_, node_->make_iterator(IterContext{iteration}), iteration);
 }
 
 Iterator Dataset::make_iterator(const IteratorState& state) const {
@@ -114,7 +115,7 @@ Iterator Dataset::make_iterator(const IteratorState& state) const {
   while (cur < want &&
          !node_->iterations.compare_exchange_weak(cur, want, std::memory_order_relaxed)) {
   }
-  Iterator it(node_->make_iterator(IterContext{state.iteration}), state.iteration);
+  Iterator it(node_, node_->make_iterator(IterContext{state.iteration}), state.iteration);
   int64_t skipped = it.impl_->skip(state.position);
   if (skipped != state.position) {
     throw OutOfRange("Dataset::make_iterator: cannot restore position " +

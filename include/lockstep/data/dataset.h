@@ -64,7 +64,10 @@ class Iterator {
 
  private:
   friend class Dataset;
-  Iterator(std::unique_ptr<data_internal::IteratorImpl> impl, uint64_t iteration);
+  Iterator(std::shared_ptr<const data_internal::Node> node,
+           std::unique_ptr<data_internal::IteratorImpl> impl, uint64_t iteration);
+  // Keeps the pipeline alive: stage iterators refer to their stage's function and parameters.
+  std::shared_ptr<const data_internal::Node> node_;
   std::unique_ptr<data_internal::IteratorImpl> impl_;
   uint64_t iteration_ = 0;
   int64_t position_ = 0;
