@@ -1,4 +1,7 @@
 #pragma once
 // Umbrella header of the autodiff layer.
+#include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/autodiff/losses.h"
+#include "lockstep/autodiff/nn_functions.h"
 #include "lockstep/autodiff/variable.h"

@@ -1,0 +1,15 @@
+#pragma once
+// Umbrella header of the distribute layer.
+#include "lockstep/distribute/cluster_resolver.h"
+#include "lockstep/distribute/collective.h"
+#include "lockstep/distribute/distributed_dataset.h"
+#include "lockstep/distribute/failure.h"
+#include "lockstep/distribute/gradient_sync.h"
+#include "lockstep/distribute/input_context.h"
+#include "lockstep/distribute/mpi_communicator.h"
+#include "lockstep/distribute/per_replica.h"
+#include "lockstep/distribute/replica_context.h"
+#include "lockstep/distribute/shared_memory_group.h"
+#include "lockstep/distribute/strategies.h"
+#include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/topology.h"

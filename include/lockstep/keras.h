@@ -1,0 +1,14 @@
+#pragma once
+// Umbrella header of the keras layer.
+#include "lockstep/keras/activations.h"
+#include "lockstep/keras/callbacks.h"
+#include "lockstep/keras/initializers.h"
+#include "lockstep/keras/keras_tensor.h"
+#include "lockstep/keras/layer.h"
+#include "lockstep/keras/layers.h"
+#include "lockstep/keras/losses.h"
+#include "lockstep/keras/metrics.h"
+#include "lockstep/keras/model.h"
+#include "lockstep/keras/optimizers.h"
+#include "lockstep/keras/saving.h"
+#include "lockstep/keras/sequential.h"

@@ -1,0 +1,110 @@
+#pragma once
+// Layer: the Keras layer contract.
+//   * the constructor stores configuration only;
+//   * build(input_shape) creates the weights, on the first call (input shapes include the batch
+//     dimension; in symbolic (functional) calls the batch dimension is 0, printed as None);
+//   * call(inputs, training) computes, with differentiable ops (a GradientTape sees them);
+//   * compute_output_shape, get_config, trainable_weights / non_trainable_weights.
+// Names are unique in the process, per class: "dense", "dense_1", ... (as Keras names them), unless
+// given. Weights are named "<layer>/<weight>" ("dense/kernel"), the paths used in weight files.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lockstep/autodiff/variable.h"
+#include "lockstep/core/tensor.h"
+#include "lockstep/keras/initializers.h"
+
+namespace lockstep::keras {
+
+class KerasTensor;
+
+class Layer : public std::enable_shared_from_this<Layer> {
+ public:
+  virtual ~Layer();
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  // "Dense", "Conv2D", ... as in Keras' class names.
+  virtual std::string class_name() const = 0;
+  bool built() const { return built_; }
+  bool trainable() const { return trainable_; }
+  void set_trainable(bool trainable) { trainable_ = trainable; }
+
+  // Eager call (Keras __call__): builds on first use, then call().
+  Tensor operator()(const Tensor& inputs, bool training = false);
+  Tensor operator()(const std::vector<Tensor>& inputs, bool training = false);
+  // Symbolic call for the functional API: records the layer in the graph and returns the
+  // symbolic output.
+  KerasTensor operator()(const KerasTensor& inputs);
+  KerasTensor operator()(const std::vector<KerasTensor>& inputs);
+
+  // Creates the weights for inputs of `input_shapes` (one per input). Single-input layers
+  // override build(const Shape&).
+  virtual void build(const std::vector<Shape>& input_shapes);
+  virtual void build(const Shape& input_shape);
+  virtual Tensor call(const std::vector<Tensor>& inputs, bool training);
+  virtual Tensor call(const Tensor& inputs, bool training);
+  virtual std::vector<Shape> compute_output_shapes(const std::vector<Shape>& input_shapes) const;
+  virtual Shape compute_output_shape(const Shape& input_shape) const;
+  // Number of inputs the layer takes (merge layers: several).
+  virtual bool accepts_multiple_inputs() const { return false; }
+
+  // Configuration as Keras' get_config (name, trainable and the layer's own options).
+  virtual nlohmann::json get_config() const;
+
+  std::vector<Variable> trainable_weights() const;
+  std::vector<Variable> non_trainable_weights() const;
+  // trainable then non-trainable, in creation order within each (Keras' `weights`).
+  std::vector<Variable> weights() const;
+  int64_t count_params() const;
+
+  // Marks the layer built without creating weights (build() implementations call this last).
+  void set_built() { built_ = true; }
+
+  // Moves a layer that is not yet owned by a shared_ptr into one (used when a temporary layer is
+  // called symbolically or passed to Sequential). Implemented by LayerImpl<Derived>.
+  virtual std::shared_ptr<Layer> move_to_shared() && = 0;
+
+ protected:
+  Layer(Layer&&) = default;
+  // `prefix` is the snake_case class name used for automatic names ("dense").
+  Layer(const std::string& name, const std::string& prefix);
+
+  // Creates a weight named "<layer name>/<name>" (a Variable created in the current strategy's
+  // scope, if any).
+  Variable add_weight(const std::string& name, const Shape& shape,
+                      const initializers::Initializer& initializer, bool trainable = true,
+                      DType dtype = DType::float32);
+  // Layers that contain layers (models) report their children's weights.
+  virtual std::vector<Variable> own_weights() const { return weights_; }
+  std::vector<Variable> weights_;
+
+ private:
+  void maybe_build(const std::vector<Shape>& shapes);
+  std::string name_;
+  bool built_ = false;
+  bool trainable_ = true;
+};
+
+// Concrete layers derive from LayerImpl<Derived> to get move_to_shared().
+template <typename Derived>
+class LayerImpl : public Layer {
+ public:
+  std::shared_ptr<Layer> move_to_shared() && override {
+    return std::make_shared<Derived>(std::move(static_cast<Derived&>(*this)));
+  }
+
+ protected:
+  using Layer::Layer;
+};
+
+// A process-unique name "prefix", "prefix_1", ... (Keras' backend.unique_object_name).
+std::string unique_layer_name(const std::string& prefix);
+// Resets the automatic name counters (keras.backend.clear_session).
+void clear_session();
+
+}  // namespace lockstep::keras

@@ -1,0 +1,3 @@
+#pragma once
+// All Keras layers.
+#include "lockstep/keras/layers/core.h"

@@ -1,0 +1,159 @@
+#pragma once
+// Model: a layer graph with training (keras.Model). Built functionally from symbolic tensors,
+//
+//   auto inputs = keras::Input({784});
+//   auto h = layers::Dense({.units = 128, .activation = "relu"})(inputs);
+//   auto outputs = layers::Dense({.units = 10, .activation = "softmax"})(h);
+//   keras::Model model(inputs, outputs);
+//
+// or as a Sequential (sequential.h). A model belongs to the distribution strategy whose scope was
+// open when it was created (else the default strategy); compile/fit/evaluate/predict run through
+// that strategy's replicas: each replica computes on its slice of every global batch, gradients
+// are summed across replicas, and each replica applies the optimizer to its own slice of the
+// parameters (see docs/architecture.md).
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/data/dataset.h"
+#include "lockstep/keras/callbacks/callback.h"
+#include "lockstep/keras/callbacks/history.h"
+#include "lockstep/keras/keras_tensor.h"
+#include "lockstep/keras/layer.h"
+#include "lockstep/keras/losses.h"
+#include "lockstep/keras/metrics/metric.h"
+#include "lockstep/keras/optimizers/optimizer.h"
+
+namespace lockstep::distribute {
+class Strategy;
+}
+
+namespace lockstep::keras {
+
+// Accepts an optimizer object (copied via clone()), a shared_ptr, or a Keras name ("adam").
+struct OptimizerArg {
+  std::shared_ptr<optimizers::Optimizer> ptr;
+  OptimizerArg() = default;
+  OptimizerArg(std::shared_ptr<optimizers::Optimizer> p) : ptr(std::move(p)) {}  // NOLINT
+  OptimizerArg(const char* name);                                                // NOLINT
+  OptimizerArg(const std::string& name) : OptimizerArg(name.c_str()) {}          // NOLINT
+  template <typename O>
+  requires std::derived_from<O, optimizers::Optimizer> OptimizerArg(const O& o)
+      : ptr(o.clone()) {}  // NOLINT
+};
+
+// Accepts a loss object, a shared_ptr, or a Keras name ("categorical_crossentropy").
+struct LossArg {
+  std::shared_ptr<losses::Loss> ptr;
+  LossArg() = default;
+  LossArg(std::shared_ptr<losses::Loss> p) : ptr(std::move(p)) {}  // NOLINT
+  LossArg(const char* name) : ptr(losses::get(name)) {}            // NOLINT
+  LossArg(const std::string& name) : ptr(losses::get(name)) {}     // NOLINT
+  template <typename L>
+  requires std::derived_from<L, losses::Loss> LossArg(const L& l) : ptr(l.clone()) {}  // NOLINT
+};
+
+// Accepts a metric object, a shared_ptr, or a Keras name ("accuracy").
+struct MetricArg {
+  std::shared_ptr<metrics::Metric> ptr;
+  MetricArg(std::shared_ptr<metrics::Metric> p) : ptr(std::move(p)) {}  // NOLINT
+  MetricArg(const char* name);                                          // NOLINT
+  MetricArg(const std::string& name) : MetricArg(name.c_str()) {}       // NOLINT
+  template <typename M>
+  requires std::derived_from<M, metrics::Metric> MetricArg(const M& m)
+      : ptr(std::shared_ptr<metrics::Metric>(m.clone())) {}  // NOLINT
+};
+
+struct CompileOptions {
+  OptimizerArg optimizer = "rmsprop";
+  LossArg loss;
+  std::vector<MetricArg> metrics;
+  // Training steps each replica runs per dispatch from the host (amortises the hand-off).
+  int steps_per_execution = 1;
+};
+
+struct FitOptions {
+  int epochs = 1;
+  // Steps per epoch; 0 runs each epoch until the dataset ends (it must then be finite). With a
+  // value, one iterator continues across epochs (use repeat()).
+  int64_t steps_per_epoch = 0;
+  // 0 silent, 1 progress bar, 2 one line per epoch.
+  int verbose = 1;
+  std::vector<std::shared_ptr<callbacks::Callback>> callbacks;
+  std::optional<Dataset> validation_data;
+  int64_t validation_steps = 0;
+  int initial_epoch = 0;
+  // fit(x, y) only: the global batch size, shuffling each epoch, and its seed.
+  int64_t batch_size = 32;
+  bool shuffle = true;
+  uint64_t shuffle_seed = 0;
+};
+
+struct EvaluateOptions {
+  int64_t steps = 0;  // 0: until the dataset ends
+  int verbose = 0;
+  int64_t batch_size = 32;  // evaluate(x, y) only
+  std::vector<std::shared_ptr<callbacks::Callback>> callbacks;
+};
+
+class Model : public LayerImpl<Model> {
+ public:
+  Model(const KerasTensor& inputs, const KerasTensor& outputs, const std::string& name = "");
+  Model(const std::vector<KerasTensor>& inputs, const KerasTensor& outputs,
+        const std::string& name = "");
+  ~Model() override;
+  Model(Model&&) noexcept;
+
+  std::string class_name() const override { return "Functional"; }
+  Tensor call(const Tensor& inputs, bool training) override;
+  Tensor call(const std::vector<Tensor>& inputs, bool training) override;
+  bool accepts_multiple_inputs() const override { return true; }
+  std::vector<Shape> compute_output_shapes(const std::vector<Shape>& input_shapes) const override;
+  void build(const std::vector<Shape>& input_shapes) override;
+
+  // The layers in topological order (inputs first).
+  virtual std::vector<std::shared_ptr<Layer>> layers() const;
+
+  void compile(CompileOptions options);
+  callbacks::History fit(const Dataset& dataset, FitOptions options = {});
+  callbacks::History fit(const Tensor& x, const Tensor& y, FitOptions options = {});
+  // {"loss": ..., "<metric>": ...}
+  std::map<std::string, double> evaluate(const Dataset& dataset, EvaluateOptions options = {});
+  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,
+                                         EvaluateOptions options = {});
+  // Outputs for every example, in order. The dataset yields batches; element 0 is the input.
+  Tensor predict(const Dataset& dataset, int64_t steps = 0);
+  Tensor predict(const Tensor& x, int64_t batch_size = 32);
+  // One step on one global batch; returns {"loss": ..., metrics...} for this batch.
+  std::map<std::string, double> train_on_batch(const Tensor& x, const Tensor& y);
+
+  // Keras' table: layer (type), output shape, params; totals.
+  std::string summary() const;
+  void save_weights(const std::string& path) const;
+  void load_weights(const std::string& path);
+
+  optimizers::Optimizer& optimizer();
+  const losses::Loss& loss() const;
+  distribute::Strategy& distribute_strategy() const { return *strategy_; }
+  bool compiled() const { return compiled_ != nullptr; }
+  // Set by callbacks (EarlyStopping, TerminateOnNaN) to end fit after the current step.
+  bool stop_training = false;
+
+ protected:
+  // For Sequential: a model whose graph is defined by its subclass.
+  Model(const std::string& name, const std::string& prefix);
+  std::vector<Variable> own_weights() const override;
+  void set_graph(std::vector<KerasTensor> inputs, KerasTensor outputs);
+
+ private:
+  struct Compiled;
+  struct Graph;
+  friend struct Trainer;
+  std::unique_ptr<Graph> graph_;
+  std::unique_ptr<Compiled> compiled_;
+  distribute::Strategy* strategy_;
+};
+
+}  // namespace lockstep::keras

@@ -1,0 +1,26 @@
+#pragma once
+// What compile() sets up and what fit/evaluate keep between steps (internal to the engine).
+#include <memory>
+#include <vector>
+
+#include "lockstep/distribute/gradient_sync.h"
+#include "lockstep/keras/model.h"
+
+namespace lockstep::keras {
+
+struct Model::Compiled {
+  std::shared_ptr<optimizers::Optimizer> optimizer;
+  std::shared_ptr<losses::Loss> loss;
+  std::vector<std::shared_ptr<metrics::Metric>> metrics;  // prototypes (config only)
+  int steps_per_execution = 1;
+
+  // Training state, created on first use for the model's strategy.
+  std::vector<Variable> trainable;
+  std::unique_ptr<distribute::GradientSynchronizer> sync;
+  // Per local replica: metric copies and the running loss sum / example count (sync-on-read:
+  // merged when logs are read).
+  std::vector<std::vector<std::unique_ptr<metrics::Metric>>> replica_metrics;
+  std::vector<double> loss_sum, example_count;
+};
+
+}  // namespace lockstep::keras

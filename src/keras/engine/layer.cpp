@@ -1,0 +1,141 @@
+#include "lockstep/keras/layer.h"
+
+#include <map>
+#include <mutex>
+
+#include "lockstep/keras/keras_tensor.h"
+
+namespace lockstep::keras {
+
+namespace {
+std::mutex names_mu;
+std::map<std::string, int>& name_counters() {
+  static std::map<std::string, int> m;
+  return m;
+}
+}  // namespace
+
+std::string unique_layer_name(const std::string& prefix) {
+  std::lock_guard lock(names_mu);
+  int n = name_counters()[prefix]++;
+  return n == 0 ? prefix : prefix + "_" + std::to_string(n);
+}
+
+void clear_session() {
+  std::lock_guard lock(names_mu);
+  name_counters().clear();
+}
+
+Layer::Layer(const std::string& name, const std::string& prefix)
+    : name_(name.empty() ? unique_layer_name(prefix) : name) {}
+
+Layer::~Layer() = default;
+
+void Layer::maybe_build(const std::vector<Shape>& shapes) {
+  if (built_) return;
+  build(shapes);
+  built_ = true;
+}
+
+void Layer::build(const std::vector<Shape>& input_shapes) {
+  if (input_shapes.size() != 1 && !accepts_multiple_inputs()) {
+    throw InvalidArgument("Layer '" + name_ + "' expects 1 input. Received " +
+                          std::to_string(input_shapes.size()) + ".");
+  }
+  build(input_shapes[0]);
+}
+void Layer::build(const Shape&) {}
+
+Tensor Layer::call(const std::vector<Tensor>& inputs, bool training) {
+  if (inputs.size() != 1) {
+    throw InvalidArgument("Layer '" + name_ + "' (" + class_name() +
+                          ") expects 1 input. Received " + std::to_string(inputs.size()) + ".");
+  }
+  return call(inputs[0], training);
+}
+Tensor Layer::call(const Tensor&, bool) {
+  throw Internal("Layer '" + name_ + "' (" + class_name() +
+                 ") overrides neither call(const Tensor&) nor call(const std::vector<Tensor>&).");
+}
+
+std::vector<Shape> Layer::compute_output_shapes(const std::vector<Shape>& input_shapes) const {
+  if (input_shapes.size() != 1) {
+    throw InvalidArgument("Layer '" + name_ + "' expects 1 input. Received " +
+                          std::to_string(input_shapes.size()) + ".");
+  }
+  return {compute_output_shape(input_shapes[0])};
+}
+Shape Layer::compute_output_shape(const Shape& input_shape) const {
+  return input_shape;
+}
+
+Tensor Layer::operator()(const Tensor& inputs, bool training) {
+  maybe_build({inputs.shape()});
+  return call(inputs, training);
+}
+
+Tensor Layer::operator()(const std::vector<Tensor>& inputs, bool training) {
+  std::vector<Shape> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.shape());
+  maybe_build(shapes);
+  return call(inputs, training);
+}
+
+KerasTensor Layer::operator()(const KerasTensor& inputs) {
+  return (*this)(std::vector<KerasTensor>{inputs});
+}
+
+KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) {
+  std::vector<Shape> shapes;
+  for (const KerasTensor& t : inputs) {
+    if (!t.defined())
+      throw InvalidArgument("Layer '" + name_ + "': called on an undefined KerasTensor.");
+    shapes.push_back(t.shape());
+  }
+  maybe_build(shapes);
+  std::shared_ptr<Layer> self = weak_from_this().lock();
+  if (!self) self = std::move(*this).move_to_shared();
+  Shape out = self->compute_output_shapes(shapes)[0];
+  auto node = std::make_shared<KerasNode>(KerasNode{self, inputs});
+  return KerasTensor(out, inputs[0].dtype(), node);
+}
+
+nlohmann::json Layer::get_config() const {
+  return {{"name", name_}, {"trainable", trainable_}};
+}
+
+std::vector<Variable> Layer::trainable_weights() const {
+  std::vector<Variable> out;
+  for (const Variable& v : own_weights())
+    if (v.trainable() && trainable_) out.push_back(v);
+  return out;
+}
+
+std::vector<Variable> Layer::non_trainable_weights() const {
+  std::vector<Variable> out;
+  for (const Variable& v : own_weights())
+    if (!v.trainable() || !trainable_) out.push_back(v);
+  return out;
+}
+
+std::vector<Variable> Layer::weights() const {
+  std::vector<Variable> out = trainable_weights();
+  for (const Variable& v : non_trainable_weights()) out.push_back(v);
+  return out;
+}
+
+int64_t Layer::count_params() const {
+  int64_t n = 0;
+  for (const Variable& v : own_weights()) n += v.num_elements();
+  return n;
+}
+
+Variable Layer::add_weight(const std::string& name, const Shape& shape,
+                           const initializers::Initializer& initializer, bool trainable,
+                           DType dtype) {
+  Variable v(initializer(shape, dtype), name_ + "/" + name, trainable);
+  weights_.push_back(v);
+  return v;
+}
+
+}  // namespace lockstep::keras

@@ -1,0 +1,259 @@
+#include "lockstep/keras/model.h"
+
+#include <algorithm>
+#include <functional>
+#include <iomanip>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "compiled.h"
+#include "lockstep/distribute/strategy.h"
+#include "lockstep/keras/layers/core.h"
+#include "lockstep/keras/metrics.h"
+#include "lockstep/keras/optimizers.h"
+#include "lockstep/keras/saving/safetensors.h"
+
+namespace lockstep::keras {
+
+struct Model::Graph {
+  std::vector<KerasTensor> inputs;
+  KerasTensor outputs;
+  std::vector<std::shared_ptr<KerasNode>> order;  // topological, inputs first
+};
+
+namespace {
+std::vector<std::shared_ptr<KerasNode>> topological_order(const KerasTensor& outputs) {
+  std::vector<std::shared_ptr<KerasNode>> order;
+  std::set<KerasNode*> seen;
+  std::function<void(const std::shared_ptr<KerasNode>&)> visit =
+      [&](const std::shared_ptr<KerasNode>& n) {
+        if (!seen.insert(n.get()).second) return;
+        for (const KerasTensor& in : n->inputs) visit(in.node());
+        order.push_back(n);
+      };
+  visit(outputs.node());
+  return order;
+}
+
+std::shared_ptr<optimizers::Optimizer> optimizer_by_name(const std::string& name) {
+  if (name == "adam") return std::make_shared<optimizers::Adam>();
+  if (name == "sgd") return std::make_shared<optimizers::SGD>();
+  if (name == "rmsprop") return std::make_shared<optimizers::RMSprop>();
+  if (name == "adagrad") return std::make_shared<optimizers::Adagrad>();
+  if (name == "adamw") return std::make_shared<optimizers::AdamW>();
+  throw InvalidArgument("Unknown optimizer '" + name +
+                        "'. Expected one of adam, adamw, sgd, rmsprop, adagrad.");
+}
+}  // namespace
+
+OptimizerArg::OptimizerArg(const char* name) : ptr(optimizer_by_name(name)) {}
+MetricArg::MetricArg(const char* name)
+    : ptr(std::shared_ptr<metrics::Metric>(metrics::get(name))) {}
+
+Model::Model(const std::string& name, const std::string& prefix)
+    : LayerImpl(name, prefix), strategy_(&distribute::get_strategy()) {}
+
+Model::Model(const KerasTensor& inputs, const KerasTensor& outputs, const std::string& name)
+    : Model(std::vector<KerasTensor>{inputs}, outputs, name) {}
+
+Model::Model(const std::vector<KerasTensor>& inputs, const KerasTensor& outputs,
+             const std::string& name)
+    : Model(name, "functional") {
+  set_graph(inputs, outputs);
+}
+
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+
+void Model::set_graph(std::vector<KerasTensor> inputs, KerasTensor outputs) {
+  auto g = std::make_unique<Graph>();
+  g->order = topological_order(outputs);
+  for (const KerasTensor& in : inputs) {
+    if (!in.defined() || !in.node()->inputs.empty()) {
+      throw InvalidArgument("Model: every input must come from keras::Input().");
+    }
+    if (std::find(g->order.begin(), g->order.end(), in.node()) == g->order.end()) {
+      throw InvalidArgument("Model: the outputs do not depend on input '" +
+                            in.node()->layer->name() + "'.");
+    }
+  }
+  for (const auto& n : g->order) {
+    if (n->inputs.empty() && std::none_of(inputs.begin(), inputs.end(),
+                                          [&](const KerasTensor& t) { return t.node() == n; })) {
+      throw InvalidArgument("Model: the graph uses input '" + n->layer->name() +
+                            "', which is not in the model's inputs.");
+    }
+  }
+  g->inputs = std::move(inputs);
+  g->outputs = std::move(outputs);
+  graph_ = std::move(g);
+  set_built();
+}
+
+std::vector<std::shared_ptr<Layer>> Model::layers() const {
+  std::vector<std::shared_ptr<Layer>> out;
+  if (!graph_) return out;
+  for (const auto& n : graph_->order) out.push_back(n->layer);
+  return out;
+}
+
+void Model::build(const std::vector<Shape>&) {}
+
+std::vector<Shape> Model::compute_output_shapes(const std::vector<Shape>& input_shapes) const {
+  (void)input_shapes;
+  if (!graph_) throw FailedPrecondition("Model '" + name() + "' has no graph yet.");
+  return {graph_->outputs.shape()};
+}
+
+Tensor Model::call(const Tensor& inputs, bool training) {
+  return call(std::vector<Tensor>{inputs}, training);
+}
+
+Tensor Model::call(const std::vector<Tensor>& inputs, bool training) {
+  if (!graph_) throw FailedPrecondition("Model '" + name() + "' has no layers to call.");
+  if (inputs.size() != graph_->inputs.size()) {
+    throw InvalidArgument("Model '" + name() + "' expects " +
+                          std::to_string(graph_->inputs.size()) + " inputs. Received " +
+                          std::to_string(inputs.size()) + ".");
+  }
+  std::unordered_map<KerasNode*, Tensor> values;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KerasNode* n = graph_->inputs[i].node().get();
+    values[n] = n->layer->call(inputs[i], training);
+  }
+  for (const auto& n : graph_->order) {
+    if (n->inputs.empty()) continue;
+    std::vector<Tensor> args;
+    for (const KerasTensor& t : n->inputs) args.push_back(values.at(t.node().get()));
+    values[n.get()] =
+        args.size() == 1 ? (*n->layer)(args[0], training) : (*n->layer)(args, training);
+  }
+  return values.at(graph_->outputs.node().get());
+}
+
+std::vector<Variable> Model::own_weights() const {
+  std::vector<Variable> out;
+  std::set<const void*> seen;
+  for (const auto& layer : layers()) {
+    for (const Variable& v : layer->weights()) {
+      // A layer used twice in a graph shares its weights: list them once.
+      if (seen.insert(&v.raw_value()).second) out.push_back(v);
+    }
+  }
+  return out;
+}
+
+optimizers::Optimizer& Model::optimizer() {
+  if (!compiled_)
+    throw FailedPrecondition("Model '" + name() + "' is not compiled: call compile() first.");
+  return *compiled_->optimizer;
+}
+
+const losses::Loss& Model::loss() const {
+  if (!compiled_)
+    throw FailedPrecondition("Model '" + name() + "' is not compiled: call compile() first.");
+  return *compiled_->loss;
+}
+
+void Model::compile(CompileOptions options) {
+  if (!options.optimizer.ptr) throw InvalidArgument("compile: an optimizer is required.");
+  if (!options.loss.ptr) throw InvalidArgument("compile: a loss is required.");
+  if (options.steps_per_execution < 1) {
+    throw InvalidArgument("compile: expected steps_per_execution >= 1. Received: " +
+                          std::to_string(options.steps_per_execution) + ".");
+  }
+  auto c = std::make_unique<Compiled>();
+  c->optimizer = options.optimizer.ptr;
+  c->loss = options.loss.ptr;
+  for (const MetricArg& m : options.metrics) c->metrics.push_back(m.ptr);
+  c->steps_per_execution = options.steps_per_execution;
+  compiled_ = std::move(c);
+}
+
+std::string Model::summary() const {
+  std::ostringstream os;
+  auto shape_str = [](const Shape& s) {
+    std::string r = "(";
+    for (int i = 0; i < s.rank(); ++i) {
+      if (i) r += ", ";
+      r += i == 0 ? std::string("None") : std::to_string(s[i]);
+    }
+    return r + (s.rank() == 1 ? ",)" : ")");
+  };
+  const int w1 = 29, w2 = 26, w3 = 10;
+  std::string rule(w1 + w2 + w3, '_');
+  os << "Model: \"" << name() << "\"\n" << rule << "\n";
+  os << std::left << std::setw(w1) << " Layer (type)" << std::setw(w2) << "Output Shape"
+     << "Param #\n";
+  os << std::string(w1 + w2 + w3, '=') << "\n";
+  int64_t total = 0, trainable = 0;
+  bool first = true;
+  if (graph_) {
+    for (const auto& n : graph_->order) {
+      if (n->inputs.empty() && class_name() == "Sequential") continue;
+      Shape out;
+      if (n->inputs.empty()) {
+        out = static_cast<const layers::InputLayer&>(*n->layer).batch_shape();
+      } else {
+        std::vector<Shape> in;
+        for (const KerasTensor& t : n->inputs) in.push_back(t.shape());
+        out = n->layer->compute_output_shapes(in)[0];
+      }
+      int64_t params = n->layer->count_params();
+      if (!first) os << "\n";
+      first = false;
+      os << std::left << std::setw(w1)
+         << (" " + n->layer->name() + " (" + n->layer->class_name() + ")") << std::setw(w2)
+         << shape_str(out) << params << "\n";
+    }
+  }
+  for (const Variable& v : weights()) {
+    total += v.num_elements();
+    if (v.trainable()) trainable += v.num_elements();
+  }
+  os << std::string(w1 + w2 + w3, '=') << "\n";
+  os << "Total params: " << total << "\nTrainable params: " << trainable
+     << "\nNon-trainable params: " << (total - trainable) << "\n"
+     << rule << "\n";
+  return os.str();
+}
+
+void Model::save_weights(const std::string& path) const {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::set<std::string> names;
+  for (const Variable& v : weights()) {
+    if (!names.insert(v.name()).second) {
+      throw InvalidArgument("save_weights: two weights are named '" + v.name() +
+                            "'; give the layers unique names.");
+    }
+    tensors.emplace_back(v.name(), v.raw_value());
+  }
+  saving::save_safetensors(path, tensors,
+                           {{"format", "lockstep"}, {"model", name()}, {"class", class_name()}});
+}
+
+void Model::load_weights(const std::string& path) {
+  saving::SafetensorsFile file = saving::load_safetensors(path);
+  std::map<std::string, Tensor> by_name(file.tensors.begin(), file.tensors.end());
+  std::vector<Variable> ws = weights();
+  for (const Variable& v : ws) {
+    auto it = by_name.find(v.name());
+    if (it == by_name.end()) {
+      throw InvalidArgument("load_weights: '" + path + "' has no tensor named '" + v.name() +
+                            "' (the model's weight). Was it saved from a different model?");
+    }
+    if (!(it->second.shape() == v.shape()) || it->second.dtype() != v.dtype()) {
+      throw InvalidArgument("load_weights: '" + v.name() + "' in '" + path + "' is " +
+                            it->second.describe() + "; the model expects " +
+                            v.raw_value().describe() + ".");
+    }
+  }
+  if (by_name.size() != ws.size()) {
+    throw InvalidArgument("load_weights: '" + path + "' holds " + std::to_string(by_name.size()) +
+                          " tensors; the model has " + std::to_string(ws.size()) + " weights.");
+  }
+  for (const Variable& v : ws) v.assign(by_name.at(v.name()));
+}
+
+}  // namespace lockstep::keras

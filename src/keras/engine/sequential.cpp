@@ -1,0 +1,59 @@
+#include "lockstep/keras/sequential.h"
+
+#include "lockstep/keras/layers/core.h"
+
+namespace lockstep::keras {
+
+Sequential::Sequential(std::vector<LayerArg> layers, const std::string& name)
+    : Model(name, "sequential") {
+  for (LayerArg& l : layers) add(std::move(l));
+}
+
+void Sequential::add(LayerArg arg) {
+  if (arg.input) {
+    if (input_ || !layers_.empty()) {
+      throw InvalidArgument("Sequential '" + name() +
+                            "': an Input can only be the first entry of a Sequential model.");
+    }
+    input_ = arg.input;
+  } else {
+    if (!arg.layer) throw InvalidArgument("Sequential::add: received a null layer.");
+    if (arg.layer->accepts_multiple_inputs() && !dynamic_cast<Model*>(arg.layer.get())) {
+      throw InvalidArgument("Sequential '" + name() + "': layer '" + arg.layer->name() +
+                            "' takes several inputs; use the functional Model instead.");
+    }
+    layers_.push_back(std::move(arg.layer));
+  }
+  if (input_) rebuild_graph();
+}
+
+void Sequential::rebuild_graph() {
+  KerasTensor x = *input_;
+  for (const auto& l : layers_) x = (*l)(x);
+  set_graph({*input_}, x);
+}
+
+void Sequential::build(const std::vector<Shape>& input_shapes) {
+  if (input_) return;
+  if (input_shapes.size() != 1) {
+    throw InvalidArgument("Sequential '" + name() + "' takes one input. Received " +
+                          std::to_string(input_shapes.size()) + ".");
+  }
+  Shape per_example = input_shapes[0].without(0);
+  input_ = Input(per_example);
+  rebuild_graph();
+}
+
+std::vector<Shape> Sequential::compute_output_shapes(const std::vector<Shape>& input_shapes) const {
+  Shape s = input_shapes.at(0);
+  for (const auto& l : layers_) s = l->compute_output_shapes({s})[0];
+  return {s};
+}
+
+Tensor Sequential::call(const Tensor& inputs, bool training) {
+  Tensor x = inputs;
+  for (const auto& l : layers_) x = (*l)(x, training);
+  return x;
+}
+
+}  // namespace lockstep::keras
