@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "lockstep/data/dataset.h"
@@ -33,6 +34,10 @@ class RandomAccess {
   // Copies elements [i, i + n) into rows [row, row + n).
   virtual void copy_rows(int64_t i, int64_t n, const Element& dst, int64_t row) const {
     for (int64_t k = 0; k < n; ++k) copy_row(i + k, dst, row + k);
+  }
+  // Copies elements idx[0], idx[1], ... into rows [row, row + idx.size()) (a shuffled gather).
+  virtual void gather_rows(std::span<const int64_t> idx, const Element& dst, int64_t row) const {
+    for (size_t k = 0; k < idx.size(); ++k) copy_row(idx[k], dst, row + static_cast<int64_t>(k));
   }
 };
 

@@ -29,14 +29,17 @@ class IndexShuffleIterator : public IteratorImpl {
     return true;
   }
   int64_t next_rows(const Element& dst, int64_t row, int64_t n) override {
-    int64_t k = 0;
-    for (; k < n; ++k) {
+    // Draw the batch's indices first, then gather them in one call (which can prefetch ahead).
+    indices_.clear();
+    for (int64_t k = 0; k < n; ++k) {
       int64_t i = next_index();
       if (i < 0) break;
-      if (k == 0) ra_->check_rows(dst);
-      ra_->copy_row(i, dst, row + k);
+      indices_.push_back(i);
     }
-    return k;
+    if (indices_.empty()) return 0;
+    ra_->check_rows(dst);
+    ra_->gather_rows(indices_, dst, row);
+    return static_cast<int64_t>(indices_.size());
   }
   int64_t skip(int64_t n) override {
     int64_t k = 0;
@@ -65,6 +68,7 @@ class IndexShuffleIterator : public IteratorImpl {
   int64_t size_, buffer_size_;
   Generator rng_;
   std::vector<int64_t> buffer_;
+  std::vector<int64_t> indices_;
   int64_t next_input_ = 0;
 };
 

@@ -421,6 +421,12 @@ class StridedAccess : public RandomAccess {
     if (stride_ == 1) return input_->copy_rows(begin_ + i, n, dst, row);
     RandomAccess::copy_rows(i, n, dst, row);
   }
+  void gather_rows(std::span<const int64_t> idx, const Element& dst, int64_t row) const override {
+    thread_local std::vector<int64_t> mapped;
+    mapped.resize(idx.size());
+    for (size_t k = 0; k < idx.size(); ++k) mapped[k] = begin_ + idx[k] * stride_;
+    input_->gather_rows(mapped, dst, row);
+  }
 
  private:
   std::shared_ptr<const RandomAccess> input_;
