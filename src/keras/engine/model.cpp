@@ -36,18 +36,9 @@ std::vector<std::shared_ptr<KerasNode>> topological_order(const KerasTensor& out
   return order;
 }
 
-std::shared_ptr<optimizers::Optimizer> optimizer_by_name(const std::string& name) {
-  if (name == "adam") return std::make_shared<optimizers::Adam>();
-  if (name == "sgd") return std::make_shared<optimizers::SGD>();
-  if (name == "rmsprop") return std::make_shared<optimizers::RMSprop>();
-  if (name == "adagrad") return std::make_shared<optimizers::Adagrad>();
-  if (name == "adamw") return std::make_shared<optimizers::AdamW>();
-  throw InvalidArgument("Unknown optimizer '" + name +
-                        "'. Expected one of adam, adamw, sgd, rmsprop, adagrad.");
-}
 }  // namespace
 
-OptimizerArg::OptimizerArg(const char* name) : ptr(optimizer_by_name(name)) {}
+OptimizerArg::OptimizerArg(const char* name) : ptr(optimizers::get(name)) {}
 MetricArg::MetricArg(const char* name)
     : ptr(std::shared_ptr<metrics::Metric>(metrics::get(name))) {}
 

@@ -1,0 +1,27 @@
+// `lockstep`: the command-line tool. `lockstep train ...` runs the seed program; `lockstep
+// devices` prints the resolved topology. Exit code 0 on success; otherwise one line on stderr.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "commands.h"
+#include "lockstep/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lockstep: synchronous data-parallel training"};
+  app.require_subcommand(1);
+  auto train = lockstep::apps::add_train_command(app);
+  auto devices = lockstep::apps::add_devices_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (app.got_subcommand("train")) return train();
+    if (app.got_subcommand("devices")) return devices();
+  } catch (const std::exception& e) {
+    std::cerr << "lockstep: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,165 @@
+// `lockstep train`: the seed program (784-128-10 MLP, Adam, categorical cross-entropy) with the
+// knobs a user needs, reporting Keras' progress bar and the final test loss and accuracy.
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "lockstep/lockstep.h"
+
+namespace lockstep::apps {
+namespace {
+
+struct TrainArgs {
+  std::string dataset = "fashion_mnist";
+  std::string data_dir;
+  int epochs = 5;
+  int64_t batch_size = 128;
+  int64_t global_batch_size = 0;
+  int64_t steps_per_epoch = 0;
+  std::string precision = "float32";
+  uint64_t seed = 0;
+  std::string save_weights, load_weights, history;
+  int verbose = 1;
+  int replicas = 0;
+  int steps_per_execution = 1;
+};
+
+Element preprocess(const Element& batch) {
+  Tensor x = batch[0].to(DType::float32).reshape({-1, 784});
+  float* d = x.data<float>();
+  for (int64_t i = 0; i < x.num_elements(); ++i) d[i] *= 1.0f / 255.0f;
+  return {x, one_hot(batch[1].to(DType::int64), 10)};
+}
+
+std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
+  if (a.replicas > 0) return std::make_unique<distribute::MirroredStrategy>(a.replicas);
+  try {
+    AcceleratorClusterResolver resolver;
+    connect_to_cluster(resolver);
+    initialize_system(resolver);
+    return std::make_unique<distribute::AcceleratorStrategy>(resolver);
+  } catch (const NotFound&) {
+    return nullptr;  // the default strategy
+  }
+}
+
+int run_train(const TrainArgs& a) {
+  if (a.precision != "float32") {
+    throw InvalidArgument("--precision " + a.precision +
+                          ": only float32 is available in this build.");
+  }
+  keras::set_random_seed(a.seed);
+  auto owned = make_strategy(a);
+  distribute::Strategy& strategy = owned ? *owned : distribute::get_strategy();
+  int replicas = strategy.num_replicas_in_sync();
+  int64_t global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.batch_size * replicas;
+  if (a.verbose > 0) {
+    std::cout << "num_replicas_in_sync: " << replicas << " - global batch: " << global_batch
+              << "\n";
+  }
+
+  datasets::TrainTest data = a.dataset == "mnist" ? datasets::mnist::load_data(a.data_dir)
+                                                  : datasets::fashion_mnist::load_data(a.data_dir);
+  auto& [x_train, y_train] = data.first;
+  auto& [x_test, y_test] = data.second;
+  int64_t steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : x_train.dim(0) / global_batch;
+  if (steps <= 0) {
+    throw InvalidArgument("--global-batch-size " + std::to_string(global_batch) +
+                          " is larger than the training set (" + std::to_string(x_train.dim(0)) +
+                          " examples).");
+  }
+  Dataset dataset = Dataset::from_tensor_slices({x_train, y_train})
+                        .shuffle(x_train.dim(0), a.seed)
+                        .repeat()
+                        .batch(global_batch)
+                        .map(preprocess)
+                        .prefetch(Dataset::AUTOTUNE);
+
+  auto scope = strategy.scope();
+  keras::Sequential model({
+      keras::Input({784}),
+      keras::layers::Dense({.units = 128, .activation = "relu"}),
+      keras::layers::Dense({.units = 10, .activation = "softmax"}),
+  });
+  if (!a.load_weights.empty()) model.load_weights(a.load_weights);
+  model.compile({.optimizer = keras::optimizers::Adam(),
+                 .loss = keras::losses::CategoricalCrossentropy(),
+                 .metrics = {keras::metrics::CategoricalAccuracy()},
+                 .steps_per_execution = a.steps_per_execution});
+  auto epoch_times = std::make_shared<std::vector<double>>();
+  auto timer =
+      std::make_shared<keras::callbacks::LambdaCallback>(keras::callbacks::LambdaCallbackOptions{
+          .on_epoch_begin =
+              [epoch_times](int, const keras::callbacks::Logs&) {
+                epoch_times->push_back(-std::chrono::duration<double>(
+                                            std::chrono::steady_clock::now().time_since_epoch())
+                                            .count());
+              },
+          .on_epoch_end =
+              [epoch_times](int, const keras::callbacks::Logs&) {
+                epoch_times->back() += std::chrono::duration<double>(
+                                           std::chrono::steady_clock::now().time_since_epoch())
+                                           .count();
+              }});
+  auto history = model.fit(
+      dataset,
+      {.epochs = a.epochs, .steps_per_epoch = steps, .verbose = a.verbose, .callbacks = {timer}});
+  auto test = model.evaluate(
+      Dataset::from_tensor_slices({x_test, y_test}).batch(global_batch).map(preprocess));
+  std::cout << "test loss: " << test["loss"] << " - test accuracy: " << test["categorical_accuracy"]
+            << "\n";
+  if (!a.save_weights.empty()) model.save_weights(a.save_weights);
+  if (!a.history.empty()) {
+    nlohmann::json j;
+    j["loss"] = history.history.at("loss");
+    j["accuracy"] = history.history.at("categorical_accuracy");
+    j["test_loss"] = test["loss"];
+    j["test_accuracy"] = test["categorical_accuracy"];
+    j["replicas"] = replicas;
+    j["global_batch_size"] = global_batch;
+    j["steps_per_epoch"] = steps;
+    j["seconds_per_epoch"] = *epoch_times;
+    std::ofstream out(a.history);
+    if (!out) throw NotFound("--history: cannot write '" + a.history + "'.");
+    out << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_train_command(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  auto* cmd =
+      app.add_subcommand("train", "Train the seed model (784-128-10 MLP) on (Fashion-)MNIST");
+  cmd->add_option("--dataset", a->dataset, "fashion_mnist or mnist")
+      ->check(CLI::IsMember({"fashion_mnist", "mnist"}));
+  cmd->add_option("--data-dir", a->data_dir, "Directory of the four IDX files");
+  cmd->add_option("--epochs", a->epochs, "Epochs")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", a->batch_size, "Batch size per replica")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch-size", a->global_batch_size,
+                  "Global batch size (overrides --batch-size)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--steps-per-epoch", a->steps_per_epoch, "Steps per epoch (default: a full pass)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--precision", a->precision, "float32 or mixed_bfloat16")
+      ->check(CLI::IsMember({"float32", "mixed_bfloat16"}));
+  cmd->add_option("--seed", a->seed, "Random seed (weights and shuffling)");
+  cmd->add_option("--save-weights", a->save_weights, "Write the trained weights (safetensors)");
+  cmd->add_option("--load-weights", a->load_weights, "Start from these weights (safetensors)");
+  cmd->add_option("--history", a->history, "Write per-epoch metrics as JSON");
+  cmd->add_option("--verbose", a->verbose, "0 silent, 1 progress bar, 2 one line per epoch")
+      ->check(CLI::Range(0, 2));
+  cmd->add_option("--replicas", a->replicas, "Local replicas (default: one per available core)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--steps-per-execution", a->steps_per_execution,
+                  "Steps each replica runs per dispatch")
+      ->check(CLI::PositiveNumber);
+  return [a] { return run_train(*a); };
+}
+
+}  // namespace lockstep::apps
