@@ -8,7 +8,17 @@
 // [0,1] [2,3] then [4] [5]; range(4).batch(4) on 5 replicas gives [0] [1] [2] [3] []. Slices are
 // views of the batch (no copy). In a multi-worker job every worker iterates the same global
 // batches (same pipeline, same seeds) and keeps the slices of its own replicas, so N workers see
-// exactly what one process with N× replicas would.
+// exactly what one process with N× replicas would. This is AutoShardPolicy::DATA ("shard by
+// data", tf.data.experimental.AutoShardPolicy): results are independent of how the replicas are
+// spread over workers. Other policies (experimental_distribute_dataset(ds, policy)):
+//
+//   AUTO   the same as DATA: tf's AUTO tries FILE first, and no Lockstep source reads files.
+//   OFF    each worker's dataset is used as is: its batches are *per-worker* batches (of size
+//          global / workers), each split among the worker's local replicas by the rule above.
+//          Workers must then feed different data themselves (e.g. Dataset::shard or seeds per
+//          worker); the global batch size is taken as the local one times the workers.
+//   FILE   shards the input files among workers; throws InvalidArgument because Lockstep's
+//          sources (tensor slices, range, generators) are in memory, so there are no files.
 //
 // From distribute_datasets_from_function(fn): fn(InputContext) builds this worker's dataset,
 // which yields per-replica batches; local replica r of step s gets element s * L + r. If the
@@ -26,13 +36,15 @@
 
 namespace lockstep::distribute {
 
+enum class AutoShardPolicy : int { AUTO, FILE, DATA, OFF };
+
 // Cuts `batch` (every component along axis 0) into `num_slices` views by the rule above and
 // returns slices [first, first + count).
 std::vector<Element> split_batch(const Element& batch, int num_slices, int first, int count);
 
 class DistributedDataset {
  public:
-  enum class Mode { kSplitGlobalBatches, kPerReplicaBatches };
+  enum class Mode { kSplitGlobalBatches, kSplitWorkerBatches, kPerReplicaBatches };
 
   DistributedDataset(Dataset dataset, Mode mode, int num_local_replicas, int num_replicas_in_sync,
                      int first_local_replica);

@@ -39,6 +39,7 @@ class ReplicaPool;
 class SharedMemoryGroup;
 class DistributedDataset;
 struct InputContext;
+enum class AutoShardPolicy : int;  // distributed_dataset.h
 
 struct StrategyConfig {
   std::string name = "Strategy";
@@ -108,6 +109,9 @@ class Strategy : public VariableCreationObserver {
 
   // Splits each global batch of `dataset` over the replicas in sync (see distributed_dataset.h).
   DistributedDataset experimental_distribute_dataset(const Dataset& dataset);
+  // Same, with how workers divide the input (AutoShardPolicy::DATA is the overload above).
+  DistributedDataset experimental_distribute_dataset(const Dataset& dataset,
+                                                     AutoShardPolicy policy);
   // Calls fn once per worker with its InputContext; fn's dataset yields per-replica batches.
   DistributedDataset distribute_datasets_from_function(
       const std::function<Dataset(const InputContext&)>& fn);

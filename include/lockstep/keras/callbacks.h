@@ -1,5 +1,6 @@
 #pragma once
 // Umbrella header of keras.callbacks.
+#include "lockstep/keras/callbacks/backup_and_restore.h"
 #include "lockstep/keras/callbacks/callback.h"
 #include "lockstep/keras/callbacks/csv_logger.h"
 #include "lockstep/keras/callbacks/early_stopping.h"

@@ -63,6 +63,15 @@ std::optional<PerReplica<Element>> DistributedDataset::Iterator::next() {
     out.values = split_batch(*batch, o.num_in_sync_, o.first_local_, o.num_local_);
     return out;
   }
+  if (o.mode_ == Mode::kSplitWorkerBatches) {
+    std::optional<Element> batch = it_.next();
+    if (!batch) return std::nullopt;
+    int64_t local = (*batch)[0].rank() ? (*batch)[0].dim(0) : 0;
+    // As for per-worker datasets: exact while every worker's batch has the same size.
+    last_global_batch_ = local * (o.num_in_sync_ / o.num_local_);
+    out.values = split_batch(*batch, o.num_local_, 0, o.num_local_);
+    return out;
+  }
   int64_t total = 0;
   for (int r = 0; r < o.num_local_; ++r) {
     std::optional<Element> e = it_.next();
@@ -87,6 +96,27 @@ DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& data
   return DistributedDataset(dataset, DistributedDataset::Mode::kSplitGlobalBatches,
                             num_local_replicas(), num_replicas_in_sync(),
                             worker_index() * num_local_replicas());
+}
+
+DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& dataset,
+                                                             AutoShardPolicy policy) {
+  switch (policy) {
+    case AutoShardPolicy::AUTO:
+    case AutoShardPolicy::DATA:
+      return experimental_distribute_dataset(dataset);
+    case AutoShardPolicy::OFF:
+      return DistributedDataset(dataset, DistributedDataset::Mode::kSplitWorkerBatches,
+                                num_local_replicas(), num_replicas_in_sync(),
+                                worker_index() * num_local_replicas());
+    case AutoShardPolicy::FILE:
+      break;
+  }
+  throw InvalidArgument(
+      "experimental_distribute_dataset: AutoShardPolicy::FILE shards the files a dataset reads, "
+      "but this pipeline (" +
+      dataset.to_string() +
+      ") reads no files: Lockstep's sources are in memory. Use DATA (every worker iterates the "
+      "same global batches and keeps its replicas' slices) or OFF.");
 }
 
 DistributedDataset Strategy::distribute_datasets_from_function(

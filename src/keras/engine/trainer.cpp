@@ -52,7 +52,10 @@ struct Trainer {
       shapes.push_back(v.shape());
     }
     int n = strategy.num_local_replicas();
-    c.sync = std::make_unique<distribute::GradientSynchronizer>(shapes, n);
+    // CommunicationOptions::bytes_per_pack also sizes the cross-worker gradient buckets.
+    size_t pack = strategy.communication_options().bytes_per_pack;
+    c.sync = pack ? std::make_unique<distribute::GradientSynchronizer>(shapes, n, pack)
+                  : std::make_unique<distribute::GradientSynchronizer>(shapes, n);
     c.optimizer->build(c.trainable);
     c.replica_metrics.clear();
     for (int r = 0; r < n; ++r) {
@@ -211,15 +214,30 @@ callbacks::History Model::fit(const Dataset& dataset, FitOptions options) {
   if (options.verbose > 0) {
     cbs.append(std::make_shared<callbacks::ProgbarLogger>(options.verbose));
   }
+  std::optional<distribute::DistributedDataset::Iterator> it;
+  int initial_epoch = options.initial_epoch;
+  std::optional<IteratorState> resume_position;
+  callbacks::TrainingTarget target = training_target(*this);
+  target.iterator_state = [&it] { return it ? it->state() : IteratorState{}; };
+  target.resume_from = [&](int epoch, const IteratorState& position) {
+    initial_epoch = epoch;
+    resume_position = position;
+  };
   cbs.set_model(this);
-  cbs.set_target(training_target(*this));
+  cbs.set_target(target);
   cbs.set_params({{"epochs", options.epochs}, {"steps", steps_hint}, {"verbose", options.verbose}});
   stop_training = false;
   cbs.on_train_begin({});
-  std::optional<distribute::DistributedDataset::Iterator> it;
-  if (options.steps_per_epoch > 0) it.emplace(dist.make_iterator());
+  if (resume_position) {
+    // With steps_per_epoch the iterator spans epochs and continues where it was; otherwise each
+    // epoch starts a new iteration, and restoring the old one makes the next one the one after.
+    auto restored = dist.make_iterator(*resume_position);
+    if (options.steps_per_epoch > 0) it.emplace(std::move(restored));
+  } else if (options.steps_per_epoch > 0) {
+    it.emplace(dist.make_iterator());
+  }
   int64_t k = compiled_->steps_per_execution;
-  for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
+  for (int epoch = initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.steps_per_epoch == 0) it.emplace(dist.make_iterator());
     if (compiled_->sync) t.reset_state();
     cbs.on_epoch_begin(epoch, {});

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
+#include "lockstep/data/dataset.h"
 
 namespace lockstep::keras {
 class Model;
@@ -41,6 +42,10 @@ struct TrainingTarget {
   std::function<optimizers::Optimizer&()> optimizer;     // model.optimizer
   std::function<std::vector<Variable>()> weights;        // model.weights
   std::function<void(const std::string&)> save_weights;  // model.save_weights(path)
+  // Set by fit only (BackupAndRestore): the position of fit's input iterator, and a request,
+  // valid during on_train_begin, to continue at `epoch` with the input iterator at `position`.
+  std::function<IteratorState()> iterator_state;
+  std::function<void(int epoch, const IteratorState& position)> resume_from;
 };
 
 class Callback {

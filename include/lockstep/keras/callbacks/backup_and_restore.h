@@ -1,0 +1,59 @@
+#pragma once
+// BackupAndRestore (keras.callbacks.BackupAndRestore): survives an interrupted fit. At the end of
+// every epoch it writes `<backup_dir>/backup.safetensors` holding
+//
+//   model/<i>/<name>       every model weight (model.weights order)
+//   optimizer/<i>/<name>   every optimizer variable: iterations, the learning rate when constant,
+//                          the slots (Optimizer::variables order)
+//   __metadata__           "backup.format": "1", "backup.epoch": the last completed epoch
+//                          (0-based), "backup.iterator_iteration" / "backup.iterator_position":
+//                          the position of fit's input iterator (IteratorState)
+//
+// When fit starts and the file exists, everything is restored and fit continues at the epoch
+// after the saved one, with the input iterator where it was, so the resumed run computes exactly
+// what the uninterrupted one would have (same bits, for a deterministic pipeline and strategy).
+// When training completes, the backup is deleted (as Keras does), so the next fit starts afresh.
+//
+// Crash safety: the file is written atomically (save_safetensors: temporary file, fsync, rename),
+// so a kill at any point leaves the previous epoch's backup or the new one, never a partial file;
+// leftover temporary files are never read. A backup file that is nevertheless corrupt (checksums)
+// makes fit throw DataLoss naming it rather than silently starting over.
+//
+// Multi-worker: the chief (worker 0) writes and deletes; the other workers wait for it at a
+// barrier, so no worker starts the next epoch before the backup of this one exists. Every worker
+// reads the backup on start, so `backup_dir` must be on a file system all workers see.
+//
+// Not saved: random generator states. Layers draw their seeds from keras::next_seed() when they
+// are created, so a restarted program that calls set_random_seed and builds the same model gets
+// the same seeds; but Dropout's per-replica mask generators restart from their seeds, so with
+// Dropout the masks after the resume point differ from an uninterrupted run's (weights stay
+// valid; bit-identical resumption holds for models without random layers). The model must be
+// built (keras::Input) before fit so that its weights exist to restore into.
+#include <string>
+
+#include "lockstep/keras/callbacks/callback.h"
+
+namespace lockstep::keras::callbacks {
+
+class BackupAndRestore final : public Callback {
+ public:
+  explicit BackupAndRestore(std::string backup_dir, bool delete_checkpoint = true);
+
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_end(int epoch, const Logs& logs) override;
+  void on_train_end(const Logs& logs) override;
+
+  // `<backup_dir>/backup.safetensors`.
+  std::string backup_path() const;
+  // The epoch fit resumed after (0-based), or -1 when it started afresh.
+  int restored_epoch() const { return restored_epoch_; }
+
+ private:
+  void barrier_workers();
+  bool is_chief();
+  std::string dir_;
+  bool delete_checkpoint_;
+  int restored_epoch_ = -1;
+};
+
+}  // namespace lockstep::keras::callbacks

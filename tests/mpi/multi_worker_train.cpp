@@ -1,0 +1,187 @@
+// Trains a small MLP on deterministic synthetic data under one of three strategies and writes the
+// final weights, so that run_equivalence_test.sh can compare
+//   mpirun -np W multi_worker_train multi OUT   (MultiWorkerMirroredStrategy, W workers x L local
+//                                                replicas from LOCKSTEP_DEVICES=cpu:L)
+//   multi_worker_train mirrored N OUT            (MirroredStrategy(N), one process)
+//   multi_worker_train default 1 OUT             (the default strategy: 1 replica, global batch)
+//   multi_worker_train compare A B REL           (exit 0 when every weight agrees within REL)
+// The output is one line per weight element, printed with 9 significant digits (enough to
+// round-trip float32), so equal bits give equal files.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/lockstep.h"
+
+using namespace lockstep;
+
+namespace {
+
+constexpr int64_t kExamples = 96;
+constexpr int64_t kFeatures = 6;
+constexpr int64_t kClasses = 3;
+constexpr int64_t kGlobalBatch = 16;  // 6 steps per epoch; 4 examples per replica with 4 replicas
+
+// Inputs and labels from closed-form expressions: no generator, identical in every process.
+Element synthetic_data() {
+  Tensor x = Tensor::zeros({kExamples, kFeatures});
+  Tensor y = Tensor::zeros({kExamples, kClasses});
+  float* xd = x.data<float>();
+  float* yd = y.data<float>();
+  for (int64_t i = 0; i < kExamples; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < kFeatures; ++j) {
+      double v = std::sin(0.37 * double(i + 1) * double(j + 1)) + 0.1 * double(j);
+      xd[i * kFeatures + j] = static_cast<float>(v);
+      s += v * double(j % 2 ? 1 : -1);
+    }
+    int64_t label = s < -0.5 ? 0 : (s < 0.5 ? 1 : 2);
+    yd[i * kClasses + label] = 1.0f;
+  }
+  return {x, y};
+}
+
+std::vector<float> train(distribute::Strategy* strategy) {
+  keras::set_random_seed(1234);
+  Element data = synthetic_data();
+  // A shuffle with a fixed seed exercises the "same global batches on every worker" rule.
+  Dataset ds = Dataset::from_tensor_slices(data).shuffle(kExamples, 99).batch(kGlobalBatch);
+  std::optional<distribute::Strategy::Scope> scope;
+  if (strategy) scope.emplace(*strategy);
+  keras::Sequential model({
+      keras::Input({kFeatures}),
+      keras::layers::Dense({.units = 16, .activation = "relu"}),
+      keras::layers::Dense({.units = kClasses, .activation = "softmax"}),
+  });
+  model.compile({.optimizer = keras::optimizers::Adam(),
+                 .loss = keras::losses::CategoricalCrossentropy(),
+                 .metrics = {keras::metrics::CategoricalAccuracy()}});
+  model.fit(ds, {.epochs = 3, .verbose = 0});
+  std::vector<float> out;
+  for (const Variable& v : model.weights()) {
+    Tensor t = v.raw_value();
+    const float* d = t.data<float>();
+    out.insert(out.end(), d, d + t.num_elements());
+  }
+  return out;
+}
+
+void write(const std::string& path, const std::vector<float>& w) {
+  std::ofstream f(path);
+  char buf[32];
+  for (float v : w) {
+    std::snprintf(buf, sizeof buf, "%.9g\n", static_cast<double>(v));
+    f << buf;
+  }
+  if (!f) throw Unavailable("cannot write " + path);
+}
+
+std::vector<double> read(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw NotFound("cannot read " + path);
+  std::vector<double> out;
+  for (double v; f >> v;) out.push_back(v);
+  return out;
+}
+
+int compare(const std::string& a, const std::string& b, double rel) {
+  std::vector<double> x = read(a), y = read(b);
+  if (x.size() != y.size() || x.empty()) {
+    std::cerr << "FAIL: " << a << " has " << x.size() << " values, " << b << " has " << y.size()
+              << "\n";
+    return 1;
+  }
+  double worst = 0;
+  size_t worst_i = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    // Relative to the weight's magnitude, with a floor so weights near zero compare absolutely.
+    double err = std::abs(x[i] - y[i]) / std::max(1e-2, std::max(std::abs(x[i]), std::abs(y[i])));
+    if (err > worst) worst = err, worst_i = i;
+  }
+  std::cout << a << " vs " << b << ": worst relative difference " << worst << " at element "
+            << worst_i << " (" << x[worst_i] << " vs " << y[worst_i] << "), tolerance " << rel
+            << "\n";
+  return worst <= rel ? 0 : 1;
+}
+
+std::vector<int64_t> values(const Element& e) {
+  const int64_t* d = e[0].data<int64_t>();
+  return {d, d + e[0].num_elements()};
+}
+
+// The input policies on range(8).batch(8) (DATA) and range(8).batch(4) (OFF); expected slices
+// written out from the rules in distributed_dataset.h.
+void check_auto_shard(distribute::MultiWorkerMirroredStrategy& strategy) {
+  const int w = strategy.worker_index(), workers = strategy.num_workers();
+  const int local = strategy.num_local_replicas();
+  auto fail = [&](const std::string& what) {
+    throw Internal("worker " + std::to_string(w) + ": AutoShardPolicy check failed: " + what);
+  };
+  if (workers == 2 && local == 2) {
+    auto data = strategy.experimental_distribute_dataset(Dataset::range(8).batch(8),
+                                                         distribute::AutoShardPolicy::DATA);
+    auto step = data.make_iterator().next();
+    std::vector<int64_t> first = {4 * w, 4 * w + 1}, second = {4 * w + 2, 4 * w + 3};
+    if (!step || values((*step)[0]) != first || values((*step)[1]) != second) fail("DATA slices");
+    auto off = strategy.experimental_distribute_dataset(Dataset::range(8).batch(4),
+                                                        distribute::AutoShardPolicy::OFF);
+    auto it = off.make_iterator();
+    step = it.next();
+    if (!step || values((*step)[0]) != std::vector<int64_t>{0, 1} ||
+        values((*step)[1]) != std::vector<int64_t>{2, 3} || it.last_global_batch_size() != 8) {
+      fail("OFF splits the worker's own batch");
+    }
+  }
+  try {
+    strategy.experimental_distribute_dataset(Dataset::range(8).batch(4),
+                                             distribute::AutoShardPolicy::FILE);
+    fail("FILE on an in-memory dataset did not throw");
+  } catch (const InvalidArgument&) {
+  }
+}
+
+int run(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "compare" && argc == 5) return compare(argv[2], argv[3], std::stod(argv[4]));
+  if (argc != 4) {
+    std::cerr << "usage: multi_worker_train multi|mirrored|default N OUT | compare A B REL\n";
+    return 2;
+  }
+  std::string out = argv[3];
+  if (mode == "multi") {
+    distribute::mpi_initialize(&argc, &argv);
+    distribute::MultiWorkerMirroredStrategy strategy({.timeout_seconds = 60});
+    check_auto_shard(strategy);
+    std::vector<float> w = train(&strategy);
+    if (strategy.is_chief()) write(out, w);
+    std::cout << "worker " << strategy.worker_index() << " of " << strategy.num_workers()
+              << ": num_replicas_in_sync " << strategy.num_replicas_in_sync() << "\n";
+    return 0;
+  }
+  if (mode == "mirrored") {
+    distribute::MirroredStrategy strategy(std::stoi(argv[2]));
+    write(out, train(&strategy));
+    return 0;
+  }
+  if (mode == "default") {
+    write(out, train(nullptr));
+    return 0;
+  }
+  std::cerr << "unknown mode " << mode << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    distribute::abort_job(e);
+  }
+}
