@@ -1,3 +1,7 @@
 #pragma once
 // All Keras layers.
+#include "lockstep/keras/layers/convolutional.h"
 #include "lockstep/keras/layers/core.h"
+#include "lockstep/keras/layers/embedding.h"
+#include "lockstep/keras/layers/merge.h"
+#include "lockstep/keras/layers/normalization.h"

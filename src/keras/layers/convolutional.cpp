@@ -1,0 +1,144 @@
+#include "lockstep/keras/layers/convolutional.h"
+
+#include "lockstep/autodiff/functions.h"
+#include "lockstep/autodiff/nn_functions.h"
+#include "lockstep/keras/activations.h"
+
+namespace lockstep::keras::layers {
+
+namespace {
+
+std::string pair_string(const std::array<int64_t, 2>& p) {
+  return "(" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + ")";
+}
+
+void require_positive_pair(const std::string& layer, const std::string& what,
+                           const std::array<int64_t, 2>& p) {
+  if (p[0] <= 0 || p[1] <= 0) {
+    throw InvalidArgument(layer + ": expected " + what + " > 0 in both dimensions. Received: " +
+                          what + "=" + pair_string(p) + ".");
+  }
+}
+
+void require_nhwc(const std::string& layer, const std::string& name, const Shape& s) {
+  if (s.rank() != 4) {
+    throw InvalidArgument(layer + " '" + name +
+                          "' expects inputs of rank 4 ([batch, height, width, channels])."
+                          " Received shape " +
+                          s.to_string() + ".");
+  }
+}
+
+// [N, H, W, C] -> [N, OH, OW, channels] with TensorFlow's window rules; N may be 0 (symbolic).
+Shape windowed_shape(std::string_view op, const Shape& s, const std::array<int64_t, 2>& window,
+                     const std::array<int64_t, 2>& strides, Padding padding, int64_t channels) {
+  int64_t oh = ops::window_geometry(op, s[1], window[0], strides[0], padding).out;
+  int64_t ow = ops::window_geometry(op, s[2], window[1], strides[1], padding).out;
+  return Shape{s[0], oh, ow, channels};
+}
+
+}  // namespace
+
+Conv2D::Conv2D(Conv2DOptions options)
+    : LayerImpl(options.name, "conv2d"),
+      options_(std::move(options)),
+      padding_(padding_from_name(options_.padding)) {
+  if (options_.filters <= 0) {
+    throw InvalidArgument("Conv2D: expected filters > 0. Received: filters=" +
+                          std::to_string(options_.filters) + ".");
+  }
+  require_positive_pair("Conv2D", "kernel_size", options_.kernel_size);
+  require_positive_pair("Conv2D", "strides", options_.strides);
+  activations::get(options_.activation);
+  initializers::get(options_.kernel_initializer);
+  initializers::get(options_.bias_initializer);
+}
+
+lockstep::Conv2DOptions Conv2D::op_options() const {
+  return {.strides = options_.strides, .padding = padding_};
+}
+
+void Conv2D::build(const Shape& input_shape) {
+  require_nhwc("Conv2D", name(), input_shape);
+  compute_output_shape(input_shape);  // rejects a kernel larger than a "valid" input now
+  kernel_ = add_weight(
+      "kernel",
+      {options_.kernel_size[0], options_.kernel_size[1], input_shape[3], options_.filters},
+      *initializers::get(options_.kernel_initializer), true, options_.dtype);
+  if (options_.use_bias) {
+    bias_ = add_weight("bias", {options_.filters}, *initializers::get(options_.bias_initializer),
+                       true, options_.dtype);
+  }
+}
+
+Tensor Conv2D::call(const Tensor& inputs, bool) {
+  require_nhwc("Conv2D", name(), inputs.shape());
+  if (inputs.dim(3) != kernel_.shape()[2]) {
+    throw InvalidArgument("Conv2D '" + name() + "' expects inputs with " +
+                          std::to_string(kernel_.shape()[2]) + " channels (kernel " +
+                          kernel_.shape().to_string() + "). Received: " + inputs.describe() + ".");
+  }
+  Tensor x = inputs.dtype() == kernel_.dtype() ? inputs : cast(inputs, kernel_.dtype());
+  Tensor bias = options_.use_bias ? bias_.value() : Tensor();
+  Tensor y = conv2d(x, kernel_.value(), bias, op_options());
+  if (options_.activation == "linear") return y;
+  return activations::get(options_.activation)(y);
+}
+
+Shape Conv2D::compute_output_shape(const Shape& input_shape) const {
+  require_nhwc("Conv2D", name(), input_shape);
+  return windowed_shape("Conv2D", input_shape, options_.kernel_size, options_.strides, padding_,
+                        options_.filters);
+}
+
+nlohmann::json Conv2D::get_config() const {
+  auto c = Layer::get_config();
+  c["filters"] = options_.filters;
+  c["kernel_size"] = options_.kernel_size;
+  c["strides"] = options_.strides;
+  c["padding"] = options_.padding;
+  c["data_format"] = "channels_last";
+  c["dilation_rate"] = std::array<int64_t, 2>{1, 1};
+  c["groups"] = 1;
+  c["activation"] = options_.activation;
+  c["use_bias"] = options_.use_bias;
+  c["kernel_initializer"] = options_.kernel_initializer;
+  c["bias_initializer"] = options_.bias_initializer;
+  c["dtype"] = std::string(dtype_name(options_.dtype));
+  return c;
+}
+
+MaxPooling2D::MaxPooling2D(MaxPooling2DOptions options)
+    : LayerImpl(options.name, "max_pooling2d"),
+      options_(std::move(options)),
+      padding_(padding_from_name(options_.padding)) {
+  require_positive_pair("MaxPooling2D", "pool_size", options_.pool_size);
+  if (options_.strides == std::array<int64_t, 2>{0, 0}) options_.strides = options_.pool_size;
+  require_positive_pair("MaxPooling2D", "strides", options_.strides);
+}
+
+Pool2DOptions MaxPooling2D::op_options() const {
+  return {.pool_size = options_.pool_size, .strides = options_.strides, .padding = padding_};
+}
+
+Tensor MaxPooling2D::call(const Tensor& inputs, bool) {
+  require_nhwc("MaxPooling2D", name(), inputs.shape());
+  return max_pool2d(inputs, op_options());
+}
+
+Shape MaxPooling2D::compute_output_shape(const Shape& input_shape) const {
+  require_nhwc("MaxPooling2D", name(), input_shape);
+  return windowed_shape("MaxPooling2D", input_shape, options_.pool_size, options_.strides, padding_,
+                        input_shape[3]);
+}
+
+nlohmann::json MaxPooling2D::get_config() const {
+  auto c = Layer::get_config();
+  c["pool_size"] = options_.pool_size;
+  c["strides"] = options_.strides;
+  c["padding"] = options_.padding;
+  c["data_format"] = "channels_last";
+  return c;
+}
+
+}  // namespace lockstep::keras::layers

@@ -1,0 +1,74 @@
+#include "lockstep/keras/layers/embedding.h"
+
+#include "lockstep/autodiff/nn_functions.h"
+
+namespace lockstep::keras {
+
+namespace initializers {
+
+RandomUniform::RandomUniform(double minval, double maxval) : minval_(minval), maxval_(maxval) {
+  if (!(minval < maxval)) {
+    throw InvalidArgument("RandomUniform: expected minval < maxval. Received: minval=" +
+                          std::to_string(minval) + ", maxval=" + std::to_string(maxval) + ".");
+  }
+}
+
+Tensor RandomUniform::operator()(const Shape& shape, DType dtype) const {
+  Generator g(next_seed());
+  return g.uniform(shape, minval_, maxval_, dtype);
+}
+
+}  // namespace initializers
+
+namespace layers {
+
+namespace {
+
+std::shared_ptr<initializers::Initializer> embedding_initializer(const std::string& name) {
+  if (name == "uniform" || name == "random_uniform")
+    return std::make_shared<initializers::RandomUniform>(-0.05, 0.05);
+  return initializers::get(name);
+}
+
+}  // namespace
+
+Embedding::Embedding(EmbeddingOptions options)
+    : LayerImpl(options.name, "embedding"), options_(std::move(options)) {
+  if (options_.input_dim <= 0 || options_.output_dim <= 0) {
+    throw InvalidArgument(
+        "Embedding: expected input_dim > 0 and output_dim > 0. Received: input_dim=" +
+        std::to_string(options_.input_dim) + ", output_dim=" + std::to_string(options_.output_dim) +
+        ".");
+  }
+  embedding_initializer(options_.embeddings_initializer);
+}
+
+void Embedding::build(const Shape&) {
+  embeddings_ =
+      add_weight("embeddings", {options_.input_dim, options_.output_dim},
+                 *embedding_initializer(options_.embeddings_initializer), true, options_.dtype);
+}
+
+Tensor Embedding::call(const Tensor& inputs, bool) {
+  const bool integer = inputs.dtype() == DType::int32 || inputs.dtype() == DType::int64;
+  return embedding_lookup(embeddings_.value(), integer ? inputs : inputs.to(DType::int64));
+}
+
+Shape Embedding::compute_output_shape(const Shape& input_shape) const {
+  Shape out = input_shape;
+  out.push_back(options_.output_dim);
+  return out;
+}
+
+nlohmann::json Embedding::get_config() const {
+  auto c = Layer::get_config();
+  c["input_dim"] = options_.input_dim;
+  c["output_dim"] = options_.output_dim;
+  c["embeddings_initializer"] = options_.embeddings_initializer;
+  c["mask_zero"] = false;
+  c["dtype"] = std::string(dtype_name(options_.dtype));
+  return c;
+}
+
+}  // namespace layers
+}  // namespace lockstep::keras

@@ -1,0 +1,110 @@
+#include "lockstep/keras/layers/merge.h"
+
+#include "lockstep/autodiff/functions.h"
+
+namespace lockstep::keras::layers {
+
+namespace {
+
+std::string shapes_string(const std::vector<Shape>& shapes) {
+  std::string s = "[";
+  for (size_t i = 0; i < shapes.size(); ++i) s += (i ? ", " : "") + shapes[i].to_string();
+  return s + "]";
+}
+
+std::vector<Shape> shapes_of(const std::vector<Tensor>& xs) {
+  std::vector<Shape> out;
+  for (const Tensor& x : xs) out.push_back(x.shape());
+  return out;
+}
+
+void require_several(const std::string& layer, const std::string& name,
+                     const std::vector<Shape>& shapes) {
+  if (shapes.size() < 2) {
+    throw InvalidArgument(layer + " '" + name +
+                          "' expects a list of at least 2 inputs. Received: " +
+                          std::to_string(shapes.size()) + " input(s).");
+  }
+}
+
+// Dimension d of two shapes agrees; on the batch axis 0 (unknown) matches anything.
+bool dims_agree(const Shape& a, const Shape& b, int d) {
+  return a[d] == b[d] || (d == 0 && (a[0] == 0 || b[0] == 0));
+}
+
+}  // namespace
+
+Add::Add(const std::string& name) : LayerImpl(name, "add") {}
+
+std::vector<Shape> Add::compute_output_shapes(const std::vector<Shape>& shapes) const {
+  require_several("Add", name(), shapes);
+  Shape out = shapes[0];
+  for (const Shape& s : shapes) {
+    bool same = s.rank() == out.rank();
+    for (int d = 0; same && d < s.rank(); ++d) same = dims_agree(s, out, d);
+    if (!same) {
+      throw InvalidArgument("Add '" + name() + "' expects inputs of one shape. Received shapes " +
+                            shapes_string(shapes) + ".");
+    }
+    if (out.rank() && out[0] == 0) out[0] = s[0];
+  }
+  return {out};
+}
+
+void Add::build(const std::vector<Shape>& shapes) {
+  compute_output_shapes(shapes);
+}
+
+Tensor Add::call(const std::vector<Tensor>& inputs, bool) {
+  compute_output_shapes(shapes_of(inputs));
+  Tensor sum = add(inputs[0], inputs[1]);
+  for (size_t i = 2; i < inputs.size(); ++i) sum = add(sum, inputs[i]);
+  return sum;
+}
+
+Concatenate::Concatenate(ConcatenateOptions options)
+    : LayerImpl(options.name, "concatenate"), options_(std::move(options)) {}
+
+std::vector<Shape> Concatenate::compute_output_shapes(const std::vector<Shape>& shapes) const {
+  require_several("Concatenate", name(), shapes);
+  const int rank = shapes[0].rank();
+  const int axis = options_.axis < 0 ? options_.axis + rank : options_.axis;
+  if (axis <= 0 || axis >= rank) {
+    throw InvalidArgument("Concatenate '" + name() + "': expected an axis in [1, " +
+                          std::to_string(rank) + ") or [" + std::to_string(-rank + 1) +
+                          ", 0) for inputs of rank " + std::to_string(rank) +
+                          ". Received: axis=" + std::to_string(options_.axis) + ".");
+  }
+  Shape out = shapes[0];
+  out[axis] = 0;
+  for (const Shape& s : shapes) {
+    bool ok = s.rank() == rank;
+    for (int d = 0; ok && d < rank; ++d) ok = d == axis || dims_agree(s, shapes[0], d);
+    if (!ok) {
+      throw InvalidArgument(
+          "Concatenate '" + name() + "' expects inputs that match except along axis " +
+          std::to_string(options_.axis) + ". Received shapes " + shapes_string(shapes) + ".");
+    }
+    out[axis] += s[axis];
+    if (out[0] == 0) out[0] = s[0];
+  }
+  return {out};
+}
+
+void Concatenate::build(const std::vector<Shape>& shapes) {
+  compute_output_shapes(shapes);
+}
+
+Tensor Concatenate::call(const std::vector<Tensor>& inputs, bool) {
+  compute_output_shapes(shapes_of(inputs));
+  const int rank = inputs[0].rank();
+  return concat(inputs, options_.axis < 0 ? options_.axis + rank : options_.axis);
+}
+
+nlohmann::json Concatenate::get_config() const {
+  auto c = Layer::get_config();
+  c["axis"] = options_.axis;
+  return c;
+}
+
+}  // namespace lockstep::keras::layers

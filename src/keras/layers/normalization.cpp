@@ -1,0 +1,181 @@
+#include "lockstep/keras/layers/normalization.h"
+
+#include <vector>
+
+#include "lockstep/autodiff/functions.h"
+#include "lockstep/autodiff/nn_functions.h"
+#include "lockstep/distribute/replica_context.h"
+
+namespace lockstep::keras::layers {
+
+namespace {
+
+void require_last_axis(const std::string& layer, int axis) {
+  if (axis != -1) {
+    throw InvalidArgument(layer + ": only axis=-1 (the last axis) is supported. Received: axis=" +
+                          std::to_string(axis) + ".");
+  }
+}
+
+void require_epsilon(const std::string& layer, double epsilon) {
+  if (!(epsilon > 0)) {
+    throw InvalidArgument(
+        layer + ": expected epsilon > 0. Received: epsilon=" + std::to_string(epsilon) + ".");
+  }
+}
+
+Tensor as_dtype(const Tensor& x, DType dtype) {
+  return x.dtype() == dtype ? x : cast(x, dtype);
+}
+
+}  // namespace
+
+BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
+    : LayerImpl(options.name, "batch_normalization"), options_(std::move(options)) {
+  require_last_axis("BatchNormalization", options_.axis);
+  require_epsilon("BatchNormalization", options_.epsilon);
+  if (!(options_.momentum >= 0 && options_.momentum <= 1)) {
+    throw InvalidArgument("BatchNormalization: expected 0 <= momentum <= 1. Received: momentum=" +
+                          std::to_string(options_.momentum) + ".");
+  }
+  for (const std::string* init :
+       {&options_.beta_initializer, &options_.gamma_initializer, &options_.moving_mean_initializer,
+        &options_.moving_variance_initializer}) {
+    initializers::get(*init);
+  }
+}
+
+void BatchNormalization::build(const Shape& input_shape) {
+  if (input_shape.rank() < 2) {
+    throw InvalidArgument("BatchNormalization '" + name() +
+                          "' expects inputs of rank >= 2 ([batch, ..., channels]). Received "
+                          "shape " +
+                          input_shape.to_string() + ".");
+  }
+  const Shape c{input_shape.dim(-1)};
+  const DType d = options_.dtype;
+  if (options_.scale)
+    gamma_ = add_weight("gamma", c, *initializers::get(options_.gamma_initializer), true, d);
+  if (options_.center)
+    beta_ = add_weight("beta", c, *initializers::get(options_.beta_initializer), true, d);
+  moving_mean_ =
+      add_weight("moving_mean", c, *initializers::get(options_.moving_mean_initializer), false, d);
+  moving_variance_ = add_weight("moving_variance", c,
+                                *initializers::get(options_.moving_variance_initializer), false, d);
+}
+
+Tensor BatchNormalization::call(const Tensor& inputs, bool training) {
+  const int64_t channels = moving_mean_.shape()[0];
+  if (inputs.rank() < 2 || inputs.dim(-1) != channels) {
+    throw InvalidArgument("BatchNormalization '" + name() + "' expects inputs with " +
+                          std::to_string(channels) +
+                          " channels on the last axis. Received: " + inputs.describe() + ".");
+  }
+  Tensor x = as_dtype(inputs, options_.dtype);
+  Tensor gamma = options_.scale ? gamma_.value() : Tensor();
+  Tensor beta = options_.center ? beta_.value() : Tensor();
+  if (!training || !trainable()) {
+    return batch_norm_inference(x, gamma, beta, moving_mean_.raw_value(),
+                                moving_variance_.raw_value(), options_.epsilon);
+  }
+  BatchNormOutput r = batch_norm(x, gamma, beta, options_.epsilon);
+  // The moving statistics are not differentiated: plain host arithmetic, outside any tape.
+  const int64_t c = channels;
+  const double m = static_cast<double>(x.num_elements() / c);
+  Tensor mean = r.mean.to(DType::float64), var = r.variance.to(DType::float64);
+  // [count, Σx (C), Σx² (C)]: one all-reduce carries everything the global statistics need.
+  Tensor packed = Tensor::zeros({1 + 2 * c}, DType::float64);
+  double* p = packed.data<double>();
+  p[0] = m;
+  for (int64_t i = 0; i < c; ++i) {
+    const double mu = mean.data<double>()[i];
+    p[1 + i] = m * mu;
+    p[1 + c + i] = m * (var.data<double>()[i] + mu * mu);
+  }
+  auto* ctx = distribute::get_replica_context();
+  if (ctx && ctx->num_replicas_in_sync() > 1)
+    packed = ctx->all_reduce(distribute::ReduceOp::SUM, packed);
+  if (ctx && ctx->local_replica_id() != 0) return r.output;
+  p = packed.data<double>();
+  if (p[0] <= 0) return r.output;
+  Tensor new_mean({c}, DType::float64), new_var({c}, DType::float64);
+  const double k = options_.momentum;
+  Tensor old_mean = moving_mean_.raw_value().to(DType::float64);
+  Tensor old_var = moving_variance_.raw_value().to(DType::float64);
+  for (int64_t i = 0; i < c; ++i) {
+    const double mu = p[1 + i] / p[0];
+    const double v = std::max(0.0, p[1 + c + i] / p[0] - mu * mu);
+    new_mean.data<double>()[i] = old_mean.data<double>()[i] * k + mu * (1 - k);
+    new_var.data<double>()[i] = old_var.data<double>()[i] * k + v * (1 - k);
+  }
+  moving_mean_.assign(new_mean.to(moving_mean_.dtype()));
+  moving_variance_.assign(new_var.to(moving_variance_.dtype()));
+  return r.output;
+}
+
+nlohmann::json BatchNormalization::get_config() const {
+  auto c = Layer::get_config();
+  c["axis"] = options_.axis;
+  c["momentum"] = options_.momentum;
+  c["epsilon"] = options_.epsilon;
+  c["center"] = options_.center;
+  c["scale"] = options_.scale;
+  c["beta_initializer"] = options_.beta_initializer;
+  c["gamma_initializer"] = options_.gamma_initializer;
+  c["moving_mean_initializer"] = options_.moving_mean_initializer;
+  c["moving_variance_initializer"] = options_.moving_variance_initializer;
+  c["synchronized"] = false;
+  c["dtype"] = std::string(dtype_name(options_.dtype));
+  return c;
+}
+
+LayerNormalization::LayerNormalization(LayerNormalizationOptions options)
+    : LayerImpl(options.name, "layer_normalization"), options_(std::move(options)) {
+  require_last_axis("LayerNormalization", options_.axis);
+  require_epsilon("LayerNormalization", options_.epsilon);
+  initializers::get(options_.beta_initializer);
+  initializers::get(options_.gamma_initializer);
+}
+
+void LayerNormalization::build(const Shape& input_shape) {
+  if (input_shape.rank() < 1) {
+    throw InvalidArgument("LayerNormalization '" + name() +
+                          "' expects inputs of rank >= 1. Received a scalar shape.");
+  }
+  const Shape d{input_shape.dim(-1)};
+  if (options_.scale) {
+    gamma_ = add_weight("gamma", d, *initializers::get(options_.gamma_initializer), true,
+                        options_.dtype);
+  }
+  if (options_.center) {
+    beta_ =
+        add_weight("beta", d, *initializers::get(options_.beta_initializer), true, options_.dtype);
+  }
+}
+
+Tensor LayerNormalization::call(const Tensor& inputs, bool) {
+  const Variable& any = options_.scale ? gamma_ : beta_;
+  if (any.defined() && (inputs.rank() < 1 || inputs.dim(-1) != any.shape()[0])) {
+    throw InvalidArgument("LayerNormalization '" + name() + "' expects inputs with " +
+                          std::to_string(any.shape()[0]) +
+                          " features on the last axis. Received: " + inputs.describe() + ".");
+  }
+  Tensor gamma = options_.scale ? gamma_.value() : Tensor();
+  Tensor beta = options_.center ? beta_.value() : Tensor();
+  return layer_norm(as_dtype(inputs, options_.dtype), gamma, beta, options_.epsilon);
+}
+
+nlohmann::json LayerNormalization::get_config() const {
+  auto c = Layer::get_config();
+  c["axis"] = options_.axis;
+  c["epsilon"] = options_.epsilon;
+  c["center"] = options_.center;
+  c["scale"] = options_.scale;
+  c["rms_scaling"] = false;
+  c["beta_initializer"] = options_.beta_initializer;
+  c["gamma_initializer"] = options_.gamma_initializer;
+  c["dtype"] = std::string(dtype_name(options_.dtype));
+  return c;
+}
+
+}  // namespace lockstep::keras::layers
