@@ -47,10 +47,8 @@ std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
 }
 
 int run_train(const TrainArgs& a) {
-  if (a.precision != "float32") {
-    throw InvalidArgument("--precision " + a.precision +
-                          ": only float32 is available in this build.");
-  }
+  // Layers read the global policy when they are constructed: set it before the model is built.
+  keras::mixed_precision::set_global_policy(a.precision);
   keras::set_random_seed(a.seed);
   auto owned = make_strategy(a);
   distribute::Strategy& strategy = owned ? *owned : distribute::get_strategy();

@@ -3,6 +3,7 @@
 // strategy's scope, and fit.
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "lockstep/lockstep.h"
 
@@ -17,7 +18,11 @@ Element preprocess(const Element& batch) {
   return {x, one_hot(batch[1].to(DType::int64), 10)};
 }
 
-int main() try {
+// Optional: `seed_mnist --precision mixed_bfloat16` (Keras: mixed_precision.set_global_policy).
+int main(int argc, char** argv) try {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--precision") mixed_precision::set_global_policy(argv[i + 1]);
+  }
   std::unique_ptr<distribute::Strategy> tpu_strategy;
   distribute::Strategy* strategy;
   try {

@@ -1,7 +1,10 @@
 #include "lockstep/ops/matmul.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
+
+#include "lockstep/ops/shape_ops.h"
 
 #include "internal.h"
 #include "kernel_util.h"
@@ -110,6 +113,26 @@ void gemm_f64(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, boo
   }
 }
 
+// How bfloat16 operands are multiplied: oneDNN's bfloat16 kernels, or "store bfloat16, compute
+// float32" (widen the operands, run the float32 kernel, round the result). Both accumulate in
+// float32; the products of bfloat16 values are exact in float32, so the two differ only in
+// summation order. Without AMX the bfloat16 dot product (vdpbf16ps) runs at half the float32 FMA
+// rate and oneDNN's bfloat16 matmul measured ~2x slower than float32 on the seed model's and the
+// wide MLP's shapes, while widening costs O(mk + kn + mn) next to the O(mkn) product: float32
+// compute wins on every shape we train. With AMX (oneDNN dispatches to avx512_core_amx by itself)
+// bfloat16 tiles run many times the float32 rate, so the bfloat16 kernels are chosen. The choice
+// depends on the machine only, never on timings, so runs stay bit-for-bit reproducible.
+// LOCKSTEP_BF16_MATMUL=bf16|f32 overrides it (benchmarks, tests).
+bool bf16_compute_in_f32() {
+  static const bool in_f32 = [] {
+    const char* env = std::getenv("LOCKSTEP_BF16_MATMUL");
+    if (env != nullptr && std::string(env) == "bf16") return false;
+    if (env != nullptr && std::string(env) == "f32") return true;
+    return dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return in_f32;
+}
+
 }  // namespace
 
 const char* activation_name(Activation act) {
@@ -137,6 +160,18 @@ void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bo
     return;
   }
   const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
+  if (a.dtype() == DType::bfloat16 && bf16_compute_in_f32()) {
+    Tensor a32 = ops::cast(a, DType::float32), b32 = ops::cast(b, DType::float32);
+    Tensor bias32 = bias.defined() ? ops::cast(bias, DType::float32) : Tensor();
+    if (out.dtype() == DType::float32) {
+      gemm_into(a32, b32, bias32, ta, tb, act, out);
+      return;
+    }
+    Tensor out32({m, n}, DType::float32);
+    gemm_into(a32, b32, bias32, ta, tb, act, out32);
+    float_to_bfloat16(out32.data<float>(), out.data<bfloat16>(), static_cast<size_t>(m * n));
+    return;
+  }
   onednn::Key key("matmul");
   key.add(m)
       .add(k)

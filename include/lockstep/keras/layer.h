@@ -16,6 +16,7 @@
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/core/tensor.h"
 #include "lockstep/keras/initializers.h"
+#include "lockstep/keras/mixed_precision.h"
 
 namespace lockstep::keras {
 
@@ -32,6 +33,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual std::string class_name() const = 0;
   bool built() const { return built_; }
   bool trainable() const { return trainable_; }
+  // The mixed precision policy the layer computes under (fixed at construction).
+  const mixed_precision::Policy& dtype_policy() const { return dtype_policy_; }
   void set_trainable(bool trainable) { trainable_ = trainable; }
 
   // Eager call (Keras __call__): builds on first use, then call().
@@ -71,8 +74,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
  protected:
   Layer(Layer&&) = default;
-  // `prefix` is the snake_case class name used for automatic names ("dense").
-  Layer(const std::string& name, const std::string& prefix);
+  // `prefix` is the snake_case class name used for automatic names ("dense"). `dtype` names the
+  // layer's mixed precision policy; empty takes the global policy current at construction.
+  Layer(const std::string& name, const std::string& prefix, const std::string& dtype = "");
 
   // Creates a weight named "<layer name>/<name>" (a Variable created in the current strategy's
   // scope, if any).
@@ -86,6 +90,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
  private:
   void maybe_build(const std::vector<Shape>& shapes);
   std::string name_;
+  mixed_precision::Policy dtype_policy_;
   bool built_ = false;
   bool trainable_ = true;
 };

@@ -26,8 +26,10 @@ void clear_session() {
   name_counters().clear();
 }
 
-Layer::Layer(const std::string& name, const std::string& prefix)
-    : name_(name.empty() ? unique_layer_name(prefix) : name) {}
+Layer::Layer(const std::string& name, const std::string& prefix, const std::string& dtype)
+    : name_(name.empty() ? unique_layer_name(prefix) : name),
+      dtype_policy_(dtype.empty() ? mixed_precision::global_policy()
+                                  : mixed_precision::Policy(dtype)) {}
 
 Layer::~Layer() = default;
 

@@ -35,7 +35,8 @@ nlohmann::json InputLayer::get_config() const {
   return c;
 }
 
-Dense::Dense(DenseOptions options) : LayerImpl(options.name, "dense"), options_(options) {
+Dense::Dense(DenseOptions options)
+    : LayerImpl(options.name, "dense", options.dtype), options_(options) {
   if (options_.units <= 0) {
     throw InvalidArgument(
         "Dense: expected units > 0. Received: units=" + std::to_string(options_.units) + ".");
@@ -51,10 +52,13 @@ void Dense::build(const Shape& input_shape) {
                           input_shape.to_string() + ".");
   }
   int64_t in = input_shape[input_shape.rank() - 1];
-  kernel_ =
-      add_weight("kernel", {in, options_.units}, *initializers::get(options_.kernel_initializer));
-  if (options_.use_bias)
-    bias_ = add_weight("bias", {options_.units}, *initializers::get(options_.bias_initializer));
+  const DType vdt = dtype_policy().variable_dtype();
+  kernel_ = add_weight("kernel", {in, options_.units},
+                       *initializers::get(options_.kernel_initializer), true, vdt);
+  if (options_.use_bias) {
+    bias_ = add_weight("bias", {options_.units}, *initializers::get(options_.bias_initializer),
+                       true, vdt);
+  }
 }
 
 Tensor Dense::call(const Tensor& inputs, bool) {
@@ -64,15 +68,26 @@ Tensor Dense::call(const Tensor& inputs, bool) {
                           std::to_string(in) + " (kernel " + kernel_.shape().to_string() +
                           "). Received: " + inputs.describe() + ".");
   }
-  Tensor x = inputs;
+  // Autocast (Keras): floating inputs and the variables take the compute dtype; the casts are
+  // differentiable, so the float32 variables receive float32 gradients.
+  const DType compute = dtype_policy().compute_dtype();
+  auto autocast = [compute](const Tensor& t) {
+    return t.defined() && is_floating(t.dtype()) && t.dtype() != compute ? cast(t, compute) : t;
+  };
+  Tensor x = autocast(inputs);
   Shape out_shape = compute_output_shape(inputs.shape());
-  if (inputs.rank() != 2) x = reshape(inputs, Shape{inputs.num_elements() / in, in});
-  Tensor bias = options_.use_bias ? bias_.value() : Tensor();
+  if (inputs.rank() != 2) x = reshape(x, Shape{inputs.num_elements() / in, in});
+  Tensor kernel = autocast(kernel_.value());
+  Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();
   Tensor y;
   if (activations::is_fusable(options_.activation)) {
-    y = linear(x, kernel_.value(), bias, activations::fused_kind(options_.activation));
+    y = linear(x, kernel, bias, activations::fused_kind(options_.activation));
   } else {
-    y = activations::get(options_.activation)(linear(x, kernel_.value(), bias));
+    Tensor z = linear(x, kernel, bias);
+    if (options_.activation == "softmax" && z.dtype() == DType::bfloat16) {
+      z = cast(z, DType::float32);
+    }
+    y = activations::get(options_.activation)(z);
   }
   return inputs.rank() != 2 ? reshape(y, out_shape) : y;
 }
@@ -88,6 +103,7 @@ nlohmann::json Dense::get_config() const {
   c["use_bias"] = options_.use_bias;
   c["kernel_initializer"] = options_.kernel_initializer;
   c["bias_initializer"] = options_.bias_initializer;
+  c["dtype"] = dtype_policy().name();
   return c;
 }
 

@@ -36,10 +36,16 @@ struct DenseOptions {
   std::string kernel_initializer = "glorot_uniform";
   std::string bias_initializer = "zeros";
   std::string name = "";
+  // Mixed precision policy name ("float32", "mixed_bfloat16", "bfloat16"); empty takes the
+  // global policy. Keras' idiom: the output layer of a mixed model gets dtype = "float32".
+  std::string dtype = "";
 };
 
 // y = activation(x · kernel + bias); kernel [in, units], bias [units]. x may have rank > 2: the
 // kernel applies to the last axis. relu/sigmoid/tanh/gelu are fused into the matmul.
+// Under a bfloat16 compute policy, floating inputs and the (float32) weights are cast to bfloat16
+// for the matmul and the output is bfloat16, except softmax, which runs on float32 logits and
+// returns float32 (probabilities feed the loss, where bfloat16's 8-bit mantissa would show).
 class Dense : public LayerImpl<Dense> {
  public:
   explicit Dense(DenseOptions options);

@@ -1,0 +1,36 @@
+#pragma once
+// Keras' mixed precision policies (keras.mixed_precision):
+//   "float32"         compute and variables in float32 (the default);
+//   "mixed_bfloat16"  variables in float32, layers compute in bfloat16 (inputs and weights are cast
+//                     at each call; gradients reach the float32 variables as float32);
+//   "bfloat16"        compute and variables in bfloat16.
+// A layer reads the global policy when it is constructed (Keras semantics): changing the global
+// policy later does not affect layers that already exist. A layer's own `dtype` option (for
+// example an output layer forced to "float32") overrides the global policy.
+// No loss scaling: bfloat16 has float32's exponent range, so gradients do not underflow.
+#include <string>
+
+#include "lockstep/core/dtype.h"
+
+namespace lockstep::keras::mixed_precision {
+
+class Policy {
+ public:
+  // Throws InvalidArgument for a name other than the three above.
+  explicit Policy(std::string name);
+  const std::string& name() const { return name_; }
+  DType compute_dtype() const { return compute_; }
+  DType variable_dtype() const { return variable_; }
+  bool operator==(const Policy& other) const { return name_ == other.name_; }
+
+ private:
+  std::string name_;
+  DType compute_, variable_;
+};
+
+// Process-wide; read by layers at construction.
+void set_global_policy(const Policy& policy);
+void set_global_policy(const std::string& name);
+Policy global_policy();
+
+}  // namespace lockstep::keras::mixed_precision
