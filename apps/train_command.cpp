@@ -22,6 +22,8 @@ struct TrainArgs {
   std::string precision = "float32";
   uint64_t seed = 0;
   std::string save_weights, load_weights, history;
+  double timeout = 0;  // seconds a collective may wait for the other workers; 0: forever
+  std::string backup_dir;
   int verbose = 1;
   int replicas = 0;
   int steps_per_execution = 1;
@@ -35,6 +37,12 @@ Element preprocess(const Element& batch) {
 }
 
 std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
+  // Under mpirun (or srun with PMI) every process is one worker of the job.
+  if (has_mpi_environment(Environment::process())) {
+    return std::make_unique<distribute::MultiWorkerMirroredStrategy>(
+        distribute::CommunicationOptions{.timeout_seconds = a.timeout},
+        LocalDeviceOptions{.num_replicas = a.replicas});
+  }
   if (a.replicas > 0) return std::make_unique<distribute::MirroredStrategy>(a.replicas);
   try {
     AcceleratorClusterResolver resolver;
@@ -47,8 +55,10 @@ std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
 }
 
 int run_train(const TrainArgs& a) {
-  // Layers read the global policy when they are constructed: set it before the model is built.
-  keras::mixed_precision::set_global_policy(a.precision);
+  if (a.precision != "float32") {
+    throw InvalidArgument("--precision " + a.precision +
+                          ": only float32 is available in this build.");
+  }
   keras::set_random_seed(a.seed);
   auto owned = make_strategy(a);
   distribute::Strategy& strategy = owned ? *owned : distribute::get_strategy();
@@ -102,13 +112,19 @@ int run_train(const TrainArgs& a) {
                                            std::chrono::steady_clock::now().time_since_epoch())
                                            .count();
               }});
+  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {timer};
+  if (!a.backup_dir.empty()) {
+    callbacks.push_back(std::make_shared<keras::callbacks::BackupAndRestore>(a.backup_dir));
+  }
   auto history = model.fit(
       dataset,
-      {.epochs = a.epochs, .steps_per_epoch = steps, .verbose = a.verbose, .callbacks = {timer}});
+      {.epochs = a.epochs, .steps_per_epoch = steps, .verbose = a.verbose, .callbacks = callbacks});
   auto test = model.evaluate(
       Dataset::from_tensor_slices({x_test, y_test}).batch(global_batch).map(preprocess));
-  std::cout << "test loss: " << test["loss"] << " - test accuracy: " << test["categorical_accuracy"]
-            << "\n";
+  if (strategy.worker_index() == 0) {
+    std::cout << "test loss: " << test["loss"] << " - test accuracy: "
+              << test["categorical_accuracy"] << "\n";
+  }
   if (!a.save_weights.empty()) model.save_weights(a.save_weights);
   if (!a.history.empty()) {
     nlohmann::json j;
@@ -150,6 +166,11 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--save-weights", a->save_weights, "Write the trained weights (safetensors)");
   cmd->add_option("--load-weights", a->load_weights, "Start from these weights (safetensors)");
   cmd->add_option("--history", a->history, "Write per-epoch metrics as JSON");
+  cmd->add_option("--timeout", a->timeout,
+                  "Multi-worker: seconds to wait for a lost worker before failing (0: forever)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backup-dir", a->backup_dir,
+                  "Back up every epoch here and resume from it after a failure");
   cmd->add_option("--verbose", a->verbose, "0 silent, 1 progress bar, 2 one line per epoch")
       ->check(CLI::Range(0, 2));
   cmd->add_option("--replicas", a->replicas, "Local replicas (default: one per available core)")
@@ -157,7 +178,22 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--steps-per-execution", a->steps_per_execution,
                   "Steps each replica runs per dispatch")
       ->check(CLI::PositiveNumber);
-  return [a] { return run_train(*a); };
+  return [a] {
+    TrainArgs args = *a;
+    if (!has_mpi_environment(Environment::process())) return run_train(args);
+    // One worker of an MPI job: only the chief (rank 0) reports and writes files, and any error
+    // ends the whole job, so that survivors of a lost worker exit non-zero instead of waiting.
+    try {
+      if (MpiClusterResolver().worker_index() != 0) {
+        args.verbose = 0;
+        args.save_weights.clear();
+        args.history.clear();
+      }
+      return run_train(args);
+    } catch (const std::exception& e) {
+      distribute::abort_job(e);
+    }
+  };
 }
 
 }  // namespace lockstep::apps

@@ -91,6 +91,7 @@ void train(const Variant& v, const std::string& dir, const std::string& out, int
 
 // Runs train() in a child; returns its exit status (or kills it once it reports epoch 2).
 int in_child(const Variant& v, const std::string& dir, const std::string& out, bool kill_after) {
+  std::cout.flush();  // the child must not inherit (and repeat) buffered output
   int fds[2];
   if (pipe(fds) != 0) throw Unavailable("pipe failed");
   pid_t pid = fork();
