@@ -152,7 +152,23 @@ Tensor square_backward(const Tensor& dy, const Tensor& x) {
   return grad(dy, x, "square_backward", [](auto v) { return 2 * v; });
 }
 Tensor relu(const Tensor& x) {
-  return unary(Unary::relu, x, "relu");
+  // oneDNN's relu is max(x, 0) and maps NaN to 0; keep NaN as TensorFlow and PyTorch do, so a NaN
+  // reaches the loss (and TerminateOnNaN) instead of silently zeroing the activation.
+  Tensor y = unary(Unary::relu, x, "relu");
+  if (x.dtype() == DType::float32) {
+    const float* xs = x.data<float>();
+    float* ys = y.data<float>();
+    for (int64_t i = 0, n = x.num_elements(); i < n; ++i)
+      if (xs[i] != xs[i]) ys[i] = xs[i];
+  } else if (x.dtype() == DType::bfloat16) {
+    const bfloat16* xs = x.data<bfloat16>();
+    bfloat16* ys = y.data<bfloat16>();
+    for (int64_t i = 0, n = x.num_elements(); i < n; ++i) {
+      float v = static_cast<float>(xs[i]);
+      if (v != v) ys[i] = xs[i];
+    }
+  }
+  return y;
 }
 Tensor relu_backward(const Tensor& dy, const Tensor& y) {
   return grad(dy, y, "relu_backward",

@@ -37,12 +37,39 @@ void check_buffer(const Tensor& t, const Shape& shape, DType dtype, const char* 
   }
 }
 
+// oneDNN's relu (fused as a post-op or not) computes max(x, 0), which turns NaN into 0: a NaN
+// input would then vanish from the forward pass while poisoning the weights through the gradient,
+// and training would die silently (TerminateOnNaN never fires). TensorFlow, PyTorch and JAX keep
+// NaN, so relu is applied here, after the matmul + bias, by a loop that keeps it; it is one pass
+// over the [batch, units] output, small next to the matmul.
+template <typename T>
+void relu_keeping_nan(T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = static_cast<float>(y[i]);
+    if (v < 0.0f) y[i] = T(0.0f);
+  }
+}
+
+void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                          Activation activation, const Tensor& y) {
+  if (activation != Activation::relu || y.dtype() == DType::float64) {
+    detail::gemm_into(x, kernel, bias, false, false, activation, y);
+    return;
+  }
+  detail::gemm_into(x, kernel, bias, false, false, Activation::none, y);
+  if (y.dtype() == DType::float32) {
+    relu_keeping_nan(y.data<float>(), y.num_elements());
+  } else {
+    relu_keeping_nan(y.data<bfloat16>(), y.num_elements());
+  }
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation) {
   check_linear(x, kernel, bias, "linear");
   Tensor y({x.dim(0), kernel.dim(1)}, x.dtype());
-  detail::gemm_into(x, kernel, bias, false, false, activation, y);
+  gemm_with_activation(x, kernel, bias, activation, y);
   return y;
 }
 
@@ -51,7 +78,7 @@ void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias, Acti
   check_linear(x, kernel, bias, "linear_into");
   detail::check_defined(y, "linear_into", "y");
   check_buffer(y, {x.dim(0), kernel.dim(1)}, x.dtype(), "linear_into", "y");
-  detail::gemm_into(x, kernel, bias, false, false, activation, y);
+  gemm_with_activation(x, kernel, bias, activation, y);
 }
 
 void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,

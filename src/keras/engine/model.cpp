@@ -226,25 +226,34 @@ void Model::save_weights(const std::string& path) const {
 
 void Model::load_weights(const std::string& path) {
   saving::SafetensorsFile file = saving::load_safetensors(path);
-  std::map<std::string, Tensor> by_name(file.tensors.begin(), file.tensors.end());
   std::vector<Variable> ws = weights();
-  for (const Variable& v : ws) {
-    auto it = by_name.find(v.name());
-    if (it == by_name.end()) {
-      throw InvalidArgument("load_weights: '" + path + "' has no tensor named '" + v.name() +
-                            "' (the model's weight). Was it saved from a different model?");
-    }
-    if (!(it->second.shape() == v.shape()) || it->second.dtype() != v.dtype()) {
-      throw InvalidArgument("load_weights: '" + v.name() + "' in '" + path + "' is " +
-                            it->second.describe() + "; the model expects " +
-                            v.raw_value().describe() + ".");
-    }
+  if (file.tensors.size() != ws.size()) {
+    throw InvalidArgument("load_weights: '" + path + "' holds " +
+                          std::to_string(file.tensors.size()) + " tensors; model '" + name() +
+                          "' has " + std::to_string(ws.size()) + " weights.");
   }
-  if (by_name.size() != ws.size()) {
-    throw InvalidArgument("load_weights: '" + path + "' holds " + std::to_string(by_name.size()) +
-                          " tensors; the model has " + std::to_string(ws.size()) + " weights.");
+  // By name when every weight's path is in the file (the same model, or one built with the same
+  // layer names); otherwise by position, as Keras 2 matches weights in layer order — automatic
+  // names differ between two models built in one process ("dense" vs "dense_2").
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [key, tensor] : file.tensors) by_name[key] = &tensor;
+  bool all_named = std::all_of(ws.begin(), ws.end(),
+                               [&](const Variable& v) { return by_name.count(v.name()) > 0; });
+  std::vector<const Tensor*> sources;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const Variable& v = ws[i];
+    const auto& [saved_name, saved] = file.tensors[i];
+    const Tensor* t = all_named ? by_name.at(v.name()) : &saved;
+    if (!(t->shape() == v.shape()) || t->dtype() != v.dtype()) {
+      throw InvalidArgument("load_weights: weight '" + v.name() + "' of model '" + name() +
+                            "' is " + v.raw_value().describe() + ", but '" + path + "' holds " +
+                            t->describe() + " for it (tensor '" +
+                            (all_named ? v.name() : saved_name) +
+                            "'). Was the file saved from a different architecture?");
+    }
+    sources.push_back(t);
   }
-  for (const Variable& v : ws) v.assign(by_name.at(v.name()));
+  for (size_t i = 0; i < ws.size(); ++i) ws[i].assign(*sources[i]);
 }
 
 }  // namespace lockstep::keras
