@@ -8,6 +8,10 @@
 
 #include "commands.h"
 #include "lockstep/lockstep.h"
+#if __has_include("lockstep/keras/layers/convolutional.h")
+#include "lockstep/keras/layers/convolutional.h"
+#define LOCKSTEP_TRAIN_HAS_CONV 1
+#endif
 
 namespace lockstep::apps {
 namespace {
@@ -27,13 +31,47 @@ struct TrainArgs {
   int verbose = 1;
   int replicas = 0;
   int steps_per_execution = 1;
+  std::string model = "mlp";
 };
 
+// uint8 pixels -> float32 / 255 in one pass (it runs on the host thread, next to the replicas).
 Element preprocess(const Element& batch) {
-  Tensor x = batch[0].to(DType::float32).reshape({-1, 784});
+  const Tensor& images = batch[0];
+  if (images.dtype() != DType::uint8) {
+    Tensor x = images.to(DType::float32).reshape({-1, 784});
+    float* d = x.data<float>();
+    for (int64_t i = 0; i < x.num_elements(); ++i) d[i] *= 1.0f / 255.0f;
+    return {x, one_hot(batch[1].to(DType::int64), 10)};
+  }
+  Tensor x({images.num_elements() / 784, 784}, DType::float32);
+  const uint8_t* s = images.data<uint8_t>();
   float* d = x.data<float>();
-  for (int64_t i = 0; i < x.num_elements(); ++i) d[i] *= 1.0f / 255.0f;
-  return {x, one_hot(batch[1].to(DType::int64), 10)};
+  for (int64_t i = 0, n = x.num_elements(); i < n; ++i)
+    d[i] = static_cast<float>(s[i]) * (1.0f / 255.0f);
+  return {x, one_hot(batch[1], 10)};
+}
+
+// The seed model (mlp) and two benchmark models: a compute-bound wide MLP and a small convnet.
+std::vector<keras::LayerArg> build_layers(const std::string& name) {
+  if (name == "wide") {
+    return {keras::Input({784}), keras::layers::Dense({.units = 2048, .activation = "relu"}),
+            keras::layers::Dense({.units = 2048, .activation = "relu"}),
+            keras::layers::Dense({.units = 10, .activation = "softmax"})};
+  }
+  if (name == "conv") {
+#ifdef LOCKSTEP_TRAIN_HAS_CONV
+    return {keras::Input({784}),
+            keras::layers::Reshape({28, 28, 1}),
+            keras::layers::Conv2D({.filters = 32, .kernel_size = {3, 3}, .activation = "relu"}),
+            keras::layers::MaxPooling2D(),
+            keras::layers::Flatten(),
+            keras::layers::Dense({.units = 10, .activation = "softmax"})};
+#else
+    throw InvalidArgument("--model conv: Conv2D is not available in this build.");
+#endif
+  }
+  return {keras::Input({784}), keras::layers::Dense({.units = 128, .activation = "relu"}),
+          keras::layers::Dense({.units = 10, .activation = "softmax"})};
 }
 
 std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
@@ -87,11 +125,7 @@ int run_train(const TrainArgs& a) {
                         .prefetch(Dataset::AUTOTUNE);
 
   auto scope = strategy.scope();
-  keras::Sequential model({
-      keras::Input({784}),
-      keras::layers::Dense({.units = 128, .activation = "relu"}),
-      keras::layers::Dense({.units = 10, .activation = "softmax"}),
-  });
+  keras::Sequential model(build_layers(a.model));
   if (!a.load_weights.empty()) model.load_weights(a.load_weights);
   model.compile({.optimizer = keras::optimizers::Adam(),
                  .loss = keras::losses::CategoricalCrossentropy(),
