@@ -13,8 +13,16 @@ int main(int argc, char** argv) {
   auto devices = lockstep::apps::add_devices_command(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Scripts rely on one line on stderr and a non-zero code.
+    std::cerr << "lockstep: " << e.what() << " (see lockstep --help)\n";
+    return 2;
   }
   try {
     if (app.got_subcommand("train")) return train();

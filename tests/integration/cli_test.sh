@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `lockstep` command: exit codes, one-line errors, the --history file.
+# Usage: cli_test.sh <path to lockstep>
+set -u
+lockstep="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+checks=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_error <substring> <args...>: non-zero exit, exactly one line on stderr containing it.
+expect_error() {
+  checks=$((checks + 1))
+  local want="$1"; shift
+  "$lockstep" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  [[ $rc -ne 0 ]] || fail "'$*' exited 0"
+  [[ $lines -eq 1 ]] || fail "'$*' wrote $lines lines to stderr: $(cat "$tmp/err")"
+  grep -qF -- "$want" "$tmp/err" || fail "'$*' stderr lacks '$want': $(cat "$tmp/err")"
+}
+
+expect_error "subcommand is required"
+expect_error "--bogus" train --bogus
+expect_error "--epochs" train --epochs -1
+expect_error "--precision" train --precision float16
+
+# Missing data files: the error says where it looked.
+expect_error "$tmp/empty" train --data-dir "$tmp/empty" --verbose 0
+
+# A truncated images file: the error names the file.
+mkdir -p "$tmp/bad"
+printf '\x00\x00\x08\x03\x00\x00\xea\x60\x00\x00\x00\x1c\x00\x00\x00\x1c\x01\x02' >"$tmp/bad/train-images-idx3-ubyte"
+for f in train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  : >"$tmp/bad/$f"
+done
+expect_error "train-images-idx3-ubyte" train --data-dir "$tmp/bad" --verbose 0
+
+# devices works.
+checks=$((checks + 1))
+"$lockstep" devices >"$tmp/devices" 2>&1 || fail "devices exited non-zero"
+grep -q "replicas" "$tmp/devices" || fail "devices output lacks the replica count"
+
+# A short real run writes the history JSON.
+checks=$((checks + 1))
+if "$lockstep" train --epochs 2 --steps-per-epoch 20 --replicas 2 --verbose 0 \
+  --history "$tmp/h.json" >"$tmp/train" 2>&1; then
+  for key in '"loss"' '"accuracy"' '"test_accuracy"' '"replicas": 2' '"seconds_per_epoch"'; do
+    grep -qF "$key" "$tmp/h.json" || fail "history lacks $key"
+  done
+  grep -q "test accuracy" "$tmp/train" || fail "train did not report the test accuracy"
+else
+  fail "train exited non-zero: $(tail -3 "$tmp/train")"
+fi
+
+echo "$((checks - failures)) passed, $failures failed"
+[[ $failures -eq 0 ]]
