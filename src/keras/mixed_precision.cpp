@@ -14,10 +14,12 @@ Policy::Policy(std::string name) : name_(std::move(name)) {
     variable_ = DType::float32;
   } else if (name_ == "bfloat16") {
     compute_ = variable_ = DType::bfloat16;
+  } else if (name_ == "float64") {
+    compute_ = variable_ = DType::float64;
   } else {
     throw InvalidArgument(
         "mixed_precision::Policy: expected one of \"float32\", "
-        "\"mixed_bfloat16\", \"bfloat16\". Received: \"" +
+        "\"mixed_bfloat16\", \"bfloat16\", \"float64\". Received: \"" +
         name_ + "\".");
   }
 }

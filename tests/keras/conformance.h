@@ -29,8 +29,9 @@ namespace lockstep::keras::conformance {
 
 struct LayerCase {
   std::string name;  // the test parameter's name
-  // A fresh layer from fixed options; `dtype` is the weights' dtype for layers that have the
-  // option (others ignore it: see float64_weights).
+  // A fresh layer from fixed options; layers with a dtype policy option get the policy that
+  // computes (and keeps variables) in `dtype`: "float64" for the gradient check. Layers without
+  // the option (Activation, Flatten, Reshape, Dropout) compute in their inputs' dtype.
   std::function<std::shared_ptr<Layer>(DType dtype)> make;
   std::vector<Shape> input_shapes;  // with the batch dimension; odd sizes
   int64_t id_vocab = 0;             // > 0: the input is int64 ids in [0, id_vocab)
@@ -39,9 +40,6 @@ struct LayerCase {
   size_t expected_trainable_weights = 0;  //
   nlohmann::json expected_config;         // keys the config must hold, with these values
   bool training = false;                  // the mode call() runs in
-  // The layer can hold float64 weights (a dtype option). Without it the gradient check cannot
-  // run in float64 and is reported as skipped with the reason.
-  bool float64_weights = true;
   // Build a new layer for every evaluation (Dropout's training mask comes from a stream that
   // advances per call: a fresh layer with the same seed draws the same mask each time).
   bool fresh_layer_per_call = false;

@@ -13,12 +13,20 @@ namespace {
 
 using nlohmann::json;
 
+// The dtype policy that computes and stores variables in `d` ("float32", "float64").
+std::string policy(DType d) {
+  return std::string(dtype_name(d));
+}
+
 std::vector<LayerCase> all_layer_cases() {
   using namespace layers;
   std::vector<LayerCase> cases;
   cases.push_back({
       .name = "Dense",
-      .make = [](DType) { return Dense({.units = 3, .activation = "tanh"}).move_to_shared(); },
+      .make =
+          [](DType d) {
+            return Dense({.units = 3, .activation = "tanh", .dtype = policy(d)}).move_to_shared();
+          },
       .input_shapes = {{5, 7}},
       .expected_params = 7 * 3 + 3,  // kernel [7, 3] + bias [3]
       .expected_weights = 2,
@@ -27,8 +35,8 @@ std::vector<LayerCase> all_layer_cases() {
                           {"activation", "tanh"},
                           {"use_bias", true},
                           {"kernel_initializer", "glorot_uniform"},
-                          {"bias_initializer", "zeros"}},
-      .float64_weights = false,
+                          {"bias_initializer", "zeros"},
+                          {"dtype", "float32"}},
   });
   cases.push_back({
       .name = "Activation",
@@ -72,7 +80,7 @@ std::vector<LayerCase> all_layer_cases() {
                            .kernel_size = {3, 2},
                            .strides = {2, 1},
                            .activation = "tanh",
-                           .dtype = d})
+                           .dtype = policy(d)})
                 .move_to_shared();
           },
       .input_shapes = {{2, 7, 5, 3}},
@@ -98,7 +106,7 @@ std::vector<LayerCase> all_layer_cases() {
                            .strides = {2, 2},
                            .padding = "same",
                            .use_bias = false,
-                           .dtype = d})
+                           .dtype = policy(d)})
                 .move_to_shared();
           },
       .input_shapes = {{1, 5, 7, 2}},
@@ -110,15 +118,16 @@ std::vector<LayerCase> all_layer_cases() {
   cases.push_back({
       .name = "MaxPooling2D",
       .make =
-          [](DType) {
-            return MaxPooling2D({.pool_size = {2, 3}, .padding = "same"}).move_to_shared();
+          [](DType d) {
+            return MaxPooling2D({.pool_size = {2, 3}, .padding = "same", .dtype = policy(d)})
+                .move_to_shared();
           },
       .input_shapes = {{2, 5, 7, 3}},
       .expected_config = {{"pool_size", {2, 3}}, {"strides", {2, 3}}, {"padding", "same"}},
   });
   cases.push_back({
       .name = "BatchNormalizationTraining",
-      .make = [](DType d) { return BatchNormalization({.dtype = d}).move_to_shared(); },
+      .make = [](DType d) { return BatchNormalization({.dtype = policy(d)}).move_to_shared(); },
       .input_shapes = {{5, 3, 7}},
       .expected_params = 4 * 7,  // gamma, beta, moving_mean, moving_variance [7]
       .expected_weights = 4,
@@ -132,7 +141,7 @@ std::vector<LayerCase> all_layer_cases() {
       .make =
           [](DType d) {
             return BatchNormalization(
-                       {.momentum = 0.9, .epsilon = 1e-2, .center = false, .dtype = d})
+                       {.momentum = 0.9, .epsilon = 1e-2, .center = false, .dtype = policy(d)})
                 .move_to_shared();
           },
       .input_shapes = {{5, 3}},
@@ -143,7 +152,7 @@ std::vector<LayerCase> all_layer_cases() {
   });
   cases.push_back({
       .name = "LayerNormalization",
-      .make = [](DType d) { return LayerNormalization({.dtype = d}).move_to_shared(); },
+      .make = [](DType d) { return LayerNormalization({.dtype = policy(d)}).move_to_shared(); },
       .input_shapes = {{3, 5, 7}},
       .expected_params = 2 * 7,  // gamma, beta [7]
       .expected_weights = 2,
@@ -154,7 +163,8 @@ std::vector<LayerCase> all_layer_cases() {
       .name = "Embedding",
       .make =
           [](DType d) {
-            return Embedding({.input_dim = 11, .output_dim = 3, .dtype = d}).move_to_shared();
+            return Embedding({.input_dim = 11, .output_dim = 3, .dtype = policy(d)})
+                .move_to_shared();
           },
       .input_shapes = {{5, 3}},
       .id_vocab = 11,
@@ -167,12 +177,12 @@ std::vector<LayerCase> all_layer_cases() {
   });
   cases.push_back({
       .name = "Add",
-      .make = [](DType) { return Add().move_to_shared(); },
+      .make = [](DType d) { return Add("", policy(d)).move_to_shared(); },
       .input_shapes = {{3, 5}, {3, 5}, {3, 5}},
   });
   cases.push_back({
       .name = "Concatenate",
-      .make = [](DType) { return Concatenate({.axis = 1}).move_to_shared(); },
+      .make = [](DType d) { return Concatenate({.axis = 1, .dtype = policy(d)}).move_to_shared(); },
       .input_shapes = {{3, 2, 5}, {3, 3, 5}},
       .expected_config = {{"axis", 1}},
   });
@@ -241,11 +251,6 @@ TEST_P(LayerConformance, ConfigHoldsTheOptionsAndRoundTrips) {
 
 TEST_P(LayerConformance, Float64GradientsMatchCentralDifferences) {
   const LayerCase& c = GetParam();
-  if (!c.float64_weights) {
-    GTEST_SKIP() << c.name
-                 << " has no dtype option, so its weights are float32 only and cannot be "
-                    "checked in float64 (see docs/keras-compat.md, Layers).";
-  }
   std::shared_ptr<Layer> layer = c.make(DType::float64);
   const std::vector<Tensor> inputs = make_inputs(c, DType::float64, 2);
   call_layer(*layer, inputs, c.training);  // builds

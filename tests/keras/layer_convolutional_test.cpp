@@ -26,7 +26,7 @@ TEST(Conv2D, SamePaddingStridedMatchesANaiveLoop) {
                .kernel_size = {3, 2},
                .strides = {2, 2},
                .padding = "same",
-               .dtype = DType::float64});
+               .dtype = "float64"});
   Generator gen(11);
   const Tensor x = lockstep::testing::random_f64(gen, {2, 7, 5, 3});
   conv(x);  // builds

@@ -190,14 +190,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Linear,
                                          std::make_tuple(128, 128, 10),
                                          std::make_tuple(64, 512, 512)));
 
-// DISABLED: on this synthetic set the loss rises (0.75 -> 0.97 over 5 epochs) with both bfloat16
-// matmul paths; not yet compared with the same test under float32 (open question: the data set or
-// fit(x, y), versus the policy). `lockstep train --precision mixed_bfloat16` does learn
-// Fashion-MNIST (docs/performance.md).
-TEST(MixedPrecisionTraining, DISABLED_FitUnderMixedBfloat16LowersTheLossAndKeepsFloat32Weights) {
-  PolicyGuard guard("mixed_bfloat16");
+// A short fit of a small classifier under `policy`: 4 separable Gaussian blobs in 8 dimensions,
+// 80 Adam steps. Returns the history and checks the variables stayed float32.
+//
+// History: this test was once disabled because "the loss rose (0.75 -> 0.97)". It did not: the
+// failure message prints 0.5 * loss.front() (0.75 = half of the first epoch's 1.50), and the loss
+// fell 1.50 -> 0.97 under float32 and mixed_bfloat16 alike; Adam at its default 1e-3 simply does
+// not halve the loss in 80 steps. The learning rate is now 1e-2, and float32 runs as the control.
+callbacks::History fit_blobs(const std::string& policy) {
+  PolicyGuard guard(policy);
   set_random_seed(5);
-  // Two Gaussian blobs per class centre, 4 classes in 8 dimensions.
   const int64_t n = 512;
   std::mt19937_64 rng(7);
   std::normal_distribution<float> noise(0.0f, 0.5f);
@@ -212,15 +214,34 @@ TEST(MixedPrecisionTraining, DISABLED_FitUnderMixedBfloat16LowersTheLossAndKeeps
   Tensor y = one_hot(labels, 4);
   Sequential model({Input({8}), layers::Dense({.units = 32, .activation = "relu"}),
                     layers::Dense({.units = 4, .activation = "softmax"})});
-  model.compile({.optimizer = optimizers::Adam(),
+  model.compile({.optimizer = optimizers::Adam({.learning_rate = 1e-2}),
                  .loss = losses::CategoricalCrossentropy(),
                  .metrics = {metrics::CategoricalAccuracy()}});
   auto history = model.fit(x, y, {.epochs = 5, .verbose = 0, .batch_size = 32});
+  for (const Variable& v : model.weights()) EXPECT_EQ(v.dtype(), DType::float32) << v.name();
+  return history;
+}
+
+class MixedPrecisionTraining : public testing::TestWithParam<std::string> {};
+
+TEST_P(MixedPrecisionTraining, FitLowersTheLossAndKeepsFloat32Weights) {
+  auto history = fit_blobs(GetParam());
   const auto& loss = history.history.at("loss");
   ASSERT_EQ(loss.size(), 5u);
+  for (size_t e = 1; e < loss.size(); ++e) EXPECT_LT(loss[e], loss[e - 1]) << "epoch " << e;
   EXPECT_LT(loss.back(), 0.5 * loss.front());
   EXPECT_GT(history.history.at("categorical_accuracy").back(), 0.9);
-  for (const Variable& v : model.weights()) EXPECT_EQ(v.dtype(), DType::float32) << v.name();
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, MixedPrecisionTraining,
+                         testing::Values("float32", "mixed_bfloat16"));
+
+// Same data, seed and batches: bfloat16 rounding perturbs the trajectory only slightly.
+TEST(MixedPrecisionTrainingVsFloat32, LossTracksTheFloat32RunWithinFivePercent) {
+  const auto fp = fit_blobs("float32").history.at("loss");
+  const auto mp = fit_blobs("mixed_bfloat16").history.at("loss");
+  ASSERT_EQ(fp.size(), mp.size());
+  for (size_t e = 0; e < fp.size(); ++e) EXPECT_NEAR(mp[e], fp[e], 0.05 * fp[e]) << "epoch " << e;
 }
 
 }  // namespace

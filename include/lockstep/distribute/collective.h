@@ -57,6 +57,14 @@ struct CommunicationOptions {
   // packs of this size, as tf.distribute's bytes_per_pack); 0 means no splitting beyond what the
   // transport requires. The shared-memory group ignores it: it does not copy through buffers.
   size_t bytes_per_pack = 0;
+  // The dtype training gradients cross workers in (Keras' MultiWorkerMirroredStrategy summing
+  // gradients; within a process the replicas always sum in float32). bfloat16 halves the bytes on
+  // the wire: each worker's float32 sum is rounded to bfloat16 (8 bits of mantissa, relative error
+  // up to 2^-9 per element), the transport sums in float32 and rounds the total once more, and the
+  // result is widened back to float32 for the optimizer. Those roundings are noise of the order of
+  // bfloat16 compute itself, but they are not averaged away (unlike batch noise) and make the
+  // result depend on the worker count; float32 (the default) keeps the sum exact to float32.
+  DType gradient_dtype = DType::float32;
 };
 
 // The block of `count` elements owned by `rank` in reduce_scatter (and the partition used by

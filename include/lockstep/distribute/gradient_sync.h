@@ -13,6 +13,7 @@
 // because the variables are shared memory — and must barrier before variables are read again.
 #include <vector>
 
+#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/tensor.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/replica_context.h"
@@ -21,9 +22,13 @@ namespace lockstep::distribute {
 
 class GradientSynchronizer {
  public:
-  // `shapes`: the gradients' shapes in order; all gradients are float32.
+  // `shapes`: the gradients' shapes in order; gradients are summed in float32. `cross_worker_dtype`
+  // (float32 or bfloat16) is the dtype of the cross-worker all-reduce only: with bfloat16, local
+  // replica 0 rounds each bucket of S to bfloat16, all-reduces it and widens the sum back to
+  // float32 (see CommunicationOptions::gradient_dtype for the trade-off).
   GradientSynchronizer(std::vector<Shape> shapes, int num_local_replicas,
-                       size_t bucket_bytes = size_t{25} << 20);
+                       size_t bucket_bytes = size_t{25} << 20,
+                       DType cross_worker_dtype = DType::float32);
 
   // Called by every local replica with its gradients (undefined tensors count as zeros). Returns
   // views of the summed gradients, identical on all local replicas, valid until the next call.
@@ -39,8 +44,10 @@ class GradientSynchronizer {
   int64_t total_ = 0;
   int num_local_;
   size_t bucket_elements_;
-  std::vector<Tensor> packed_;  // G_r, one per local replica
-  Tensor summed_;               // S
+  DType cross_dtype_;
+  std::vector<bfloat16> cross_buffer_;  // one bucket in bfloat16 (cross_dtype_ == bfloat16)
+  std::vector<Tensor> packed_;          // G_r, one per local replica
+  Tensor summed_;                       // S
   std::vector<Tensor> summed_views_;
 };
 

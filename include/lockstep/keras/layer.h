@@ -83,6 +83,13 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Variable add_weight(const std::string& name, const Shape& shape,
                       const initializers::Initializer& initializer, bool trainable = true,
                       DType dtype = DType::float32);
+  // The policy's dtypes, for build() and call().
+  DType compute_dtype() const { return dtype_policy_.compute_dtype(); }
+  DType variable_dtype() const { return dtype_policy_.variable_dtype(); }
+  // Keras' autocast: a floating tensor (an input or a variable's value) of another dtype is cast
+  // to the compute dtype, differentiably, so float32 variables of a mixed_bfloat16 layer receive
+  // float32 gradients. Integer and undefined tensors pass through.
+  Tensor autocast(const Tensor& t) const;
   // Layers that contain layers (models) report their children's weights.
   virtual std::vector<Variable> own_weights() const { return weights_; }
   std::vector<Variable> weights_;

@@ -3,7 +3,9 @@
 //   "float32"         compute and variables in float32 (the default);
 //   "mixed_bfloat16"  variables in float32, layers compute in bfloat16 (inputs and weights are cast
 //                     at each call; gradients reach the float32 variables as float32);
-//   "bfloat16"        compute and variables in bfloat16.
+//   "bfloat16"        compute and variables in bfloat16;
+//   "float64"         compute and variables in float64 (Keras accepts any dtype name as a policy;
+//                     this one exists so every layer can be gradient-checked in float64).
 // A layer reads the global policy when it is constructed (Keras semantics): changing the global
 // policy later does not affect layers that already exist. A layer's own `dtype` option (for
 // example an output layer forced to "float32") overrides the global policy.
@@ -16,7 +18,7 @@ namespace lockstep::keras::mixed_precision {
 
 class Policy {
  public:
-  // Throws InvalidArgument for a name other than the three above.
+  // Throws InvalidArgument for a name other than the four above.
   explicit Policy(std::string name);
   const std::string& name() const { return name_; }
   DType compute_dtype() const { return compute_; }

@@ -7,10 +7,17 @@
 namespace lockstep::distribute {
 
 GradientSynchronizer::GradientSynchronizer(std::vector<Shape> shapes, int num_local_replicas,
-                                           size_t bucket_bytes)
+                                           size_t bucket_bytes, DType cross_worker_dtype)
     : shapes_(std::move(shapes)),
       num_local_(num_local_replicas),
-      bucket_elements_(std::max<size_t>(1, bucket_bytes / sizeof(float))) {
+      bucket_elements_(std::max<size_t>(1, bucket_bytes / sizeof(float))),
+      cross_dtype_(cross_worker_dtype) {
+  if (cross_dtype_ != DType::float32 && cross_dtype_ != DType::bfloat16) {
+    throw InvalidArgument(
+        "GradientSynchronizer: the cross-worker gradient dtype must be float32 or bfloat16. "
+        "Received: " +
+        std::string(dtype_name(cross_dtype_)) + ".");
+  }
   for (const Shape& s : shapes_) {
     offsets_.push_back(total_);
     total_ += s.num_elements();
@@ -66,7 +73,15 @@ const std::vector<Tensor>& GradientSynchronizer::all_reduce(ReplicaContext& ctx,
       float* s = summed_.data<float>();
       for (size_t begin = 0; begin < static_cast<size_t>(total_); begin += bucket_elements_) {
         size_t n = std::min(bucket_elements_, static_cast<size_t>(total_) - begin);
-        cross->all_reduce(s + begin, n, DType::float32, ReduceOp::SUM);
+        if (cross_dtype_ == DType::bfloat16) {
+          // Half the bytes on the wire; the transport sums bfloat16 in float32 and rounds once.
+          cross_buffer_.resize(n);
+          float_to_bfloat16(s + begin, cross_buffer_.data(), n);
+          cross->all_reduce(cross_buffer_.data(), n, DType::bfloat16, ReduceOp::SUM);
+          bfloat16_to_float(cross_buffer_.data(), s + begin, n);
+        } else {
+          cross->all_reduce(s + begin, n, DType::float32, ReduceOp::SUM);
+        }
       }
     }
     local.barrier();

@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "lockstep/autodiff/functions.h"
 #include "lockstep/keras/keras_tensor.h"
 
 namespace lockstep::keras {
@@ -100,6 +101,12 @@ KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) {
   Shape out = self->compute_output_shapes(shapes)[0];
   auto node = std::make_shared<KerasNode>(KerasNode{self, inputs});
   return KerasTensor(out, inputs[0].dtype(), node);
+}
+
+Tensor Layer::autocast(const Tensor& t) const {
+  const DType compute = compute_dtype();
+  if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == compute) return t;
+  return cast(t, compute);
 }
 
 nlohmann::json Layer::get_config() const {

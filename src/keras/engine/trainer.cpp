@@ -52,10 +52,12 @@ struct Trainer {
       shapes.push_back(v.shape());
     }
     int n = strategy.num_local_replicas();
-    // CommunicationOptions::bytes_per_pack also sizes the cross-worker gradient buckets.
-    size_t pack = strategy.communication_options().bytes_per_pack;
-    c.sync = pack ? std::make_unique<distribute::GradientSynchronizer>(shapes, n, pack)
-                  : std::make_unique<distribute::GradientSynchronizer>(shapes, n);
+    // CommunicationOptions::bytes_per_pack also sizes the cross-worker gradient buckets, and
+    // gradient_dtype is the dtype they cross workers in.
+    const distribute::CommunicationOptions& comm = strategy.communication_options();
+    c.sync = std::make_unique<distribute::GradientSynchronizer>(
+        shapes, n, comm.bytes_per_pack ? comm.bytes_per_pack : size_t{25} << 20,
+        comm.gradient_dtype);
     c.optimizer->build(c.trainable);
     c.replica_metrics.clear();
     for (int r = 0; r < n; ++r) {

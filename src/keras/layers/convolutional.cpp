@@ -40,7 +40,7 @@ Shape windowed_shape(std::string_view op, const Shape& s, const std::array<int64
 }  // namespace
 
 Conv2D::Conv2D(Conv2DOptions options)
-    : LayerImpl(options.name, "conv2d"),
+    : LayerImpl(options.name, "conv2d", options.dtype),
       options_(std::move(options)),
       padding_(padding_from_name(options_.padding)) {
   if (options_.filters <= 0) {
@@ -64,10 +64,10 @@ void Conv2D::build(const Shape& input_shape) {
   kernel_ = add_weight(
       "kernel",
       {options_.kernel_size[0], options_.kernel_size[1], input_shape[3], options_.filters},
-      *initializers::get(options_.kernel_initializer), true, options_.dtype);
+      *initializers::get(options_.kernel_initializer), true, variable_dtype());
   if (options_.use_bias) {
     bias_ = add_weight("bias", {options_.filters}, *initializers::get(options_.bias_initializer),
-                       true, options_.dtype);
+                       true, variable_dtype());
   }
 }
 
@@ -78,10 +78,13 @@ Tensor Conv2D::call(const Tensor& inputs, bool) {
                           std::to_string(kernel_.shape()[2]) + " channels (kernel " +
                           kernel_.shape().to_string() + "). Received: " + inputs.describe() + ".");
   }
-  Tensor x = inputs.dtype() == kernel_.dtype() ? inputs : cast(inputs, kernel_.dtype());
-  Tensor bias = options_.use_bias ? bias_.value() : Tensor();
-  Tensor y = conv2d(x, kernel_.value(), bias, op_options());
+  Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();
+  Tensor y = conv2d(autocast(inputs), autocast(kernel_.value()), bias, op_options());
   if (options_.activation == "linear") return y;
+  // Keras keeps softmax in float32 under a bfloat16 compute dtype (probabilities feed the loss).
+  if (options_.activation == "softmax" && y.dtype() == DType::bfloat16) {
+    y = cast(y, DType::float32);
+  }
   return activations::get(options_.activation)(y);
 }
 
@@ -104,12 +107,12 @@ nlohmann::json Conv2D::get_config() const {
   c["use_bias"] = options_.use_bias;
   c["kernel_initializer"] = options_.kernel_initializer;
   c["bias_initializer"] = options_.bias_initializer;
-  c["dtype"] = std::string(dtype_name(options_.dtype));
+  c["dtype"] = dtype_policy().name();
   return c;
 }
 
 MaxPooling2D::MaxPooling2D(MaxPooling2DOptions options)
-    : LayerImpl(options.name, "max_pooling2d"),
+    : LayerImpl(options.name, "max_pooling2d", options.dtype),
       options_(std::move(options)),
       padding_(padding_from_name(options_.padding)) {
   require_positive_pair("MaxPooling2D", "pool_size", options_.pool_size);
@@ -123,7 +126,7 @@ Pool2DOptions MaxPooling2D::op_options() const {
 
 Tensor MaxPooling2D::call(const Tensor& inputs, bool) {
   require_nhwc("MaxPooling2D", name(), inputs.shape());
-  return max_pool2d(inputs, op_options());
+  return max_pool2d(autocast(inputs), op_options());
 }
 
 Shape MaxPooling2D::compute_output_shape(const Shape& input_shape) const {
@@ -138,6 +141,7 @@ nlohmann::json MaxPooling2D::get_config() const {
   c["strides"] = options_.strides;
   c["padding"] = options_.padding;
   c["data_format"] = "channels_last";
+  c["dtype"] = dtype_policy().name();
   return c;
 }
 

@@ -68,12 +68,7 @@ Tensor Dense::call(const Tensor& inputs, bool) {
                           std::to_string(in) + " (kernel " + kernel_.shape().to_string() +
                           "). Received: " + inputs.describe() + ".");
   }
-  // Autocast (Keras): floating inputs and the variables take the compute dtype; the casts are
-  // differentiable, so the float32 variables receive float32 gradients.
-  const DType compute = dtype_policy().compute_dtype();
-  auto autocast = [compute](const Tensor& t) {
-    return t.defined() && is_floating(t.dtype()) && t.dtype() != compute ? cast(t, compute) : t;
-  };
+  // Autocast (Keras): floating inputs and the variables take the compute dtype.
   Tensor x = autocast(inputs);
   Shape out_shape = compute_output_shape(inputs.shape());
   if (inputs.rank() != 2) x = reshape(x, Shape{inputs.num_elements() / in, in});

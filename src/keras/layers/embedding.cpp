@@ -33,7 +33,7 @@ std::shared_ptr<initializers::Initializer> embedding_initializer(const std::stri
 }  // namespace
 
 Embedding::Embedding(EmbeddingOptions options)
-    : LayerImpl(options.name, "embedding"), options_(std::move(options)) {
+    : LayerImpl(options.name, "embedding", options.dtype), options_(std::move(options)) {
   if (options_.input_dim <= 0 || options_.output_dim <= 0) {
     throw InvalidArgument(
         "Embedding: expected input_dim > 0 and output_dim > 0. Received: input_dim=" +
@@ -46,12 +46,15 @@ Embedding::Embedding(EmbeddingOptions options)
 void Embedding::build(const Shape&) {
   embeddings_ =
       add_weight("embeddings", {options_.input_dim, options_.output_dim},
-                 *embedding_initializer(options_.embeddings_initializer), true, options_.dtype);
+                 *embedding_initializer(options_.embeddings_initializer), true, variable_dtype());
 }
 
 Tensor Embedding::call(const Tensor& inputs, bool) {
   const bool integer = inputs.dtype() == DType::int32 || inputs.dtype() == DType::int64;
-  return embedding_lookup(embeddings_.value(), integer ? inputs : inputs.to(DType::int64));
+  // The table is cast before the lookup (Keras casts the looked-up rows; the values are the same
+  // and the cast's gradient keeps the float32 table's gradient float32).
+  return embedding_lookup(autocast(embeddings_.value()),
+                          integer ? inputs : inputs.to(DType::int64));
 }
 
 Shape Embedding::compute_output_shape(const Shape& input_shape) const {
@@ -66,7 +69,7 @@ nlohmann::json Embedding::get_config() const {
   c["output_dim"] = options_.output_dim;
   c["embeddings_initializer"] = options_.embeddings_initializer;
   c["mask_zero"] = false;
-  c["dtype"] = std::string(dtype_name(options_.dtype));
+  c["dtype"] = dtype_policy().name();
   return c;
 }
 

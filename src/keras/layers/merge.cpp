@@ -34,7 +34,7 @@ bool dims_agree(const Shape& a, const Shape& b, int d) {
 
 }  // namespace
 
-Add::Add(const std::string& name) : LayerImpl(name, "add") {}
+Add::Add(const std::string& name, const std::string& dtype) : LayerImpl(name, "add", dtype) {}
 
 std::vector<Shape> Add::compute_output_shapes(const std::vector<Shape>& shapes) const {
   require_several("Add", name(), shapes);
@@ -57,13 +57,14 @@ void Add::build(const std::vector<Shape>& shapes) {
 
 Tensor Add::call(const std::vector<Tensor>& inputs, bool) {
   compute_output_shapes(shapes_of(inputs));
-  Tensor sum = add(inputs[0], inputs[1]);
-  for (size_t i = 2; i < inputs.size(); ++i) sum = add(sum, inputs[i]);
+  // Autocast: a float32 skip connection and a bfloat16 branch meet in the compute dtype.
+  Tensor sum = add(autocast(inputs[0]), autocast(inputs[1]));
+  for (size_t i = 2; i < inputs.size(); ++i) sum = add(sum, autocast(inputs[i]));
   return sum;
 }
 
 Concatenate::Concatenate(ConcatenateOptions options)
-    : LayerImpl(options.name, "concatenate"), options_(std::move(options)) {}
+    : LayerImpl(options.name, "concatenate", options.dtype), options_(std::move(options)) {}
 
 std::vector<Shape> Concatenate::compute_output_shapes(const std::vector<Shape>& shapes) const {
   require_several("Concatenate", name(), shapes);
@@ -98,12 +99,16 @@ void Concatenate::build(const std::vector<Shape>& shapes) {
 Tensor Concatenate::call(const std::vector<Tensor>& inputs, bool) {
   compute_output_shapes(shapes_of(inputs));
   const int rank = inputs[0].rank();
-  return concat(inputs, options_.axis < 0 ? options_.axis + rank : options_.axis);
+  std::vector<Tensor> cast_inputs;
+  cast_inputs.reserve(inputs.size());
+  for (const Tensor& t : inputs) cast_inputs.push_back(autocast(t));
+  return concat(cast_inputs, options_.axis < 0 ? options_.axis + rank : options_.axis);
 }
 
 nlohmann::json Concatenate::get_config() const {
   auto c = Layer::get_config();
   c["axis"] = options_.axis;
+  c["dtype"] = dtype_policy().name();
   return c;
 }
 

@@ -24,14 +24,10 @@ void require_epsilon(const std::string& layer, double epsilon) {
   }
 }
 
-Tensor as_dtype(const Tensor& x, DType dtype) {
-  return x.dtype() == dtype ? x : cast(x, dtype);
-}
-
 }  // namespace
 
 BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
-    : LayerImpl(options.name, "batch_normalization"), options_(std::move(options)) {
+    : LayerImpl(options.name, "batch_normalization", options.dtype), options_(std::move(options)) {
   require_last_axis("BatchNormalization", options_.axis);
   require_epsilon("BatchNormalization", options_.epsilon);
   if (!(options_.momentum >= 0 && options_.momentum <= 1)) {
@@ -53,7 +49,7 @@ void BatchNormalization::build(const Shape& input_shape) {
                           input_shape.to_string() + ".");
   }
   const Shape c{input_shape.dim(-1)};
-  const DType d = options_.dtype;
+  const DType d = variable_dtype();
   if (options_.scale)
     gamma_ = add_weight("gamma", c, *initializers::get(options_.gamma_initializer), true, d);
   if (options_.center)
@@ -71,7 +67,10 @@ Tensor BatchNormalization::call(const Tensor& inputs, bool training) {
                           std::to_string(channels) +
                           " channels on the last axis. Received: " + inputs.describe() + ".");
   }
-  Tensor x = as_dtype(inputs, options_.dtype);
+  // x takes the compute dtype; gamma, beta and the moving statistics stay in the variable dtype
+  // (under mixed_bfloat16 the kernels read bfloat16 x with float32 parameters and compute the
+  // statistics in float32, as Keras computes normalization in float32 under mixed policies).
+  Tensor x = autocast(inputs);
   Tensor gamma = options_.scale ? gamma_.value() : Tensor();
   Tensor beta = options_.center ? beta_.value() : Tensor();
   if (!training || !trainable()) {
@@ -125,12 +124,12 @@ nlohmann::json BatchNormalization::get_config() const {
   c["moving_mean_initializer"] = options_.moving_mean_initializer;
   c["moving_variance_initializer"] = options_.moving_variance_initializer;
   c["synchronized"] = false;
-  c["dtype"] = std::string(dtype_name(options_.dtype));
+  c["dtype"] = dtype_policy().name();
   return c;
 }
 
 LayerNormalization::LayerNormalization(LayerNormalizationOptions options)
-    : LayerImpl(options.name, "layer_normalization"), options_(std::move(options)) {
+    : LayerImpl(options.name, "layer_normalization", options.dtype), options_(std::move(options)) {
   require_last_axis("LayerNormalization", options_.axis);
   require_epsilon("LayerNormalization", options_.epsilon);
   initializers::get(options_.beta_initializer);
@@ -145,11 +144,11 @@ void LayerNormalization::build(const Shape& input_shape) {
   const Shape d{input_shape.dim(-1)};
   if (options_.scale) {
     gamma_ = add_weight("gamma", d, *initializers::get(options_.gamma_initializer), true,
-                        options_.dtype);
+                        variable_dtype());
   }
   if (options_.center) {
-    beta_ =
-        add_weight("beta", d, *initializers::get(options_.beta_initializer), true, options_.dtype);
+    beta_ = add_weight("beta", d, *initializers::get(options_.beta_initializer), true,
+                       variable_dtype());
   }
 }
 
@@ -162,7 +161,7 @@ Tensor LayerNormalization::call(const Tensor& inputs, bool) {
   }
   Tensor gamma = options_.scale ? gamma_.value() : Tensor();
   Tensor beta = options_.center ? beta_.value() : Tensor();
-  return layer_norm(as_dtype(inputs, options_.dtype), gamma, beta, options_.epsilon);
+  return layer_norm(autocast(inputs), gamma, beta, options_.epsilon);
 }
 
 nlohmann::json LayerNormalization::get_config() const {
@@ -174,7 +173,7 @@ nlohmann::json LayerNormalization::get_config() const {
   c["rms_scaling"] = false;
   c["beta_initializer"] = options_.beta_initializer;
   c["gamma_initializer"] = options_.gamma_initializer;
-  c["dtype"] = std::string(dtype_name(options_.dtype));
+  c["dtype"] = dtype_policy().name();
   return c;
 }
 

@@ -29,9 +29,11 @@ struct Conv2DOptions {
   bool use_bias = true;
   std::string kernel_initializer = "glorot_uniform";
   std::string bias_initializer = "zeros";
-  // The weights' dtype (Keras' dtype argument); inputs of another float dtype are cast to it, as
-  // Keras autocasts. float64 is what the gradient checks use.
-  DType dtype = DType::float32;
+  // The layer's dtype policy (Keras' dtype argument: "float32", "mixed_bfloat16", "bfloat16",
+  // "float64"); empty takes the global policy. Variables have the policy's variable dtype;
+  // inputs, kernel and bias are cast to its compute dtype (under mixed_bfloat16 the convolution
+  // runs in bfloat16 and the float32 variables receive float32 gradients).
+  std::string dtype = "";
   std::string name = "";
 };
 
@@ -58,6 +60,7 @@ struct MaxPooling2DOptions {
   // {0, 0} means "equal to pool_size" (Keras' strides=None); get_config reports the resolved value.
   std::array<int64_t, 2> strides{0, 0};
   std::string padding = "valid";
+  std::string dtype = "";  // the policy (no variables: inputs are cast to its compute dtype)
   std::string name = "";
 };
 

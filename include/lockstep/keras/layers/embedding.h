@@ -41,7 +41,8 @@ struct EmbeddingOptions {
   // "uniform" / "random_uniform" (RandomUniform(-0.05, 0.05), Keras' default) or any name
   // initializers::get accepts.
   std::string embeddings_initializer = "uniform";
-  DType dtype = DType::float32;  // the table's dtype
+  // The dtype policy ("" = global): the table has its variable dtype, the output its compute dtype.
+  std::string dtype = "";
   std::string name = "";
 };
 

@@ -15,7 +15,8 @@ namespace lockstep::keras::layers {
 
 class Add : public LayerImpl<Add> {
  public:
-  explicit Add(const std::string& name = "");
+  // `dtype`: the dtype policy ("" = global); floating inputs are cast to its compute dtype.
+  explicit Add(const std::string& name = "", const std::string& dtype = "");
   std::string class_name() const override { return "Add"; }
   bool accepts_multiple_inputs() const override { return true; }
   void build(const std::vector<Shape>& input_shapes) override;
@@ -25,6 +26,7 @@ class Add : public LayerImpl<Add> {
 
 struct ConcatenateOptions {
   int axis = -1;  // negative counts from the end; the batch axis (0) cannot be concatenated
+  std::string dtype = "";  // the dtype policy ("" = global); inputs take its compute dtype
   std::string name = "";
 };
 

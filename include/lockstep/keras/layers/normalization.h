@@ -42,7 +42,9 @@ struct BatchNormalizationOptions {
   std::string gamma_initializer = "ones";
   std::string moving_mean_initializer = "zeros";
   std::string moving_variance_initializer = "ones";
-  DType dtype = DType::float32;  // the weights' dtype; other float inputs are cast to it
+  // The dtype policy ("" = global): variables in its variable dtype, inputs cast to its compute
+  // dtype; the statistics are computed in float32 (or float64) whatever the compute dtype.
+  std::string dtype = "";
   std::string name = "";
 };
 
@@ -71,7 +73,7 @@ struct LayerNormalizationOptions {
   bool scale = true;
   std::string beta_initializer = "zeros";
   std::string gamma_initializer = "ones";
-  DType dtype = DType::float32;
+  std::string dtype = "";  // the dtype policy, as BatchNormalizationOptions::dtype
   std::string name = "";
 };
 
