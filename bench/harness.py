@@ -160,8 +160,17 @@ def main():
     p.add_argument("--models", default="mlp,wide,conv")
     p.add_argument("--out", default=os.path.join(ROOT, "build/bench"))
     p.add_argument("--only", default="", help="regex on configuration names")
+    p.add_argument("--render", default="", help="re-render table.md and the SVG from a results.json")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.render:
+        data = json.load(open(args.render))
+        rows = table_rows(data["configs"], data["runs"], data["meta"])
+        md = render(data["meta"], rows)
+        open(os.path.join(args.out, "table.md"), "w").write(md)
+        plot.write_svg(rows, os.path.join(args.out, "samples_per_s.svg"))
+        print(md)
+        return
     args.bf16 = lockstep_accepts(args, ["--precision", "mixed_bfloat16"])
     configs = []
     for model in args.models.split(","):
@@ -226,6 +235,8 @@ def table_rows(configs, runs, meta):
                "replicas": c["replicas"], "global_batch": c["global_batch"], "rounds": len(rs)}
         for k in ("samples_per_s", "epoch_s", "first_epoch_s", "peak_rss_mb"):
             row[k] = statistics.median(r[k] for r in rs)
+        # The least disturbed round: on a shared machine the closest to the machine's own speed.
+        row["best_samples_per_s"] = max(r["samples_per_s"] for r in rs)
         if meta["floor_gflops"]:
             # The floor runs the step's matmuls at the measured oneDNN rate on all cores.
             flop_rate = FLOP_PER_EXAMPLE[c["model"]] * row["samples_per_s"] / 1e9
@@ -245,16 +256,27 @@ def render(meta, rows):
         out.append("Floor: oneDNN fp32 on the seed step's five matmuls, one pinned copy per core "
                    "at once: %.0f GFLOP/s in all → fastest seed-model epoch %.0f ms "
                    "(%.0f samples/s)  " % (meta["floor_gflops"], mlp_floor * 1e3, 60000 / mlp_floor))
-    out += ["", "| model | configuration | global batch | samples/s (steady) | epoch s | "
-            "first epoch s | peak RSS MB | of floor |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    out += ["", "| model | configuration | global batch | samples/s (steady, median) | best round | "
+            "epoch s | first epoch s | peak RSS MB | of floor |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         name = r["name"].split(": ", 1)[1]
-        out.append("| %s | %s | %d | %.0f | %.3f | %.3f | %.0f | %s |" % (
-            r["model"], name, r["global_batch"], r["samples_per_s"], r["epoch_s"],
+        out.append("| %s | %s | %d | %.0f | %.0f | %.3f | %.3f | %.0f | %s |" % (
+            r["model"], name, r["global_batch"], r["samples_per_s"],
+            r.get("best_samples_per_s", r["samples_per_s"]), r["epoch_s"],
             r["first_epoch_s"], r["peak_rss_mb"],
             "%.0f%%" % (100 * r["floor_fraction"]) if "floor_fraction" in r else "—"))
-    out += ["", acceptance(rows)]
+    out += ["", "Acceptance on the medians:", "", acceptance(rows), "",
+            "Acceptance on the best round of each configuration:", "",
+            acceptance([best_of(r) for r in rows])]
     return "\n".join(out) + "\n"
+
+
+def best_of(row):
+    best = dict(row, samples_per_s=row.get("best_samples_per_s", row["samples_per_s"]))
+    if "floor_fraction" in row:
+        best["floor_fraction"] = row["floor_fraction"] * best["samples_per_s"] / row["samples_per_s"]
+    return best
 
 
 def acceptance(rows):
@@ -282,7 +304,7 @@ def acceptance(rows):
         ("1 replica ≥ 2x single-thread PyTorch (%s)" % best_t1["name"].split(": ")[1],
          o["samples_per_s"] / best_t1["samples_per_s"], 2.0),
         ("2 replicas ≥ 1.85x 1 replica", a["samples_per_s"] / o["samples_per_s"], 1.85),
-        ("peak RSS ≤ PyTorch's (all-core Lockstep vs smallest PyTorch)",
+        ("peak RSS ≤ PyTorch's (measured: smallest PyTorch RSS / all-core Lockstep RSS)",
          min(r["peak_rss_mb"] for r in torch_rows) / a["peak_rss_mb"], 1.0),
     ]
     lines = ["| acceptance (seed model) | measured | target | |", "|---|---:|---:|---|"]
