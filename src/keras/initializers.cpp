@@ -23,6 +23,16 @@ uint64_t next_seed() {
   return global_generator().next_u64();
 }
 
+Generator::State random_generator_state() {
+  std::lock_guard lock(seed_mu);
+  return global_generator().state();
+}
+
+void set_random_generator_state(const Generator::State& state) {
+  std::lock_guard lock(seed_mu);
+  global_generator().set_state(state);
+}
+
 namespace initializers {
 
 std::pair<double, double> compute_fans(const Shape& shape) {

@@ -1,5 +1,6 @@
 // Acceptance of issue 6 item 3 (single process): training killed (SIGKILL) after epoch 2 of 4 and
-// restarted with BackupAndRestore ends with weights byte-identical to an uninterrupted run; a
+// restarted with BackupAndRestore ends with weights byte-identical to an uninterrupted run (also
+// with a Dropout layer, whose mask streams the backup restores); a
 // leftover partial temporary file is ignored, and a corrupt backup is refused (DataLoss), never
 // used. Every training runs in a forked child so that a kill ends it exactly as in production.
 // The parent learns that epoch 2's backup is on disk from a pipe the child writes after
@@ -29,6 +30,9 @@ constexpr int kExitDataLoss = 3;
 struct Variant {
   const char* name;
   bool repeat;  // repeat() + steps_per_epoch (one iterator spans epochs) vs a finite dataset
+  // A Dropout layer: resumption must also restore each replica's mask stream (and the global
+  // generator), saved in the backup's metadata.
+  bool dropout = false;
 };
 
 Element synthetic_data() {
@@ -62,8 +66,9 @@ void train(const Variant& v, const std::string& dir, const std::string& out, int
   keras::Sequential model({
       keras::Input({6}),
       keras::layers::Dense({.units = 12, .activation = "relu"}),
-      keras::layers::Dense({.units = 3, .activation = "softmax"}),
   });
+  if (v.dropout) model.add(keras::layers::Dropout(0.3));
+  model.add(keras::layers::Dense({.units = 3, .activation = "softmax"}));
   model.compile(
       {.optimizer = keras::optimizers::Adam(), .loss = keras::losses::CategoricalCrossentropy()});
   auto backup = std::make_shared<keras::callbacks::BackupAndRestore>(dir);
@@ -174,8 +179,8 @@ int main() {
   fs::path root =
       fs::temp_directory_path() / ("lockstep_backup_resume_" + std::to_string(getpid()));
   fs::create_directories(root);
-  for (const Variant& v :
-       {Variant{"finite_dataset", false}, Variant{"repeat_steps_per_epoch", true}})
+  for (const Variant& v : {Variant{"finite_dataset", false},
+                           Variant{"repeat_steps_per_epoch", true}, Variant{"dropout", true, true}})
     run_variant(v, root);
   fs::remove_all(root);
   std::cout << (failures ? "FAILED" : "PASS") << "\n";

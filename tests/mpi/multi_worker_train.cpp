@@ -5,6 +5,9 @@
 //   multi_worker_train mirrored N OUT            (MirroredStrategy(N), one process)
 //   multi_worker_train default 1 OUT             (the default strategy: 1 replica, global batch)
 //   multi_worker_train compare A B REL           (exit 0 when every weight agrees within REL)
+// Each run also writes OUT.logs (every worker: OUT.logs.W): the reported numbers (loss and
+// accuracy at every batch end and epoch end of fit, then evaluate's), which must be the global
+// ones, equal on every worker and to the one-process runs.
 // The output is one line per weight element, printed with 9 significant digits (enough to
 // round-trip float32), so equal bits give equal files.
 #include <cmath>
@@ -46,7 +49,22 @@ Element synthetic_data() {
   return {x, y};
 }
 
-std::vector<float> train(distribute::Strategy* strategy) {
+// Records the logs of every batch end (fit and evaluate) in order.
+class RecordLogs : public keras::callbacks::Callback {
+ public:
+  explicit RecordLogs(std::vector<float>* out) : out_(out) {}
+  void on_train_batch_end(int64_t, const keras::callbacks::Logs& logs) override { add(logs); }
+  void on_test_batch_end(int64_t, const keras::callbacks::Logs& logs) override { add(logs); }
+
+ private:
+  void add(const keras::callbacks::Logs& logs) {
+    out_->push_back(static_cast<float>(logs.at("loss")));
+    out_->push_back(static_cast<float>(logs.at("categorical_accuracy")));
+  }
+  std::vector<float>* out_;
+};
+
+std::vector<float> train(distribute::Strategy* strategy, std::vector<float>* logs) {
   keras::set_random_seed(1234);
   Element data = synthetic_data();
   // A shuffle with a fixed seed exercises the "same global batches on every worker" rule.
@@ -61,7 +79,13 @@ std::vector<float> train(distribute::Strategy* strategy) {
   model.compile({.optimizer = keras::optimizers::Adam(),
                  .loss = keras::losses::CategoricalCrossentropy(),
                  .metrics = {keras::metrics::CategoricalAccuracy()}});
-  model.fit(ds, {.epochs = 3, .verbose = 0});
+  auto record = std::make_shared<RecordLogs>(logs);
+  keras::callbacks::History history =
+      model.fit(ds, {.epochs = 3, .verbose = 0, .callbacks = {record}});
+  for (const char* key : {"loss", "categorical_accuracy"})
+    for (double v : history.history.at(key)) logs->push_back(static_cast<float>(v));
+  for (const auto& [key, value] : model.evaluate(ds, {.verbose = 0, .callbacks = {record}}))
+    logs->push_back(static_cast<float>(value));
   std::vector<float> out;
   for (const Variable& v : model.weights()) {
     Tensor t = v.raw_value();
@@ -157,19 +181,25 @@ int run(int argc, char** argv) {
     distribute::mpi_initialize(&argc, &argv);
     distribute::MultiWorkerMirroredStrategy strategy({.timeout_seconds = 60});
     check_auto_shard(strategy);
-    std::vector<float> w = train(&strategy);
+    std::vector<float> logs;
+    std::vector<float> w = train(&strategy, &logs);
     if (strategy.is_chief()) write(out, w);
+    write(out + ".logs." + std::to_string(strategy.worker_index()), logs);
     std::cout << "worker " << strategy.worker_index() << " of " << strategy.num_workers()
               << ": num_replicas_in_sync " << strategy.num_replicas_in_sync() << "\n";
     return 0;
   }
   if (mode == "mirrored") {
     distribute::MirroredStrategy strategy(std::stoi(argv[2]));
-    write(out, train(&strategy));
+    std::vector<float> logs;
+    write(out, train(&strategy, &logs));
+    write(out + ".logs", logs);
     return 0;
   }
   if (mode == "default") {
-    write(out, train(nullptr));
+    std::vector<float> logs;
+    write(out, train(nullptr, &logs));
+    write(out + ".logs", logs);
     return 0;
   }
   std::cerr << "unknown mode " << mode << "\n";

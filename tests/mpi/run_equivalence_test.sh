@@ -5,7 +5,8 @@
 #   * 4 replicas in one process (MirroredStrategy(4)),
 #   * 1 replica on the global batch (the default strategy),
 # within 1e-5 relative (summation order differs between them), and two launches of the 2 x 2 job
-# give byte-identical weights.
+# give byte-identical weights. The logs written alongside check that reported loss and metrics
+# are global.
 #   run_equivalence_test.sh <mpirun> <multi_worker_train>
 set -u
 MPIRUN=$1 PROG=$2
@@ -31,5 +32,18 @@ fi
 for other in mw4x1 mirrored4 default; do
   "$PROG" compare "$DIR/mw2x2.a" "$DIR/$other" 1e-5 || { echo "FAIL: 2x2 vs $other"; fail=1; }
 done
+# Reported numbers (issue 6: global, not per worker): every worker logs the same loss and accuracy
+# at every batch end, epoch end and evaluate, and they match the one-process runs on the same
+# global batches.
+for run in mw2x2.a mw4x1; do
+  for log in "$DIR/$run".logs.*; do
+    cmp "$DIR/$run.logs.0" "$log" || { echo "FAIL: $run: $log differs from worker 0's logs"; fail=1; }
+  done
+  for other in mirrored4 default; do
+    "$PROG" compare "$DIR/$run.logs.0" "$DIR/$other.logs" 1e-5 ||
+      { echo "FAIL: logs of $run vs $other"; fail=1; }
+  done
+done
+[ "$(ls "$DIR"/mw4x1.logs.* | wc -l)" = 4 ] || { echo "FAIL: expected 4 workers' logs"; fail=1; }
 [ $fail = 0 ] && echo PASS && exit 0
 exit 1

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -101,6 +102,10 @@ class Strategy : public VariableCreationObserver {
   // number of replicas in sync). With `axis`, each value is also reduced along that axis and MEAN
   // divides by the total length along it, so uneven per-replica batches weigh by example.
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis = {});
+  // Host-side all-reduce of a few doubles over the workers (SUM or MAX; MEAN divides by the
+  // number of workers); nothing happens with one worker. A collective: every worker calls it at the
+  // same point of its program. Keras' logs use it to report global loss and metrics.
+  void all_reduce_across_workers(std::span<double> values, ReduceOp op);
   // Concatenation along `axis` of all replicas' values (tf.distribute.Strategy.gather).
   Tensor gather(const PerReplica<Tensor>& value, int axis = 0);
   std::vector<Tensor> experimental_local_results(const PerReplica<Tensor>& value) const {

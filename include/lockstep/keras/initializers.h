@@ -23,6 +23,10 @@ namespace lockstep::keras {
 void set_random_seed(uint64_t seed);
 // The next seed drawn from the global generator (each layer takes one for its own streams).
 uint64_t next_seed();
+// The global generator's whole state, and its restoration: BackupAndRestore saves it so that a
+// resumed run continues the same sequence as the uninterrupted one.
+Generator::State random_generator_state();
+void set_random_generator_state(const Generator::State& state);
 
 namespace initializers {
 

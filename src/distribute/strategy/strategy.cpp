@@ -238,6 +238,10 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optio
   return out_dtype == DType::float64 ? out : out.to(out_dtype);
 }
 
+void Strategy::all_reduce_across_workers(std::span<double> values, ReduceOp op) {
+  if (num_workers() > 1) config_.cross_worker->all_reduce(values, op);
+}
+
 Tensor Strategy::gather(const PerReplica<Tensor>& value, int axis) {
   if (num_workers() > 1) {
     throw FailedPrecondition(

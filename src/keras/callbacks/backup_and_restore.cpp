@@ -1,12 +1,15 @@
 #include "lockstep/keras/callbacks/backup_and_restore.h"
 
 #include <filesystem>
+#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/replica_context.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/keras/initializers.h"
+#include "lockstep/keras/layers/core.h"
 #include "lockstep/keras/model.h"
 #include "lockstep/keras/optimizers/optimizer.h"
 #include "lockstep/keras/saving/safetensors.h"
@@ -42,6 +45,92 @@ int64_t parse_int(const std::map<std::string, std::string>& meta, const std::str
   }
   throw DataLoss("BackupAndRestore: '" + path + "': metadata '" + key + "' is '" + it->second +
                  "', not an integer.");
+}
+
+// Every Dropout layer of `model` (nested models included), in layer order.
+void collect_dropouts(const Model& model, std::vector<layers::Dropout*>& out) {
+  for (const auto& layer : model.layers()) {
+    if (auto* d = dynamic_cast<layers::Dropout*>(layer.get())) out.push_back(d);
+    if (auto* m = dynamic_cast<const Model*>(layer.get())) collect_dropouts(*m, out);
+  }
+}
+
+std::string join(const std::vector<uint64_t>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? " " : "") + std::to_string(values[i]);
+  return out;
+}
+
+std::vector<uint64_t> split(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<uint64_t> out;
+  for (uint64_t v; in >> v;) out.push_back(v);
+  return out;
+}
+
+// The random state at an epoch end, as backup metadata: the global generator (the same on every
+// worker: every worker runs the same program) and, per Dropout layer, the {counter, buffered}
+// position of each replica's mask stream. Each worker only has its own replicas' streams, so
+// their positions are SUM-all-reduced across workers (each contributes zeros for the others);
+// counters travel as doubles, exact below 2^53 Philox blocks. A collective: every worker calls it.
+std::map<std::string, std::string> random_state_metadata(Model& model) {
+  distribute::Strategy& s = model.distribute_strategy();
+  std::vector<layers::Dropout*> dropouts;
+  collect_dropouts(model, dropouts);
+  const int replicas = s.num_replicas_in_sync();
+  std::vector<double> positions;
+  for (layers::Dropout* d : dropouts) {
+    for (const auto& [counter, buffered] : d->generator_positions(replicas)) {
+      positions.push_back(static_cast<double>(counter));
+      positions.push_back(static_cast<double>(buffered));
+    }
+  }
+  s.all_reduce_across_workers(positions, distribute::ReduceOp::SUM);
+  std::vector<uint64_t> exact(positions.begin(), positions.end());
+  Generator::State g = random_generator_state();
+  return {{"backup.random_generator", join({g.seed, g.stream, g.counter, g.buffered})},
+          {"backup.dropout_layers", std::to_string(dropouts.size())},
+          {"backup.dropout_replicas", std::to_string(replicas)},
+          {"backup.dropout_positions", join(exact)}};
+}
+
+// Restores what random_state_metadata saved. Backups without it (written before it existed)
+// restore no random state.
+void restore_random_state(Model& model, const std::map<std::string, std::string>& meta,
+                          const std::string& path) {
+  auto it = meta.find("backup.random_generator");
+  if (it == meta.end()) return;
+  std::vector<uint64_t> g = split(it->second);
+  if (g.size() != 4) {
+    throw DataLoss("BackupAndRestore: '" + path + "': metadata 'backup.random_generator' is '" +
+                   it->second + "', not 4 integers.");
+  }
+  std::vector<layers::Dropout*> dropouts;
+  collect_dropouts(model, dropouts);
+  const int replicas = model.distribute_strategy().num_replicas_in_sync();
+  const int64_t saved_layers = parse_int(meta, "backup.dropout_layers", path);
+  const int64_t saved_replicas = parse_int(meta, "backup.dropout_replicas", path);
+  if (saved_layers != static_cast<int64_t>(dropouts.size()) || saved_replicas != replicas) {
+    throw InvalidArgument("BackupAndRestore: '" + path + "' holds the random state of " +
+                          std::to_string(saved_layers) + " Dropout layer(s) on " +
+                          std::to_string(saved_replicas) + " replica(s); this model has " +
+                          std::to_string(dropouts.size()) + " on " + std::to_string(replicas) +
+                          ". Resume with the same model and number of replicas in sync.");
+  }
+  auto pos = meta.find("backup.dropout_positions");
+  std::vector<uint64_t> p = pos == meta.end() ? std::vector<uint64_t>{} : split(pos->second);
+  if (p.size() != dropouts.size() * static_cast<size_t>(replicas) * 2) {
+    throw DataLoss("BackupAndRestore: '" + path +
+                   "': metadata 'backup.dropout_positions' has the wrong number of values.");
+  }
+  set_random_generator_state({g[0], g[1], g[2], static_cast<uint32_t>(g[3])});
+  size_t at = 0;
+  for (layers::Dropout* d : dropouts) {
+    std::vector<std::pair<uint64_t, uint32_t>> positions;
+    for (int r = 0; r < replicas; ++r, at += 2)
+      positions.emplace_back(p[at], static_cast<uint32_t>(p[at + 1]));
+    d->set_generator_positions(positions);
+  }
 }
 
 }  // namespace
@@ -117,22 +206,25 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   IteratorState position{
       static_cast<uint64_t>(parse_int(file.metadata, "backup.iterator_iteration", path)),
       parse_int(file.metadata, "backup.iterator_position", path)};
+  restore_random_state(m, file.metadata, path);
   for (size_t i = 0; i < expected.size(); ++i) expected[i].second.assign(file.tensors[i].second);
   restored_epoch_ = static_cast<int>(epoch);
   target().resume_from(restored_epoch_ + 1, position);
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
+  // Every worker takes part: the Dropout streams are gathered with a collective.
+  std::map<std::string, std::string> metadata = random_state_metadata(model());
   if (is_chief()) {
     std::vector<std::pair<std::string, Tensor>> tensors;
     add(tensors, "model", target_weights());
     add(tensors, "optimizer", target_optimizer().variables());
     IteratorState position = target().iterator_state ? target().iterator_state() : IteratorState{};
-    saving::save_safetensors(backup_path(), tensors,
-                             {{"backup.format", "1"},
-                              {"backup.epoch", std::to_string(epoch)},
-                              {"backup.iterator_iteration", std::to_string(position.iteration)},
-                              {"backup.iterator_position", std::to_string(position.position)}});
+    metadata.insert({{"backup.format", "1"},
+                     {"backup.epoch", std::to_string(epoch)},
+                     {"backup.iterator_iteration", std::to_string(position.iteration)},
+                     {"backup.iterator_position", std::to_string(position.position)}});
+    saving::save_safetensors(backup_path(), tensors, metadata);
   }
   // No worker may run ahead into an epoch whose predecessor has no backup yet.
   barrier_workers();

@@ -76,18 +76,38 @@ struct Trainer {
       for (auto& m : ms) m->reset_state();
   }
 
-  // Sync-on-read: merges the replicas' loss sums and metric states.
+  // Sync-on-read: merges the replicas' loss sums and metric states. With several workers the
+  // merged [loss sum, example count, metric states...] are SUM-all-reduced across workers in one
+  // small collective, so every worker reports the global numbers (as MultiWorkerMirroredStrategy
+  // does). That collective runs at every logs() call on every worker: fit and evaluate call it
+  // after each dispatch and at the end, at the same steps everywhere since every worker runs the
+  // same number of steps.
   callbacks::Logs logs() const {
-    callbacks::Logs out;
-    double loss = 0, count = 0;
+    std::vector<std::unique_ptr<metrics::Metric>> merged;
+    std::vector<double> global(2, 0.0);
     for (size_t r = 0; r < c.loss_sum.size(); ++r)
-      loss += c.loss_sum[r], count += c.example_count[r];
-    out["loss"] = count > 0 ? loss / count : 0.0;
+      global[0] += c.loss_sum[r], global[1] += c.example_count[r];
     for (size_t i = 0; i < c.metrics.size(); ++i) {
-      auto merged = c.metrics[i]->clone();
-      for (const auto& ms : c.replica_metrics) merged->merge_state(*ms[i]);
-      out[merged->name()] = merged->result();
+      merged.push_back(c.metrics[i]->clone());
+      for (const auto& ms : c.replica_metrics) merged.back()->merge_state(*ms[i]);
     }
+    if (strategy.num_workers() > 1) {
+      for (const auto& m : merged) {
+        std::vector<double> st = m->state();
+        global.insert(global.end(), st.begin(), st.end());
+      }
+      strategy.all_reduce_across_workers(global, distribute::ReduceOp::SUM);
+      size_t at = 2;
+      for (const auto& m : merged) {
+        size_t n = m->state().size();
+        m->set_state({global.begin() + static_cast<ptrdiff_t>(at),
+                      global.begin() + static_cast<ptrdiff_t>(at + n)});
+        at += n;
+      }
+    }
+    callbacks::Logs out;
+    out["loss"] = global[1] > 0 ? global[0] / global[1] : 0.0;
+    for (const auto& m : merged) out[m->name()] = m->result();
     return out;
   }
 

@@ -1,5 +1,7 @@
 #include "lockstep/keras/layers/core.h"
 
+#include <algorithm>
+
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/nn_functions.h"
 #include "lockstep/distribute/replica_context.h"
@@ -198,6 +200,26 @@ Generator& Dropout::generator_for_this_thread() {
   if (generators_.size() <= r) generators_.resize(r + 1);
   if (!generators_[r]) generators_[r] = std::make_unique<Generator>(seed_, r);
   return *generators_[r];
+}
+
+std::vector<std::pair<uint64_t, uint32_t>> Dropout::generator_positions(int num_replicas) const {
+  std::lock_guard lock(*mu_);
+  std::vector<std::pair<uint64_t, uint32_t>> out(static_cast<size_t>(num_replicas), {0, 0});
+  for (size_t r = 0; r < generators_.size() && r < out.size(); ++r) {
+    if (!generators_[r]) continue;
+    Generator::State s = generators_[r]->state();
+    out[r] = {s.counter, s.buffered};
+  }
+  return out;
+}
+
+void Dropout::set_generator_positions(const std::vector<std::pair<uint64_t, uint32_t>>& positions) {
+  std::lock_guard lock(*mu_);
+  generators_.resize(std::max(generators_.size(), positions.size()));
+  for (size_t r = 0; r < positions.size(); ++r) {
+    generators_[r] = std::make_unique<Generator>(seed_, r);
+    generators_[r]->set_state({seed_, r, positions[r].first, positions[r].second});
+  }
 }
 
 Tensor Dropout::call(const Tensor& inputs, bool training) {

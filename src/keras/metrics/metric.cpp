@@ -28,6 +28,19 @@ void Metric::merge_state(const Metric& other) {
   count_ += other.count_;
 }
 
+std::vector<double> Metric::state() const {
+  return {total_, count_};
+}
+
+void Metric::set_state(const std::vector<double>& state) {
+  if (state.size() != 2) {
+    throw InvalidArgument("Metric '" + name() + "'.set_state: expected 2 values (total, count). " +
+                          "Received " + std::to_string(state.size()) + ".");
+  }
+  total_ = state[0];
+  count_ = state[1];
+}
+
 nlohmann::json Metric::get_config() const {
   return {{"name", name_}, {"dtype", "float32"}};
 }

@@ -7,7 +7,10 @@
 //                          the slots (Optimizer::variables order)
 //   __metadata__           "backup.format": "1", "backup.epoch": the last completed epoch
 //                          (0-based), "backup.iterator_iteration" / "backup.iterator_position":
-//                          the position of fit's input iterator (IteratorState)
+//                          the position of fit's input iterator (IteratorState),
+//                          "backup.random_generator": the global generator's state
+//                          (initializers.h), "backup.dropout_*": each Dropout layer's per-replica
+//                          mask stream positions (all workers' replicas)
 //
 // When fit starts and the file exists, everything is restored and fit continues at the epoch
 // after the saved one, with the input iterator where it was, so the resumed run computes exactly
@@ -23,12 +26,13 @@
 // barrier, so no worker starts the next epoch before the backup of this one exists. Every worker
 // reads the backup on start, so `backup_dir` must be on a file system all workers see.
 //
-// Not saved: random generator states. Layers draw their seeds from keras::next_seed() when they
-// are created, so a restarted program that calls set_random_seed and builds the same model gets
-// the same seeds; but Dropout's per-replica mask generators restart from their seeds, so with
-// Dropout the masks after the resume point differ from an uninterrupted run's (weights stay
-// valid; bit-identical resumption holds for models without random layers). The model must be
-// built (keras::Input) before fit so that its weights exist to restore into.
+// Random state: layers draw their seeds from keras::next_seed() when they are created, so a
+// restarted program that calls set_random_seed and builds the same model gets the same seeds; the
+// backup adds where the global generator and every Dropout replica's mask stream had got to, so
+// the masks after the resume point are the uninterrupted run's too (bit-identical resumption with
+// Dropout). Restoring needs the same model and number of replicas in sync (InvalidArgument
+// otherwise). The model must be built (keras::Input) before fit so that its weights exist to
+// restore into.
 #include <string>
 
 #include "lockstep/keras/callbacks/callback.h"

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lockstep/core/random.h"
@@ -111,6 +112,13 @@ class Dropout : public LayerImpl<Dropout> {
   std::string class_name() const override { return "Dropout"; }
   Tensor call(const Tensor& inputs, bool training) override;
   nlohmann::json get_config() const override;
+
+  // Checkpointing (BackupAndRestore): how far each replica's mask stream has advanced, as
+  // {counter, buffered} of Generator::State, indexed by replica_id_in_sync_group; {0, 0} for the
+  // first `num_replicas` replicas that have not drawn yet on this process. Setting the positions
+  // continues every stream exactly where it was (seed and stream stay this layer's own).
+  std::vector<std::pair<uint64_t, uint32_t>> generator_positions(int num_replicas) const;
+  void set_generator_positions(const std::vector<std::pair<uint64_t, uint32_t>>& positions);
 
  private:
   Generator& generator_for_this_thread();

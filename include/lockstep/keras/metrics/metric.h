@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +39,12 @@ class Metric {
   virtual std::unique_ptr<Metric> clone() const = 0;
   // Adds `other`'s state into this one; `other` must be the same kind of metric.
   virtual void merge_state(const Metric& other);
+  // The state as a few doubles that merge by elementwise SUM (here {total, count}): what a
+  // cross-worker all-reduce sums so that every worker reports the global result.
+  // set_state(state()) restores the metric exactly; set_state throws InvalidArgument when the
+  // vector does not have state().size() elements.
+  virtual std::vector<double> state() const;
+  virtual void set_state(const std::vector<double>& state);
 
   const std::string& name() const { return name_; }
   virtual nlohmann::json get_config() const;
