@@ -93,10 +93,8 @@ std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
 }
 
 int run_train(const TrainArgs& a) {
-  if (a.precision != "float32") {
-    throw InvalidArgument("--precision " + a.precision +
-                          ": only float32 is available in this build.");
-  }
+  // Layers read the global policy when they are constructed: set it before the model is built.
+  keras::mixed_precision::set_global_policy(a.precision);
   keras::set_random_seed(a.seed);
   auto owned = make_strategy(a);
   distribute::Strategy& strategy = owned ? *owned : distribute::get_strategy();
@@ -156,8 +154,8 @@ int run_train(const TrainArgs& a) {
   auto test = model.evaluate(
       Dataset::from_tensor_slices({x_test, y_test}).batch(global_batch).map(preprocess));
   if (strategy.worker_index() == 0) {
-    std::cout << "test loss: " << test["loss"] << " - test accuracy: "
-              << test["categorical_accuracy"] << "\n";
+    std::cout << "test loss: " << test["loss"]
+              << " - test accuracy: " << test["categorical_accuracy"] << "\n";
   }
   if (!a.save_weights.empty()) model.save_weights(a.save_weights);
   if (!a.history.empty()) {
@@ -212,6 +210,9 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--steps-per-execution", a->steps_per_execution,
                   "Steps each replica runs per dispatch")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--model", a->model,
+                  "mlp (the seed model, 784-128-10), wide (784-2048-2048-10) or conv")
+      ->check(CLI::IsMember({"mlp", "wide", "conv"}));
   return [a] {
     TrainArgs args = *a;
     if (!has_mpi_environment(Environment::process())) return run_train(args);

@@ -166,3 +166,22 @@ TEST(Strategy, AbsentAcceleratorKindFallsBackToTheDefaultStrategy) {
 
 }  // namespace
 }  // namespace lockstep::distribute
+
+namespace lockstep::distribute {
+namespace {
+
+TEST(OneDeviceStrategy, ParsesDeviceNamesAndRejectsOthers) {
+  EXPECT_EQ(OneDeviceStrategy("/cpu:0").num_replicas_in_sync(), 1);
+  EXPECT_EQ(OneDeviceStrategy("/job:worker/task:0/device:cpu:0").device_names().size(), 1u);
+  EXPECT_THROW(OneDeviceStrategy("/gpu:0"), InvalidArgument);
+  EXPECT_THROW(OneDeviceStrategy("cpu:"), InvalidArgument);
+  try {
+    OneDeviceStrategy("cpu:4096");
+    FAIL() << "expected NotFound";
+  } catch (const NotFound& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cpu:4096"));
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::distribute
