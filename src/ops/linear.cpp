@@ -11,14 +11,19 @@ namespace {
 void check_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, const char* op) {
   detail::check_floating(x, op, "x");
   detail::check_floating(kernel, op, "kernel");
-  detail::check_same_dtype(x, kernel, op);
+  // A bfloat16 x may meet a float32 kernel holding bfloat16 values (round_to_bfloat16): the
+  // mixed_bfloat16 path of machines whose bfloat16 matmuls compute in float32.
+  if (!(x.dtype() == DType::bfloat16 && kernel.dtype() == DType::float32)) {
+    detail::check_same_dtype(x, kernel, op);
+  }
   if (x.rank() != 2 || kernel.rank() != 2 || x.dim(1) != kernel.dim(0)) {
     throw InvalidArgument(std::string(op) + ": expected x [batch, in] and kernel [in, out]. " +
                           "Received: x " + x.describe() + " and kernel " + kernel.describe() + ".");
   }
   if (bias.defined()) {
     bool dtype_ok = bias.dtype() == kernel.dtype() ||
-                    (kernel.dtype() == DType::bfloat16 && bias.dtype() == DType::float32);
+                    (kernel.dtype() == DType::bfloat16 && bias.dtype() == DType::float32) ||
+                    (x.dtype() == DType::bfloat16 && bias.dtype() == DType::float32);
     if (!(bias.shape() == Shape{kernel.dim(1)}) || !dtype_ok) {
       throw InvalidArgument(std::string(op) + ": expected bias of shape " +
                             Shape{kernel.dim(1)}.to_string() + " for kernel " + kernel.describe() +
@@ -55,6 +60,18 @@ void relu_keeping_nan(T* y, int64_t n) {
 template <>
 void relu_keeping_nan<float>(float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+}
+
+// bfloat16: the same on the bits, branch-free so it vectorises: a value is < 0 when its sign bit
+// is set and it is neither -0 (magnitude 0) nor NaN (magnitude above infinity's 0x7f80).
+template <>
+void relu_keeping_nan<bfloat16>(bfloat16* y, int64_t n) {
+  uint16_t* b = reinterpret_cast<uint16_t*>(y);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t v = b[i], mag = v & 0x7fffu;
+    const bool negative = (v & 0x8000u) != 0 && mag != 0 && mag <= 0x7f80u;
+    b[i] = negative ? uint16_t{0} : v;
+  }
 }
 
 void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,

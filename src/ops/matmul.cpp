@@ -133,7 +133,17 @@ bool bf16_compute_in_f32() {
   return in_f32;
 }
 
+// A float32 view of a bfloat16 operand (widened), or the float32 operand itself.
+Tensor as_f32(const Tensor& t) {
+  if (!t.defined() || t.dtype() == DType::float32) return t;
+  return ops::cast(t, DType::float32);
+}
+
 }  // namespace
+
+bool bf16_matmul_computes_in_f32() {
+  return bf16_compute_in_f32();
+}
 
 const char* activation_name(Activation act) {
   switch (act) {
@@ -160,9 +170,12 @@ void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bo
     return;
   }
   const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
-  if (a.dtype() == DType::bfloat16 && bf16_compute_in_f32()) {
-    Tensor a32 = ops::cast(a, DType::float32), b32 = ops::cast(b, DType::float32);
-    Tensor bias32 = bias.defined() ? ops::cast(bias, DType::float32) : Tensor();
+  // bfloat16 operands computed in float32; a float32 operand next to a bfloat16 one (a kernel
+  // already rounded to bfloat16 values, see round_to_bfloat16) is used as it is, whatever the
+  // machine: oneDNN has no matmul mixing the two.
+  if ((a.dtype() == DType::bfloat16 || b.dtype() == DType::bfloat16) &&
+      (bf16_compute_in_f32() || a.dtype() != b.dtype())) {
+    Tensor a32 = as_f32(a), b32 = as_f32(b), bias32 = as_f32(bias);
     if (out.dtype() == DType::float32) {
       gemm_into(a32, b32, bias32, ta, tb, act, out);
       return;

@@ -212,6 +212,17 @@ Tensor cast_backward(const Tensor& dy, DType x_dtype) {
   return cast(dy, x_dtype);
 }
 
+Tensor round_to_bfloat16(const Tensor& x) {
+  detail::check_defined(x, "round_to_bfloat16", "x");
+  if (x.dtype() != DType::float32) {
+    throw InvalidArgument(
+        "round_to_bfloat16: expected a float32 tensor. Received: " + x.describe() + ".");
+  }
+  Tensor y(x.shape(), DType::float32);
+  round_to_bfloat16_values(x.data<float>(), y.data<float>(), static_cast<size_t>(x.num_elements()));
+  return y;
+}
+
 Tensor argmax(const Tensor& x, int axis) {
   detail::check_floating(x, "argmax", "x");
   if (x.rank() == 0) {

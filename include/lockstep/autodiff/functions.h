@@ -49,6 +49,8 @@ Tensor reduce_max(const Tensor& x, const std::vector<int>& axes = {}, bool keepd
 
 // Shape ops and casts (ops/shape_ops.h).
 Tensor cast(const Tensor& x, DType dtype);
+// float32 rounded to bfloat16 values, kept float32; gradient: the identity (ops/shape_ops.h).
+Tensor round_to_bfloat16(const Tensor& x);
 Tensor concat(const std::vector<Tensor>& xs, int axis = 0);
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor transpose(const Tensor& x, const std::vector<int>& perm = {});

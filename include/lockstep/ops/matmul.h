@@ -24,6 +24,11 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out, bool trans
 struct MatmulGrads {
   Tensor da, db;
 };
+// True when bfloat16 operands are multiplied by widening them to float32 and running the float32
+// kernel (machines without AMX, where the bfloat16 dot product is slower than float32 FMA; see
+// LOCKSTEP_BF16_MATMUL in matmul.cpp). Depends on the machine and the environment only.
+bool bf16_matmul_computes_in_f32();
+
 MatmulGrads matmul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, bool transpose_a,
                             bool transpose_b, bool need_da = true, bool need_db = true);
 

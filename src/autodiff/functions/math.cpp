@@ -192,6 +192,12 @@ Tensor cast(const Tensor& x, DType dtype) {
   });
 }
 
+Tensor round_to_bfloat16(const Tensor& x) {
+  Tensor y = ops::round_to_bfloat16(x);
+  return record_unary("round_to_bfloat16", x, y, Tensor(),
+                      [](const Tensor& dy, const Tensor&) { return dy; });
+}
+
 Tensor concat(const std::vector<Tensor>& xs, int axis) {
   Tensor y = ops::concat(xs, axis);
   if (autodiff::should_record(xs)) {

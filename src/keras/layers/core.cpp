@@ -6,6 +6,7 @@
 #include "lockstep/autodiff/nn_functions.h"
 #include "lockstep/distribute/replica_context.h"
 #include "lockstep/keras/activations.h"
+#include "lockstep/ops/matmul.h"
 
 namespace lockstep::keras {
 
@@ -74,8 +75,19 @@ Tensor Dense::call(const Tensor& inputs, bool) {
   Tensor x = autocast(inputs);
   Shape out_shape = compute_output_shape(inputs.shape());
   if (inputs.rank() != 2) x = reshape(x, Shape{inputs.num_elements() / in, in});
-  Tensor kernel = autocast(kernel_.value());
-  Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();
+  Tensor kernel, bias;
+  if (x.dtype() == DType::bfloat16 && kernel_.dtype() == DType::float32 &&
+      ops::bf16_matmul_computes_in_f32()) {
+    // mixed_bfloat16 without AMX: the matmuls widen bfloat16 operands to float32 anyway, so the
+    // weights are rounded to bfloat16 values in place of a bfloat16 copy (one pass instead of a
+    // cast, a widening per matmul and a round trip of the kernel's gradient; the same values).
+    // Activations stay bfloat16; the float32 gradient reaches the variable unrounded.
+    kernel = round_to_bfloat16(kernel_.value());
+    if (options_.use_bias) bias = round_to_bfloat16(bias_.value());
+  } else {
+    kernel = autocast(kernel_.value());
+    bias = options_.use_bias ? autocast(bias_.value()) : Tensor();
+  }
   Tensor y;
   if (activations::is_fusable(options_.activation)) {
     y = linear(x, kernel, bias, activations::fused_kind(options_.activation));

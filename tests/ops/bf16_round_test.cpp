@@ -1,0 +1,219 @@
+// The mixed_bfloat16 fast path on machines without AMX: the vectorised bulk conversions, the
+// one-pass round_to_bfloat16 and the linear op taking a bfloat16 x with a float32 kernel that holds
+// bfloat16 values. Each is checked against an independent reference: the scalar
+// bfloat16::round_from_float / operator float, the cast pair, and the all-bfloat16 linear.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "lockstep/core/bfloat16.h"
+#include "lockstep/ops/activations.h"
+#include "lockstep/ops/linear.h"
+#include "lockstep/ops/matmul.h"
+#include "lockstep/ops/shape_ops.h"
+
+namespace lockstep {
+namespace {
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+uint32_t to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// Random bit patterns (every class: normals, subnormals, +-0, inf, NaN payloads) plus the edges:
+// exact ties (low 16 bits 0x8000) with even and odd kept bits, one ulp either side of a tie, the
+// largest finite values (rounding up to infinity), signalling and quiet NaNs.
+std::vector<float> edge_and_random_values(size_t n_random) {
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7fffffffu,
+                                0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0xbf808000u,
+                                0xbf818000u, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f7f7fffu,
+                                0x00000001u, 0x80000001u, 0x00008000u, 0x00018000u, 0x007fffffu,
+                                0x00800000u, 0x3f800000u, 0x40490fdbu, 0xc0490fdbu};
+  std::mt19937 rng(7);
+  for (size_t i = 0; i < n_random; ++i) bits.push_back(static_cast<uint32_t>(rng()));
+  std::vector<float> v;
+  for (uint32_t b : bits) v.push_back(from_bits(b));
+  return v;
+}
+
+TEST(Bfloat16Bulk, FloatToBfloat16MatchesTheScalarRoundingBitForBit) {
+  std::vector<float> src = edge_and_random_values(100000);
+  std::vector<bfloat16> dst(src.size());
+  float_to_bfloat16(src.data(), dst.data(), src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    ASSERT_EQ(dst[i].bits, bfloat16::round_from_float(src[i]))
+        << "bits 0x" << std::hex << to_bits(src[i]);
+  }
+}
+
+TEST(Bfloat16Bulk, Bfloat16ToFloatIsTheTopSixteenBits) {
+  std::vector<bfloat16> src;
+  for (uint32_t b = 0; b < 0x10000u; ++b)
+    src.push_back(bfloat16::from_bits(static_cast<uint16_t>(b)));
+  std::vector<float> dst(src.size());
+  bfloat16_to_float(src.data(), dst.data(), src.size());
+  for (uint32_t b = 0; b < 0x10000u; ++b) ASSERT_EQ(to_bits(dst[b]), b << 16) << b;
+}
+
+TEST(Bfloat16Bulk, OddLengthsAndTailsAreConverted) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{17}, size_t{33}}) {
+    std::vector<float> src = edge_and_random_values(n);
+    src.resize(n);
+    std::vector<float> dst(n + 1, 123.0f);
+    round_to_bfloat16_values(src.data(), dst.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(to_bits(dst[i]), static_cast<uint32_t>(bfloat16::round_from_float(src[i])) << 16);
+    }
+    EXPECT_EQ(dst[n], 123.0f);  // nothing written past the end
+  }
+}
+
+TEST(RoundToBfloat16, EqualsCastToBfloat16ThenWidenBitForBit) {
+  std::vector<float> v = edge_and_random_values(50000);
+  Tensor x = Tensor::from_vector<float>(v, {static_cast<int64_t>(v.size())});
+  Tensor one_pass = ops::round_to_bfloat16(x);
+  Tensor two_casts = ops::cast(ops::cast(x, DType::bfloat16), DType::float32);
+  ASSERT_EQ(one_pass.dtype(), DType::float32);
+  const float* a = one_pass.data<float>();
+  const float* b = two_casts.data<float>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    // Every value, subnormals included: the scalar definition (bfloat16's constructor).
+    ASSERT_EQ(to_bits(a[i]), static_cast<uint32_t>(bfloat16::round_from_float(v[i])) << 16)
+        << "bits 0x" << std::hex << to_bits(v[i]);
+    // oneDNN's float32 -> bfloat16 reorder (ops::cast) flushes float32 subnormals to zero; the
+    // one-pass rounding keeps them (bfloat16 has float32's subnormal range). Elsewhere the two
+    // agree bit for bit.
+    if (std::fpclassify(v[i]) == FP_SUBNORMAL) continue;
+    // The cast pair may quiet a NaN differently (oneDNN's reorder); both must stay NaN.
+    if (std::isnan(v[i])) {
+      ASSERT_TRUE(std::isnan(a[i]) && std::isnan(b[i])) << i;
+      continue;
+    }
+    ASSERT_EQ(to_bits(a[i]), to_bits(b[i])) << "bits 0x" << std::hex << to_bits(v[i]);
+  }
+}
+
+TEST(RoundToBfloat16, RejectsOtherDtypes) {
+  EXPECT_THROW(ops::round_to_bfloat16(Tensor({3}, DType::bfloat16)), InvalidArgument);
+  EXPECT_THROW(ops::round_to_bfloat16(Tensor({3}, DType::float64)), InvalidArgument);
+}
+
+TEST(ReluBfloat16, FusedLinearReluOnBitsMatchesTheFloatComparison) {
+  // Every bfloat16 bit pattern as a column, times a 1x1 kernel of 1: linear's bfloat16 relu loop
+  // sees every class (+-0, subnormals, inf, NaNs); the reference is the float comparison applied
+  // to the same linear without activation.
+  Tensor x({0x10000, 1}, DType::bfloat16);
+  for (uint32_t b = 0; b < 0x10000u; ++b) {
+    x.data<bfloat16>()[b] = bfloat16::from_bits(static_cast<uint16_t>(b));
+  }
+  Tensor k = ops::cast(Tensor::from_vector<float>({1.0f}, {1, 1}), DType::bfloat16);
+  Tensor z = ops::linear(x, k, Tensor(), Activation::none);
+  Tensor y = ops::linear(x, k, Tensor(), Activation::relu);
+  const bfloat16* pz = z.data<bfloat16>();
+  const bfloat16* py = y.data<bfloat16>();
+  for (uint32_t b = 0; b < 0x10000u; ++b) {
+    float v = static_cast<float>(pz[b]);
+    if (std::isnan(v)) {
+      ASSERT_TRUE(std::isnan(static_cast<float>(py[b]))) << b;
+    } else {
+      ASSERT_EQ(py[b].bits, v < 0.0f ? uint16_t{0} : pz[b].bits) << b;
+    }
+  }
+}
+
+// relu's bfloat16 gradient (the bit-level loop behind relu_backward and linear_backward) against
+// the float arithmetic it replaces, bfloat16(float(dy) * (float(y) > 0 ? 1 : 0)), for every dy bit
+// pattern against saved values of every class.
+TEST(ReluBfloat16, GradientOnBitsMatchesTheFloatArithmetic) {
+  const std::vector<uint16_t> saved_bits = {0x0000, 0x8000, 0x0001, 0x8001, 0x3f80, 0xbf80, 0x7f7f,
+                                            0xff7f, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0xff81};
+  const int64_t n = 0x10000;
+  for (uint16_t sb : saved_bits) {
+    Tensor dy({n}, DType::bfloat16), y({n}, DType::bfloat16);
+    for (int64_t i = 0; i < n; ++i) {
+      dy.data<bfloat16>()[i] = bfloat16::from_bits(static_cast<uint16_t>(i));
+      y.data<bfloat16>()[i] = bfloat16::from_bits(sb);
+    }
+    Tensor dx = ops::relu_backward(dy, y);
+    const volatile float one = 1.0f, zero = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      const float d = static_cast<float>(dy.data<bfloat16>()[i]);
+      const float s = static_cast<float>(y.data<bfloat16>()[i]);
+      const float want = d * (s > 0.0f ? one : zero);
+      ASSERT_EQ(dx.data<bfloat16>()[i].bits, bfloat16::round_from_float(want))
+          << "dy 0x" << std::hex << i << " y 0x" << sb;
+    }
+  }
+}
+
+Tensor random_f32(const Shape& s, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  Tensor t(s, DType::float32);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+void expect_bits_equal(const Tensor& a, const Tensor& b) {
+  ASSERT_EQ(a.shape(), b.shape());
+  Tensor a32 = ops::cast(a, DType::float32), b32 = ops::cast(b, DType::float32);
+  ASSERT_EQ(std::memcmp(a32.data<float>(), b32.data<float>(), a32.num_elements() * sizeof(float)),
+            0);
+}
+
+// bfloat16 x with a float32 kernel of bfloat16 values (and a float32 bias of bfloat16 values) must
+// give exactly what the all-bfloat16 linear gives when bfloat16 matmuls compute in float32; the
+// kernel and bias gradients come out float32 and equal the float32 products before rounding.
+TEST(MixedLinear, MatchesTheAllBfloat16LinearWhenComputingInFloat32) {
+  if (!ops::bf16_matmul_computes_in_f32()) GTEST_SKIP() << "bfloat16 matmuls use oneDNN here";
+  Tensor x = ops::cast(random_f32({37, 50}, 1), DType::bfloat16);
+  Tensor k32 = ops::round_to_bfloat16(random_f32({50, 23}, 2));
+  Tensor b32 = ops::round_to_bfloat16(random_f32({23}, 3));
+  Tensor k16 = ops::cast(k32, DType::bfloat16), b16 = ops::cast(b32, DType::bfloat16);
+  for (Activation act : {Activation::none, Activation::relu, Activation::tanh}) {
+    Tensor y_mixed = ops::linear(x, k32, b32, act);
+    Tensor y_ref = ops::linear(x, k16, b16, act);
+    ASSERT_EQ(y_mixed.dtype(), DType::bfloat16);
+    expect_bits_equal(y_mixed, y_ref);
+
+    Tensor dy = ops::cast(random_f32({37, 23}, 4), DType::bfloat16);
+    ops::LinearGrads gm = ops::linear_backward(dy, x, k32, y_mixed, act, true, true, true);
+    ops::LinearGrads gr = ops::linear_backward(dy, x, k16, y_ref, act, true, true, true);
+    ASSERT_EQ(gm.dx.dtype(), DType::bfloat16);
+    ASSERT_EQ(gm.dkernel.dtype(), DType::float32);
+    ASSERT_EQ(gm.dbias.dtype(), DType::float32);
+    expect_bits_equal(gm.dx, gr.dx);
+    // The all-bfloat16 path rounds dkernel / dbias to bfloat16; the mixed one keeps float32.
+    expect_bits_equal(ops::cast(gm.dkernel, DType::bfloat16), gr.dkernel);
+    expect_bits_equal(ops::cast(gm.dbias, DType::bfloat16), gr.dbias);
+    // dkernel = float32(x)ᵀ · float32(dz), the float32 matmul of the widened operands.
+    Tensor dz = act == Activation::none ? dy : Tensor();
+    if (dz.defined()) {
+      Tensor want =
+          ops::matmul(ops::cast(x, DType::float32), ops::cast(dz, DType::float32), true, false);
+      expect_bits_equal(gm.dkernel, want);
+    }
+  }
+}
+
+TEST(MixedLinear, OtherDtypeMixesAreStillRejected) {
+  Tensor x32 = random_f32({4, 3}, 1), k16 = ops::cast(random_f32({3, 2}, 2), DType::bfloat16);
+  EXPECT_THROW(ops::linear(x32, k16, Tensor()), InvalidArgument);
+  Tensor x64 = ops::cast(x32, DType::float64);
+  EXPECT_THROW(ops::linear(x64, random_f32({3, 2}, 2), Tensor()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace lockstep
