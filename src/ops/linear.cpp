@@ -1,6 +1,10 @@
 #include "lockstep/ops/linear.h"
 
+#include <cstring>
 #include <string>
+
+#include "lockstep/ops/matmul.h"
+#include "lockstep/ops/shape_ops.h"
 
 #include "internal.h"
 #include "kernel_util.h"
@@ -74,8 +78,34 @@ void relu_keeping_nan<bfloat16>(bfloat16* y, int64_t n) {
   }
 }
 
+// float32 -> bfloat16 rounding (bfloat16::round_from_float, branch-free) and relu_keeping_nan on
+// the rounded bits, in one pass: the bfloat16 output of a relu layer whose matmul computed in
+// float32. Bit for bit float_to_bfloat16 followed by relu_keeping_nan<bfloat16>.
+__attribute__((target_clones("avx512f", "default"))) void round_relu_into(const float* src,
+                                                                          uint16_t* dst,
+                                                                          int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+    const uint16_t v = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    const uint16_t mag = v & 0x7fffu;
+    const bool negative = (v & 0x8000u) != 0 && mag != 0 && mag <= 0x7f80u;
+    dst[i] = negative ? uint16_t{0} : v;
+  }
+}
+
 void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                           Activation activation, const Tensor& y) {
+  if (activation == Activation::relu && y.dtype() == DType::bfloat16 &&
+      (kernel.dtype() == DType::float32 || bf16_matmul_computes_in_f32())) {
+    Tensor y32(y.shape(), DType::float32);
+    detail::gemm_into(x, kernel, bias, false, false, Activation::none, y32);
+    round_relu_into(y32.data<float>(), reinterpret_cast<uint16_t*>(y.data<bfloat16>()),
+                    y.num_elements());
+    return;
+  }
   if (activation != Activation::relu || y.dtype() == DType::float64) {
     detail::gemm_into(x, kernel, bias, false, false, activation, y);
     return;
@@ -139,6 +169,12 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
   if (activation != Activation::none) {
     dz = Tensor(dy.shape(), dy.dtype());
     detail::activation_grad_into(activation, dy, saved, dz);
+  }
+  // bfloat16 dz computed in float32 (no AMX, or a float32 kernel of bfloat16 values): widen it
+  // once for both matmuls instead of once in each (same values).
+  if (dz.dtype() == DType::bfloat16 && dkernel.defined() && dx.defined() &&
+      (kernel.dtype() == DType::float32 || bf16_matmul_computes_in_f32())) {
+    dz = cast(dz, DType::float32);
   }
   if (dkernel.defined()) {
     detail::gemm_into(x, dz, Tensor(), true, false, Activation::none, dkernel);  // xᵀ·dz

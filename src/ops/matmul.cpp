@@ -173,8 +173,11 @@ void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bo
   // bfloat16 operands computed in float32; a float32 operand next to a bfloat16 one (a kernel
   // already rounded to bfloat16 values, see round_to_bfloat16) is used as it is, whatever the
   // machine: oneDNN has no matmul mixing the two.
-  if ((a.dtype() == DType::bfloat16 || b.dtype() == DType::bfloat16) &&
-      (bf16_compute_in_f32() || a.dtype() != b.dtype())) {
+  const bool any_bf16 = a.dtype() == DType::bfloat16 || b.dtype() == DType::bfloat16 ||
+                        out.dtype() == DType::bfloat16;
+  const bool mixed =
+      a.dtype() != b.dtype() || (a.dtype() == DType::float32 && out.dtype() == DType::bfloat16);
+  if (any_bf16 && (bf16_compute_in_f32() || mixed)) {
     Tensor a32 = as_f32(a), b32 = as_f32(b), bias32 = as_f32(bias);
     if (out.dtype() == DType::float32) {
       gemm_into(a32, b32, bias32, ta, tb, act, out);
