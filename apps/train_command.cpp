@@ -10,7 +10,6 @@
 #include "lockstep/lockstep.h"
 #if __has_include("lockstep/keras/layers/convolutional.h")
 #include "lockstep/keras/layers/convolutional.h"
-#define LOCKSTEP_TRAIN_HAS_CONV 1
 #endif
 
 namespace lockstep::apps {
@@ -35,43 +34,33 @@ struct TrainArgs {
 };
 
 // uint8 pixels -> float32 / 255 in one pass (it runs on the host thread, next to the replicas).
+// Keeps the images uint8 (a view reshaped to [B, 784]: no copy, a quarter of float32's bytes) and
+// one-hot encodes the labels; the model's Rescaling layer converts the pixels on each replica.
 Element preprocess(const Element& batch) {
   const Tensor& images = batch[0];
-  if (images.dtype() != DType::uint8) {
-    Tensor x = images.to(DType::float32).reshape({-1, 784});
-    float* d = x.data<float>();
-    for (int64_t i = 0; i < x.num_elements(); ++i) d[i] *= 1.0f / 255.0f;
-    return {x, one_hot(batch[1].to(DType::int64), 10)};
-  }
-  Tensor x({images.num_elements() / 784, 784}, DType::float32);
-  const uint8_t* s = images.data<uint8_t>();
-  float* d = x.data<float>();
-  for (int64_t i = 0, n = x.num_elements(); i < n; ++i)
-    d[i] = static_cast<float>(s[i]) * (1.0f / 255.0f);
-  return {x, one_hot(batch[1], 10)};
+  return {images.reshape({-1, 784}), one_hot(batch[1].to(DType::int64), 10)};
 }
 
 // The seed model (mlp) and two benchmark models: a compute-bound wide MLP and a small convnet.
 std::vector<keras::LayerArg> build_layers(const std::string& name) {
+  std::vector<keras::LayerArg> layers = {keras::Input({784}, DType::uint8),
+                                         keras::layers::Rescaling(1.0 / 255)};
   if (name == "wide") {
-    return {keras::Input({784}), keras::layers::Dense({.units = 2048, .activation = "relu"}),
-            keras::layers::Dense({.units = 2048, .activation = "relu"}),
-            keras::layers::Dense({.units = 10, .activation = "softmax"})};
+    layers.push_back(keras::layers::Dense({.units = 2048, .activation = "relu"}));
+    layers.push_back(keras::layers::Dense({.units = 2048, .activation = "relu"}));
+  } else if (name == "conv") {
+    layers.push_back(keras::layers::Reshape({28, 28, 1}));
+    layers.push_back(
+        keras::layers::Conv2D({.filters = 32, .kernel_size = {3, 3}, .activation = "relu"}));
+    layers.push_back(keras::layers::MaxPooling2D());
+    layers.push_back(keras::layers::Flatten());
+  } else {
+    layers.push_back(keras::layers::Dense({.units = 128, .activation = "relu"}));
   }
-  if (name == "conv") {
-#ifdef LOCKSTEP_TRAIN_HAS_CONV
-    return {keras::Input({784}),
-            keras::layers::Reshape({28, 28, 1}),
-            keras::layers::Conv2D({.filters = 32, .kernel_size = {3, 3}, .activation = "relu"}),
-            keras::layers::MaxPooling2D(),
-            keras::layers::Flatten(),
-            keras::layers::Dense({.units = 10, .activation = "softmax"})};
-#else
-    throw InvalidArgument("--model conv: Conv2D is not available in this build.");
-#endif
-  }
-  return {keras::Input({784}), keras::layers::Dense({.units = 128, .activation = "relu"}),
-          keras::layers::Dense({.units = 10, .activation = "softmax"})};
+  // The output layer stays float32 under mixed precision (Keras' idiom for softmax outputs).
+  layers.push_back(
+      keras::layers::Dense({.units = 10, .activation = "softmax", .dtype = "float32"}));
+  return layers;
 }
 
 std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {

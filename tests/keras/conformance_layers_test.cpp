@@ -59,6 +59,15 @@ std::vector<LayerCase> all_layer_cases() {
       .expected_config = {{"target_shape", {7, -1}}},
   });
   cases.push_back({
+      .name = "Rescaling",
+      .make =
+          [](DType d) {
+            return Rescaling({.scale = 0.5, .offset = -1.0, .dtype = policy(d)}).move_to_shared();
+          },
+      .input_shapes = {{3, 5}},
+      .expected_config = {{"scale", 0.5}, {"offset", -1.0}},
+  });
+  cases.push_back({
       .name = "DropoutInference",
       .make = [](DType) { return Dropout({.rate = 0.25, .seed = 7}).move_to_shared(); },
       .input_shapes = {{3, 5}},

@@ -5,3 +5,4 @@
 #include "lockstep/keras/layers/embedding.h"
 #include "lockstep/keras/layers/merge.h"
 #include "lockstep/keras/layers/normalization.h"
+#include "lockstep/keras/layers/preprocessing.h"

@@ -115,6 +115,10 @@ class Model : public LayerImpl<Model> {
 
   // The layers in topological order (inputs first).
   virtual std::vector<std::shared_ptr<Layer>> layers() const;
+  // The dtype of the (first) Input; float32 when the model has no Input yet. fit/evaluate/predict
+  // convert integer batches (uint8 images) to it when it is floating, and pass them through when
+  // the Input is declared integer (for a model that starts with Rescaling).
+  DType input_dtype() const;
 
   void compile(CompileOptions options);
   callbacks::History fit(const Dataset& dataset, FitOptions options = {});

@@ -91,6 +91,10 @@ std::vector<std::shared_ptr<Layer>> Model::layers() const {
 
 void Model::build(const std::vector<Shape>&) {}
 
+DType Model::input_dtype() const {
+  return graph_ && !graph_->inputs.empty() ? graph_->inputs[0].dtype() : DType::float32;
+}
+
 std::vector<Shape> Model::compute_output_shapes(const std::vector<Shape>& input_shapes) const {
   (void)input_shapes;
   if (!graph_) throw FailedPrecondition("Model '" + name() + "' has no graph yet.");

@@ -22,9 +22,11 @@ struct Trainer {
 
   Trainer(Model& m) : model(m), c(*m.compiled_), strategy(*m.strategy_) {}
 
-  static Tensor as_model_input(const Tensor& x) {
-    return is_floating(x.dtype()) ? x : x.to(DType::float32);
+  static Tensor as_model_input(const Model& m, const Tensor& x) {
+    DType want = m.input_dtype();
+    return is_floating(x.dtype()) || !is_floating(want) ? x : x.to(want);
   }
+  Tensor as_model_input(const Tensor& x) const { return as_model_input(model, x); }
 
   // Builds the model (on a one-row slice of the first batch) and the training state.
   void prepare(const Element& first_batch) {
@@ -359,11 +361,11 @@ Tensor Model::predict(const Dataset& dataset, int64_t steps) {
     if (!next) break;
     if (!built()) {
       auto scope = strategy_->scope();
-      (*this)(Trainer::as_model_input((*next)[0][0]));
+      (*this)(Trainer::as_model_input(*this, (*next)[0][0]));
     }
     auto per_replica = strategy_->run(
         [&](ReplicaContext&, const Element& e) {
-          return e[0].dim(0) ? call(Trainer::as_model_input(e[0]), false) : Tensor();
+          return e[0].dim(0) ? call(Trainer::as_model_input(*this, e[0]), false) : Tensor();
         },
         *next);
     for (const Tensor& t : per_replica.values)
