@@ -1,4 +1,5 @@
 // fit / evaluate / predict / train_on_batch: the host loop and the per-replica steps.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -144,6 +145,16 @@ struct Trainer {
       c.loss_sum[static_cast<size_t>(r)] += sum_of(per_example);
       c.example_count[static_cast<size_t>(r)] += static_cast<double>(b);
       for (auto& m : c.replica_metrics[static_cast<size_t>(r)]) m->update_state(y, y_pred);
+    }
+    bool complete = std::all_of(grads.begin(), grads.end(), [](const Tensor& g) {
+      return g.defined() && g.dtype() == DType::float32;
+    });
+    if (ctx.num_replicas_in_sync() == 1 && complete) {
+      // A lone replica's gradients are already the sum: skip packing them into the shared buffer
+      // (two copies of every gradient per step, ~10% of a seed-model step on one core).
+      c.optimizer->apply_gradients_range(grads, c.trainable, 0, c.sync->total_elements());
+      c.optimizer->finish_step();
+      return;
     }
     const std::vector<Tensor>& summed = c.sync->all_reduce(ctx, grads);
     distribute::BlockRange mine = c.sync->owned_range(r);
