@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,13 @@ FLOP_PER_EXAMPLE = {
     "wide": 3 * 2 * (784 * 2048 + 2048 * 2048 + 2048 * 10) - 2 * 784 * 2048,
     "conv": 2 * 2 * 26 * 26 * 32 * 9 + 3 * 2 * 13 * 13 * 32 * 10,
 }
+# Gradient bytes of the seed model (784-128-10: 101,770 float32 parameters) and the bandwidth the
+# all-reduce floor assumes: MACHINE.md's single-core memory copy. Open MPI on one host moves the
+# message through shared memory (a copy per byte sent), each rank on its own core; two ranks copying
+# at once share the 24 GB/s all-core copy bandwidth, i.e. about the same 12-13 GB/s each.
+SEED_GRADIENT_BYTES = 101770 * 4
+COPY_BANDWIDTH = 13e9
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 # PyTorch set up at its best here: AVX-512 OpenBLAS kernels (Debian's build picks SSE3 otherwise).
 TORCH_ENV = {"OPENBLAS_CORETYPE": "SkylakeX"}
 
@@ -52,6 +60,18 @@ def lockstep_config(args, model, replicas, precision="float32", steps=0, epochs=
         cmd += ["--steps-per-execution", str(spe)]
     return {"name": name, "system": "Lockstep", "model": model, "replicas": replicas,
             "global_batch": 128 * replicas, "cmd": cmd, "env": {}, "kind": "lockstep"}
+
+
+def lockstep_mpi_config(args, model, procs, steps=0, epochs=None):
+    """`procs` MPI processes x 1 replica each, same per-replica batch (128) as lockstep_config."""
+    cmd = ["mpirun", "--oversubscribe", "-np", str(procs), "--bind-to", "none", args.lockstep,
+           "train", "--model", model, "--replicas", "1", "--verbose", "0", "--epochs",
+           str(epochs or args.epochs), "--batch-size", "128"]
+    if steps:
+        cmd += ["--steps-per-epoch", str(steps)]
+    return {"name": "Lockstep %d procs x 1 replica (MPI)" % procs, "system": "Lockstep",
+            "model": model, "replicas": procs, "workers": procs, "global_batch": 128 * procs,
+            "cmd": cmd, "env": dict(MPI_ENV), "kind": "lockstep"}
 
 
 def torch_config(args, model, mode, threads, blas_threads, global_batch, steps=0, epochs=None):
@@ -92,6 +112,11 @@ def configs_for(args, model, steps, epochs):
     if model == "mlp":
         out += [lockstep_config(args, model, 1, steps=steps, epochs=epochs, spe=8),
                 lockstep_config(args, model, n, steps=steps, epochs=epochs, spe=8)]
+        if shutil.which("mpirun"):
+            # Issue 6: 2 MPI processes x 1 replica against 1 process x 2 replicas (global batch 256).
+            if n != 2:
+                out += [lockstep_config(args, model, 2, steps=steps, epochs=epochs)]
+            out += [lockstep_mpi_config(args, model, 2, steps, epochs)]
     for gb in (128, 128 * n):
         out += [torch_config(args, model, "fast", 1, 1, gb, steps, epochs),
                 torch_config(args, model, "fast", 1, n, gb, steps, epochs)]
@@ -124,8 +149,14 @@ def summarise(config, result):
     steady = times[1:] if len(times) > 1 else times
     epoch = statistics.median(steady)
     examples = result["global_batch_size"] * result["steps_per_epoch"]
-    return {"first_epoch_s": times[0], "epoch_s": epoch, "samples_per_s": examples / epoch,
-            "peak_rss_mb": result["peak_rss_kb"] / 1024.0, "examples_per_epoch": examples}
+    out = {"first_epoch_s": times[0], "epoch_s": epoch, "samples_per_s": examples / epoch,
+           "peak_rss_mb": result["peak_rss_kb"] / 1024.0, "examples_per_epoch": examples}
+    # Gradient all-reduce (lockstep train --history): across workers, or local with one worker.
+    for k in ("allreduce_seconds_per_step", "allreduce_bytes_per_step", "workers",
+              "local_replicas"):
+        if k in result:
+            out[k] = result[k]
+    return out
 
 
 def measure_floor(args):
@@ -236,6 +267,11 @@ def table_rows(configs, runs, meta):
                "replicas": c["replicas"], "global_batch": c["global_batch"], "rounds": len(rs)}
         for k in ("samples_per_s", "epoch_s", "first_epoch_s", "peak_rss_mb"):
             row[k] = statistics.median(r[k] for r in rs)
+        if all("allreduce_seconds_per_step" in r for r in rs):
+            row["allreduce_seconds_per_step"] = statistics.median(
+                r["allreduce_seconds_per_step"] for r in rs)
+            for k in ("allreduce_bytes_per_step", "workers", "local_replicas"):
+                row[k] = rs[-1][k]
         # The least disturbed round: on a shared machine the closest to the machine's own speed.
         row["best_samples_per_s"] = max(r["samples_per_s"] for r in rs)
         if meta["floor_gflops"]:
@@ -267,10 +303,40 @@ def render(meta, rows):
             r.get("best_samples_per_s", r["samples_per_s"]), r["epoch_s"],
             r["first_epoch_s"], r["peak_rss_mb"],
             "%.0f%%" % (100 * r["floor_fraction"]) if "floor_fraction" in r else "—"))
+    out += ["", allreduce_table(rows)]
     out += ["", "Acceptance on the medians:", "", acceptance(rows), "",
             "Acceptance on the best round of each configuration:", "",
             acceptance([best_of(r) for r in rows])]
     return "\n".join(out) + "\n"
+
+
+def ring_floor_seconds(n, nbytes):
+    """Ring all-reduce floor: every participant sends (and receives) 2(n-1)/n of the buffer."""
+    return 2.0 * (n - 1) / n * nbytes / COPY_BANDWIDTH
+
+
+def allreduce_table(rows):
+    rows = [r for r in rows if r.get("allreduce_seconds_per_step") and r.get("replicas", 1) > 1]
+    if not rows:
+        return "(no gradient all-reduce timings: lockstep train --history lacks them)"
+    out = ["Gradient all-reduce per step (median over rounds; wall time on local replica 0, waiting "
+           "for the slowest participant included) against the ring floor 2(n-1)/n · bytes / "
+           "%.0f GB/s (MACHINE.md single-core copy; on one host MPI's transport is a copy through "
+           "shared memory). With one worker the time is the local reduce-scatter, whose own floor "
+           "is half the ring's. Seed-model gradients: %d bytes.  " % (COPY_BANDWIDTH / 1e9,
+                                                                      SEED_GRADIENT_BYTES), "",
+           "| model | configuration | phase | n | bytes/step | all-reduce µs/step | ring floor µs "
+           "| floor / measured |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        workers = r.get("workers", 1)
+        n = workers if workers > 1 else r.get("local_replicas", r["replicas"])
+        floor = ring_floor_seconds(n, r["allreduce_bytes_per_step"])
+        t = r["allreduce_seconds_per_step"]
+        out.append("| %s | %s | %s | %d | %d | %.1f | %.1f | %.0f%% |" % (
+            r["model"], r["name"].split(": ", 1)[1],
+            "cross-worker (MPI)" if workers > 1 else "local reduce-scatter", n,
+            r["allreduce_bytes_per_step"], t * 1e6, floor * 1e6, 100 * floor / t))
+    return "\n".join(out)
 
 
 def best_of(row):
@@ -294,8 +360,20 @@ def acceptance(rows):
     ddp = pick(lambda r: "DDP" in r["name"])
     t1 = pick(lambda r: r["system"] == "PyTorch" and " 1 thread " in r["name"] and
               "DataLoader" not in r["name"])
+    # Issue 6: the same global batch (256) over 2 MPI processes x 1 replica vs 1 process x 2.
+    mpi = pick(lambda r: "MPI" in r["name"] and r["replicas"] == 2)
+    one_by_two = pick(lambda r: r["system"] == "Lockstep" and r["replicas"] == 2 and
+                      "MPI" not in r["name"] and "bfloat16" not in r["name"] and
+                      "spe=" not in r["name"])
+    mpi_checks = []
+    if mpi and one_by_two:
+        mpi_checks.append(("MPI 2x1 ≥ 90% of 1x2 (2 procs x 1 replica / 1 proc x 2 replicas)",
+                           mpi[0]["samples_per_s"] / one_by_two[0]["samples_per_s"], 0.90))
     if not (ls_all and ls_one and torch_rows and ddp and t1):
-        return "(acceptance: incomplete set of runs)"
+        if not mpi_checks:
+            return "(acceptance: incomplete set of runs)"
+        return "(acceptance: incomplete set of runs; only the MPI check)\n\n" + checks_table(
+            mpi_checks)
     a = max(ls_all, key=lambda r: r["samples_per_s"])
     o = max(ls_one, key=lambda r: r["samples_per_s"])
     best = max(torch_rows, key=lambda r: r["samples_per_s"])
@@ -323,6 +401,10 @@ def acceptance(rows):
         ("peak RSS ≤ PyTorch's (measured: smallest PyTorch RSS / all-core Lockstep RSS)",
          min(r["peak_rss_mb"] for r in torch_rows) / a["peak_rss_mb"], 1.0),
     ]
+    return checks_table(checks + mpi_checks)
+
+
+def checks_table(checks):
     lines = ["| acceptance (seed model) | measured | target | |", "|---|---:|---:|---|"]
     for text, value, target in checks:
         lines.append("| %s | %.2f | %.2f | %s |" % (text, value, target,
