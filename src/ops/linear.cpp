@@ -96,6 +96,21 @@ __attribute__((target_clones("avx512f", "default"))) void round_relu_into(const 
   }
 }
 
+// dz = float32(dy) * (float32(y) > 0 ? 1 : 0) from bfloat16 dy and y, written as float32: relu's
+// gradient widened in the same pass (exact: dy * 1, a signed zero, or NaN, as the bfloat16 loop
+// gives before widening).
+__attribute__((target_clones("avx512f", "default"))) void relu_grad_widen(const uint16_t* dy,
+                                                                          const uint16_t* y,
+                                                                          float* dz, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t du = static_cast<uint32_t>(dy[i]) << 16, yu = static_cast<uint32_t>(y[i]) << 16;
+    float d, v;
+    std::memcpy(&d, &du, sizeof d);
+    std::memcpy(&v, &yu, sizeof v);
+    dz[i] = d * (v > 0.0f ? 1.0f : 0.0f);
+  }
+}
+
 void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                           Activation activation, const Tensor& y) {
   if (activation == Activation::relu && y.dtype() == DType::bfloat16 &&
@@ -166,15 +181,21 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
   if (dbias.defined()) check_buffer(dbias, Shape{kernel.dim(1)}, kernel.dtype(), op, "dbias");
 
   Tensor dz = dy;
-  if (activation != Activation::none) {
+  const bool bf16_in_f32 = dy.dtype() == DType::bfloat16 &&
+                           (kernel.dtype() == DType::float32 || bf16_matmul_computes_in_f32());
+  if (activation == Activation::relu && bf16_in_f32) {
+    dz = Tensor(dy.shape(), DType::float32);
+    relu_grad_widen(reinterpret_cast<const uint16_t*>(dy.data<bfloat16>()),
+                    reinterpret_cast<const uint16_t*>(saved.data<bfloat16>()), dz.data<float>(),
+                    dy.num_elements());
+  } else if (activation != Activation::none) {
     dz = Tensor(dy.shape(), dy.dtype());
     detail::activation_grad_into(activation, dy, saved, dz);
   }
   // bfloat16 dz computed in float32 (no AMX, or a float32 kernel of bfloat16 values): widen it
   // once for both matmuls instead of once in each (same values).
-  if (dz.dtype() == DType::bfloat16 && dkernel.defined() && dx.defined() &&
-      (kernel.dtype() == DType::float32 || bf16_matmul_computes_in_f32())) {
-    dz = cast(dz, DType::float32);
+  if (dz.dtype() == DType::bfloat16 && dkernel.defined() && dx.defined() && bf16_in_f32) {
+    dz = detail::widen_to_f32(dz);
   }
   if (dkernel.defined()) {
     detail::gemm_into(x, dz, Tensor(), true, false, Activation::none, dkernel);  // xᵀ·dz

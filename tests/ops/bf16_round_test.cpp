@@ -208,6 +208,24 @@ TEST(MixedLinear, MatchesTheAllBfloat16LinearWhenComputingInFloat32) {
   }
 }
 
+// The relu backward of the mixed path widens relu's gradient in one pass: its dkernel must be the
+// float32 matmul of widen(x) and widen(relu_backward(dy, y)) (relu_backward is checked above
+// against the float arithmetic), and its dx that product with the kernel, rounded.
+TEST(MixedLinear, ReluBackwardEqualsWidenedReluGradientThenFloat32Matmuls) {
+  Tensor x = ops::cast(random_f32({29, 40}, 5), DType::bfloat16);
+  Tensor k32 = ops::round_to_bfloat16(random_f32({40, 31}, 6));
+  Tensor y = ops::linear(x, k32, Tensor(), Activation::relu);
+  Tensor dy32 = random_f32({29, 31}, 7);
+  dy32.data<float>()[0] = 0.0f;
+  dy32.data<float>()[1] = -0.0f;
+  Tensor dy = ops::cast(dy32, DType::bfloat16);
+  ops::LinearGrads g = ops::linear_backward(dy, x, k32, y, Activation::relu, true, true, true);
+  Tensor dz32 = ops::cast(ops::relu_backward(dy, y), DType::float32);
+  Tensor x32 = ops::cast(x, DType::float32);
+  expect_bits_equal(g.dkernel, ops::matmul(x32, dz32, true, false));
+  expect_bits_equal(g.dx, ops::cast(ops::matmul(dz32, k32, false, true), DType::bfloat16));
+}
+
 TEST(MixedLinear, OtherDtypeMixesAreStillRejected) {
   Tensor x32 = random_f32({4, 3}, 1), k16 = ops::cast(random_f32({3, 2}, 2), DType::bfloat16);
   EXPECT_THROW(ops::linear(x32, k16, Tensor()), InvalidArgument);
