@@ -232,69 +232,14 @@ Tensor sparse_categorical_crossentropy_backward(const Tensor& dloss, const Tenso
   return dp;
 }
 
-Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits) {
-  const char* op = "binary_crossentropy";
-  check_pair(y_true, y_pred, op);
-  const int64_t k = y_pred.dim(-1), rows = y_pred.num_elements() / std::max<int64_t>(k, 1);
-  Tensor loss(y_pred.shape().without(-1), y_pred.dtype());
-  with_type(y_pred.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    using C = detail::compute_t<T>;
-    const T* t = y_true.data<T>();
-    const T* p = y_pred.data<T>();
-    T* l = loss.data<T>();
-    for (int64_t r = 0; r < rows; ++r) {
-      C total = 0;
-      for (int64_t i = r * k; i < (r + 1) * k; ++i) {
-        const C y = detail::load(t[i]), z = detail::load(p[i]);
-        if (from_logits) {
-          total += std::max(z, C(0)) - z * y + std::log1p(std::exp(-std::abs(z)));
-        } else {
-          const C pc = clip(z);
-          total -= y * std::log(pc) + (1 - y) * std::log(1 - pc);
-        }
-      }
-      l[r] = detail::store<T>(total / static_cast<C>(k));
-    }
-  });
-  return loss;
-}
-
-Tensor binary_crossentropy_backward(const Tensor& dloss, const Tensor& y_true, const Tensor& y_pred,
-                                    bool from_logits) {
-  const char* op = "binary_crossentropy_backward";
-  check_pair(y_true, y_pred, op);
-  check_dloss(dloss, y_pred, -1, op);
-  const int64_t k = y_pred.dim(-1), rows = y_pred.num_elements() / std::max<int64_t>(k, 1);
-  Tensor dp(y_pred.shape(), y_pred.dtype());
-  with_type(y_pred.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    using C = detail::compute_t<T>;
-    const T* t = y_true.data<T>();
-    const T* p = y_pred.data<T>();
-    const T* dl = dloss.data<T>();
-    T* g = dp.data<T>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const C d = detail::load(dl[r]) / static_cast<C>(k);
-      for (int64_t i = r * k; i < (r + 1) * k; ++i) {
-        const C y = detail::load(t[i]), z = detail::load(p[i]);
-        C gi;
-        if (from_logits) {
-          gi = C(1) / (C(1) + std::exp(-z)) - y;
-        } else {
-          gi = inside_clip(z) ? -y / z + (1 - y) / (1 - z) : C(0);
-        }
-        g[i] = detail::store<T>(d * gi);
-      }
-    }
-  });
-  return dp;
-}
-
 namespace {
 
-template <bool SQUARED>
-Tensor regression_loss(const Tensor& y_true, const Tensor& y_pred, const char* op) {
+// Binary cross-entropy and the regression losses share one shape: a per-element term of
+// (y_true, y_pred), summed per row of the last axis in the compute type and then divided by k.
+// These helpers own that loop (and its checks) so each loss only states its term; the order of
+// operations is the one every loss used before, so results stay bit-identical.
+template <typename Term>
+Tensor mean_over_last_axis(const Tensor& y_true, const Tensor& y_pred, const char* op, Term term) {
   check_pair(y_true, y_pred, op);
   const int64_t k = y_pred.dim(-1), rows = y_pred.num_elements() / std::max<int64_t>(k, 1);
   Tensor loss(y_pred.shape().without(-1), y_pred.dtype());
@@ -307,8 +252,8 @@ Tensor regression_loss(const Tensor& y_true, const Tensor& y_pred, const char* o
     for (int64_t r = 0; r < rows; ++r) {
       C total = 0;
       for (int64_t i = r * k; i < (r + 1) * k; ++i) {
-        const C u = detail::load(p[i]) - detail::load(t[i]);
-        total += SQUARED ? u * u : std::abs(u);
+        const C y = detail::load(t[i]), z = detail::load(p[i]);
+        total += term(y, z);
       }
       l[r] = detail::store<T>(total / static_cast<C>(k));
     }
@@ -316,50 +261,100 @@ Tensor regression_loss(const Tensor& y_true, const Tensor& y_pred, const char* o
   return loss;
 }
 
-template <bool SQUARED>
-RegressionLossGrads regression_backward(const Tensor& dloss, const Tensor& y_true,
-                                        const Tensor& y_pred, const char* op) {
+// Backward of mean_over_last_axis: dy_pred[i] = dloss[row] / k * dterm(y_true[i], y_pred[i]).
+// With WITH_DY_TRUE (the regression losses, whose term depends on y_pred - y_true) it also
+// writes dy_true[i] as the negation; otherwise dy_true stays undefined.
+template <bool WITH_DY_TRUE, typename DTerm>
+RegressionLossGrads mean_over_last_axis_backward(const Tensor& dloss, const Tensor& y_true,
+                                                 const Tensor& y_pred, const char* op,
+                                                 DTerm dterm) {
   check_pair(y_true, y_pred, op);
   check_dloss(dloss, y_pred, -1, op);
   const int64_t k = y_pred.dim(-1), rows = y_pred.num_elements() / std::max<int64_t>(k, 1);
-  RegressionLossGrads g{Tensor(y_true.shape(), y_true.dtype()),
-                        Tensor(y_pred.shape(), y_pred.dtype())};
+  RegressionLossGrads g;
+  if constexpr (WITH_DY_TRUE) g.dy_true = Tensor(y_true.shape(), y_true.dtype());
+  g.dy_pred = Tensor(y_pred.shape(), y_pred.dtype());
   with_type(y_pred.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using C = detail::compute_t<T>;
     const T* t = y_true.data<T>();
     const T* p = y_pred.data<T>();
     const T* dl = dloss.data<T>();
-    T* gt = g.dy_true.data<T>();
     T* gp = g.dy_pred.data<T>();
     for (int64_t r = 0; r < rows; ++r) {
       const C d = detail::load(dl[r]) / static_cast<C>(k);
       for (int64_t i = r * k; i < (r + 1) * k; ++i) {
-        const C u = detail::load(p[i]) - detail::load(t[i]);
-        const C du = SQUARED ? 2 * u : (u > 0 ? C(1) : (u < 0 ? C(-1) : C(0)));
+        const C y = detail::load(t[i]), z = detail::load(p[i]);
+        const C du = dterm(y, z);
         gp[i] = detail::store<T>(d * du);
-        gt[i] = detail::store<T>(-d * du);
+        if constexpr (WITH_DY_TRUE) g.dy_true.data<T>()[i] = detail::store<T>(-d * du);
       }
     }
   });
   return g;
 }
 
+// Per-element terms and their derivatives with respect to y_pred; y is y_true, z is y_pred.
+constexpr auto kBceLogitsTerm = [](auto y, auto z) {
+  using C = decltype(z);
+  return std::max(z, C(0)) - z * y + std::log1p(std::exp(-std::abs(z)));
+};
+constexpr auto kBceTerm = [](auto y, auto z) {
+  const auto pc = clip(z);
+  return -(y * std::log(pc) + (1 - y) * std::log(1 - pc));
+};
+constexpr auto kBceLogitsGrad = [](auto y, auto z) {
+  using C = decltype(z);
+  return C(1) / (C(1) + std::exp(-z)) - y;
+};
+constexpr auto kBceGrad = [](auto y, auto z) {
+  using C = decltype(z);
+  return inside_clip(z) ? -y / z + (1 - y) / (1 - z) : C(0);
+};
+constexpr auto kSquaredTerm = [](auto y, auto z) {
+  const auto u = z - y;
+  return u * u;
+};
+constexpr auto kAbsoluteTerm = [](auto y, auto z) { return std::abs(z - y); };
+constexpr auto kSquaredGrad = [](auto y, auto z) { return 2 * (z - y); };
+constexpr auto kAbsoluteGrad = [](auto y, auto z) {
+  using C = decltype(z);
+  const C u = z - y;
+  return u > 0 ? C(1) : (u < 0 ? C(-1) : C(0));
+};
+
 }  // namespace
 
+Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits) {
+  const char* op = "binary_crossentropy";
+  return from_logits ? mean_over_last_axis(y_true, y_pred, op, kBceLogitsTerm)
+                     : mean_over_last_axis(y_true, y_pred, op, kBceTerm);
+}
+
+Tensor binary_crossentropy_backward(const Tensor& dloss, const Tensor& y_true, const Tensor& y_pred,
+                                    bool from_logits) {
+  const char* op = "binary_crossentropy_backward";
+  return (from_logits
+              ? mean_over_last_axis_backward<false>(dloss, y_true, y_pred, op, kBceLogitsGrad)
+              : mean_over_last_axis_backward<false>(dloss, y_true, y_pred, op, kBceGrad))
+      .dy_pred;
+}
+
 Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred) {
-  return regression_loss<true>(y_true, y_pred, "mean_squared_error");
+  return mean_over_last_axis(y_true, y_pred, "mean_squared_error", kSquaredTerm);
 }
 RegressionLossGrads mean_squared_error_backward(const Tensor& dloss, const Tensor& y_true,
                                                 const Tensor& y_pred) {
-  return regression_backward<true>(dloss, y_true, y_pred, "mean_squared_error_backward");
+  return mean_over_last_axis_backward<true>(dloss, y_true, y_pred, "mean_squared_error_backward",
+                                            kSquaredGrad);
 }
 Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred) {
-  return regression_loss<false>(y_true, y_pred, "mean_absolute_error");
+  return mean_over_last_axis(y_true, y_pred, "mean_absolute_error", kAbsoluteTerm);
 }
 RegressionLossGrads mean_absolute_error_backward(const Tensor& dloss, const Tensor& y_true,
                                                  const Tensor& y_pred) {
-  return regression_backward<false>(dloss, y_true, y_pred, "mean_absolute_error_backward");
+  return mean_over_last_axis_backward<true>(dloss, y_true, y_pred, "mean_absolute_error_backward",
+                                            kAbsoluteGrad);
 }
 
 }  // namespace lockstep::ops
