@@ -157,6 +157,19 @@ int run_train(const TrainArgs& a) {
     j["global_batch_size"] = global_batch;
     j["steps_per_epoch"] = steps;
     j["seconds_per_epoch"] = *epoch_times;
+    // The gradient all-reduce, as local replica 0 of this worker saw it: across workers when
+    // there are several, else the local reduce-scatter (0 steps with one replica in all).
+    distribute::SyncStats sync = model.gradient_sync_stats();
+    double sync_seconds =
+        strategy.num_workers() > 1 ? sync.cross_worker_seconds : sync.local_seconds;
+    j["allreduce_seconds_per_step"] =
+        sync.steps ? sync_seconds / static_cast<double>(sync.steps) : 0.0;
+    j["allreduce_local_seconds_per_step"] =
+        sync.steps ? sync.local_seconds / static_cast<double>(sync.steps) : 0.0;
+    j["allreduce_bytes_per_step"] = sync.bytes_per_step;
+    j["allreduce_steps"] = sync.steps;
+    j["workers"] = strategy.num_workers();
+    j["local_replicas"] = strategy.num_local_replicas();
     std::ofstream out(a.history);
     if (!out) throw NotFound("--history: cannot write '" + a.history + "'.");
     out << j.dump(2) << "\n";

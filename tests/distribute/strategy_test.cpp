@@ -7,6 +7,7 @@
 
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/distributed_dataset.h"
+#include "lockstep/distribute/gradient_sync.h"
 #include "lockstep/distribute/strategies.h"
 
 namespace lockstep::distribute {
@@ -105,6 +106,26 @@ TEST(Strategy, ReplicaAllReduceSumsOverReplicas) {
     return ctx.all_reduce(ReduceOp::SUM, t);
   });
   for (const Tensor& s : sums.values) EXPECT_EQ(s.to_vector<float>(), std::vector<float>(5, 10.0f));
+}
+
+TEST(GradientSynchronizer, SumsOverLocalReplicasAndCountsStepsAndBytes) {
+  MirroredStrategy strategy(2);
+  GradientSynchronizer sync({Shape{3}, Shape{2, 2}}, 2);
+  EXPECT_EQ(sync.stats().steps, 0u);
+  for (int step = 0; step < 3; ++step) {
+    auto sums = strategy.run([&](ReplicaContext& ctx) {
+      float v = static_cast<float>(ctx.local_replica_id() + 1);
+      const std::vector<Tensor>& s =
+          sync.all_reduce(ctx, {Tensor::full({3}, v), Tensor::full({2, 2}, v)});
+      return s[1].reshape({4});
+    });
+    for (const Tensor& s : sums.values) EXPECT_EQ(s.to_vector<float>(), std::vector<float>(4, 3));
+  }
+  const SyncStats& stats = sync.stats();
+  EXPECT_EQ(stats.steps, 3u);  // counted once per step (by local replica 0)
+  EXPECT_EQ(stats.bytes_per_step, 7 * sizeof(float));
+  EXPECT_GE(stats.local_seconds, 0.0);
+  EXPECT_EQ(stats.cross_worker_seconds, 0.0);  // one worker
 }
 
 TEST(Strategy, AFailingReplicaIsReportedAndDoesNotHangTheOthers) {

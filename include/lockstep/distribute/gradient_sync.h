@@ -11,6 +11,12 @@
 // The caller then updates only its own block of the flat parameter space (owned_range), as
 // DESIGN.md's "reduce-scatter, update the slice, all-gather" — the all-gather being implicit
 // because the variables are shared memory — and must barrier before variables are read again.
+//
+// stats() reports, as seen by local replica 0, the accumulated wall time of the local
+// reduce-scatter and of the cross-worker all-reduce (two steady_clock reads per phase and step).
+// Each phase's time includes waiting for the slowest participant, so it is an upper bound on the
+// transfer itself.
+#include <cstdint>
 #include <vector>
 
 #include "lockstep/core/bfloat16.h"
@@ -19,6 +25,16 @@
 #include "lockstep/distribute/replica_context.h"
 
 namespace lockstep::distribute {
+
+// Accumulated since the synchroniser was created (read it between steps, e.g. after fit).
+struct SyncStats {
+  uint64_t steps = 0;               // all_reduce calls of local replica 0
+  double local_seconds = 0;         // local reduce-scatter, wall time on local replica 0
+  double cross_worker_seconds = 0;  // cross-worker all-reduce (0 with one worker)
+  size_t bytes_per_step = 0;        // bytes of one summed gradient buffer all-reduced per step:
+                                    // across workers in the cross-worker dtype when there are
+                                    // several, else the float32 local buffer
+};
 
 class GradientSynchronizer {
  public:
@@ -37,6 +53,7 @@ class GradientSynchronizer {
   // The flat element range [begin, end) of the concatenated gradients local replica r updates.
   BlockRange owned_range(int local_replica) const;
   int64_t total_elements() const { return total_; }
+  const SyncStats& stats() const { return stats_; }
 
  private:
   std::vector<Shape> shapes_;
@@ -49,6 +66,7 @@ class GradientSynchronizer {
   std::vector<Tensor> packed_;          // G_r, one per local replica
   Tensor summed_;                       // S
   std::vector<Tensor> summed_views_;
+  SyncStats stats_;  // written by local replica 0 only
 };
 
 }  // namespace lockstep::distribute

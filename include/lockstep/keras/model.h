@@ -28,7 +28,8 @@
 
 namespace lockstep::distribute {
 class Strategy;
-}
+struct SyncStats;  // lockstep/distribute/gradient_sync.h
+}  // namespace lockstep::distribute
 
 namespace lockstep::keras {
 
@@ -141,6 +142,9 @@ class Model : public LayerImpl<Model> {
   optimizers::Optimizer& optimizer();
   const losses::Loss& loss() const;
   distribute::Strategy& distribute_strategy() const { return *strategy_; }
+  // Time and bytes of the gradient all-reduce, accumulated over every training step so far (all
+  // zeros before the first; a lone replica skips the synchroniser). See gradient_sync.h.
+  distribute::SyncStats gradient_sync_stats() const;
   bool compiled() const { return compiled_ != nullptr; }
   // Set by callbacks (EarlyStopping, TerminateOnNaN) to end fit after the current step.
   bool stop_training = false;

@@ -1,10 +1,18 @@
 #include "lockstep/distribute/gradient_sync.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "lockstep/core/error.h"
 
 namespace lockstep::distribute {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
 
 GradientSynchronizer::GradientSynchronizer(std::vector<Shape> shapes, int num_local_replicas,
                                            size_t bucket_bytes, DType cross_worker_dtype)
@@ -63,13 +71,23 @@ const std::vector<Tensor>& GradientSynchronizer::all_reduce(ReplicaContext& ctx,
   }
   Communicator& local = ctx.local_communicator();
   BlockRange mine = owned_range(r);
+  auto start = std::chrono::steady_clock::now();
   local.reduce_scatter(packed_[static_cast<size_t>(r)].data<float>(),
                        summed_.data<float>() + mine.begin, static_cast<size_t>(total_),
                        DType::float32, ReduceOp::SUM);
-  if (Communicator* cross = ctx.cross_worker_communicator()) {
+  Communicator* cross = ctx.cross_worker_communicator();
+  if (r == 0) {
+    stats_.local_seconds += seconds_since(start);
+    ++stats_.steps;
+    stats_.bytes_per_step =
+        static_cast<size_t>(total_) *
+        (cross && cross_dtype_ == DType::bfloat16 ? sizeof(bfloat16) : sizeof(float));
+  }
+  if (cross) {
     // Every local block must be in S before replica 0 ships it to the other workers.
     local.barrier();
     if (r == 0) {
+      start = std::chrono::steady_clock::now();
       float* s = summed_.data<float>();
       for (size_t begin = 0; begin < static_cast<size_t>(total_); begin += bucket_elements_) {
         size_t n = std::min(bucket_elements_, static_cast<size_t>(total_) - begin);
@@ -83,6 +101,7 @@ const std::vector<Tensor>& GradientSynchronizer::all_reduce(ReplicaContext& ctx,
           cross->all_reduce(s + begin, n, DType::float32, ReduceOp::SUM);
         }
       }
+      stats_.cross_worker_seconds += seconds_since(start);
     }
     local.barrier();
   }

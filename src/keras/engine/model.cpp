@@ -145,6 +145,10 @@ optimizers::Optimizer& Model::optimizer() {
   return *compiled_->optimizer;
 }
 
+distribute::SyncStats Model::gradient_sync_stats() const {
+  return compiled_ && compiled_->sync ? compiled_->sync->stats() : distribute::SyncStats{};
+}
+
 const losses::Loss& Model::loss() const {
   if (!compiled_)
     throw FailedPrecondition("Model '" + name() + "' is not compiled: call compile() first.");
