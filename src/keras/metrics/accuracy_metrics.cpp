@@ -1,6 +1,7 @@
 #include "lockstep/keras/metrics/accuracy_metrics.h"
 
 #include <cmath>
+#include <utility>
 
 #include "lockstep/core/error.h"
 
@@ -58,18 +59,62 @@ void check_labels(const std::string& name, const Tensor& y_true, const Tensor& y
   }
 }
 
+// The validated float32 inputs of a metric, shared by the update_state bodies below so that each
+// states only its per-row comparison: `rows` rows of `width` values (1 for the elementwise metrics,
+// the class count otherwise) in `samples` samples.
+struct Rows {
+  Rows(Tensor t_, Tensor p_, int64_t width_, int64_t rows_, int64_t samples_)
+      : t(std::move(t_)),
+        p(std::move(p_)),
+        width(width_),
+        rows(rows_),
+        samples(samples_),
+        tp(t.data<float>()),
+        pp(p.data<float>()) {}
+  const float* true_row(int64_t j) const { return tp + j * width; }
+  const float* pred_row(int64_t j) const { return pp + j * width; }
+
+  Tensor t, p;
+  int64_t width, rows, samples;
+
+ private:
+  const float* tp;  // cached: data<float>() checks the dtype on every call
+  const float* pp;
+};
+
+// Accuracy, BinaryAccuracy: y_true and y_pred compared element by element.
+Rows elementwise_rows(const std::string& name, const Tensor& y_true, const Tensor& y_pred) {
+  if (y_true.num_elements() != y_pred.num_elements()) {
+    shape_error(name, "y_true and y_pred with the same number of elements", y_true, y_pred);
+  }
+  return {as_float32(y_true), as_float32(y_pred), 1, y_pred.num_elements(), samples_of(y_pred, 0)};
+}
+
+// Categorical metrics: one-hot y_true shaped like y_pred.
+Rows one_hot_rows(const std::string& name, const Tensor& y_true, const Tensor& y_pred) {
+  const int64_t c = num_classes(name, y_true, y_pred);
+  if (!(y_true.shape() == y_pred.shape())) {
+    shape_error(name, "one-hot y_true shaped like y_pred", y_true, y_pred);
+  }
+  return {as_float32(y_true), as_float32(y_pred), c, y_pred.num_elements() / c,
+          samples_of(y_pred, 1)};
+}
+
+// Sparse categorical metrics: one label per row of y_pred (read with label()).
+Rows sparse_rows(const std::string& name, const Tensor& y_true, const Tensor& y_pred) {
+  const int64_t c = num_classes(name, y_true, y_pred);
+  const int64_t rows = y_pred.num_elements() / c;
+  check_labels(name, y_true, y_pred, rows);
+  return {as_float32(y_true), as_float32(y_pred), c, rows, samples_of(y_pred, 1)};
+}
+
 }  // namespace
 
 void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                             const Tensor& sample_weight) {
-  if (y_true.num_elements() != y_pred.num_elements()) {
-    shape_error(name(), "y_true and y_pred with the same number of elements", y_true, y_pred);
-  }
-  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
-  const float* tp = t.data<float>();
-  const float* pp = p.data<float>();
-  accumulate_rows(p.num_elements(), samples_of(y_pred, 0), sample_weight,
-                  [&](int64_t j) { return tp[j] == pp[j] ? 1.0 : 0.0; });
+  const Rows r = elementwise_rows(name(), y_true, y_pred);
+  accumulate_rows(r.rows, r.samples, sample_weight,
+                  [&](int64_t j) { return *r.true_row(j) == *r.pred_row(j) ? 1.0 : 0.0; });
 }
 
 std::unique_ptr<Metric> Accuracy::clone() const {
@@ -81,16 +126,11 @@ BinaryAccuracy::BinaryAccuracy(BinaryAccuracyOptions options)
 
 void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                   const Tensor& sample_weight) {
-  if (y_true.num_elements() != y_pred.num_elements()) {
-    shape_error(name(), "y_true and y_pred with the same number of elements", y_true, y_pred);
-  }
-  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
-  const float* tp = t.data<float>();
-  const float* pp = p.data<float>();
+  const Rows r = elementwise_rows(name(), y_true, y_pred);
   const double threshold = o_.threshold;
-  accumulate_rows(p.num_elements(), samples_of(y_pred, 0), sample_weight, [&](int64_t j) {
-    const float predicted = static_cast<double>(pp[j]) > threshold ? 1.0f : 0.0f;
-    return tp[j] == predicted ? 1.0 : 0.0;
+  accumulate_rows(r.rows, r.samples, sample_weight, [&](int64_t j) {
+    const float predicted = static_cast<double>(*r.pred_row(j)) > threshold ? 1.0f : 0.0f;
+    return *r.true_row(j) == predicted ? 1.0 : 0.0;
   });
 }
 
@@ -106,15 +146,9 @@ nlohmann::json BinaryAccuracy::get_config() const {
 
 void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                        const Tensor& sample_weight) {
-  const int64_t c = num_classes(name(), y_true, y_pred);
-  if (!(y_true.shape() == y_pred.shape())) {
-    shape_error(name(), "one-hot y_true shaped like y_pred", y_true, y_pred);
-  }
-  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
-  const float* tp = t.data<float>();
-  const float* pp = p.data<float>();
-  accumulate_rows(p.num_elements() / c, samples_of(y_pred, 1), sample_weight, [&](int64_t j) {
-    return argmax(tp + j * c, c) == argmax(pp + j * c, c) ? 1.0 : 0.0;
+  const Rows r = one_hot_rows(name(), y_true, y_pred);
+  accumulate_rows(r.rows, r.samples, sample_weight, [&](int64_t j) {
+    return argmax(r.true_row(j), r.width) == argmax(r.pred_row(j), r.width) ? 1.0 : 0.0;
   });
 }
 
@@ -124,13 +158,9 @@ std::unique_ptr<Metric> CategoricalAccuracy::clone() const {
 
 void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                              const Tensor& sample_weight) {
-  const int64_t c = num_classes(name(), y_true, y_pred);
-  const int64_t rows = y_pred.num_elements() / c;
-  check_labels(name(), y_true, y_pred, rows);
-  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
-  const float* pp = p.data<float>();
-  accumulate_rows(rows, samples_of(y_pred, 1), sample_weight, [&](int64_t j) {
-    return label(t, j) == static_cast<double>(argmax(pp + j * c, c)) ? 1.0 : 0.0;
+  const Rows r = sparse_rows(name(), y_true, y_pred);
+  accumulate_rows(r.rows, r.samples, sample_weight, [&](int64_t j) {
+    return label(r.t, j) == static_cast<double>(argmax(r.pred_row(j), r.width)) ? 1.0 : 0.0;
   });
 }
 
@@ -148,15 +178,9 @@ TopKCategoricalAccuracy::TopKCategoricalAccuracy(TopKCategoricalAccuracyOptions 
 
 void TopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                            const Tensor& sample_weight) {
-  const int64_t c = num_classes(name(), y_true, y_pred);
-  if (!(y_true.shape() == y_pred.shape())) {
-    shape_error(name(), "one-hot y_true shaped like y_pred", y_true, y_pred);
-  }
-  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
-  const float* tp = t.data<float>();
-  const float* pp = p.data<float>();
-  accumulate_rows(p.num_elements() / c, samples_of(y_pred, 1), sample_weight, [&](int64_t j) {
-    return in_top_k(pp + j * c, c, argmax(tp + j * c, c), o_.k) ? 1.0 : 0.0;
+  const Rows r = one_hot_rows(name(), y_true, y_pred);
+  accumulate_rows(r.rows, r.samples, sample_weight, [&](int64_t j) {
+    return in_top_k(r.pred_row(j), r.width, argmax(r.true_row(j), r.width), o_.k) ? 1.0 : 0.0;
   });
 }
 
@@ -181,15 +205,11 @@ SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(
 
 void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                                  const Tensor& sample_weight) {
-  const int64_t c = num_classes(name(), y_true, y_pred);
-  const int64_t rows = y_pred.num_elements() / c;
-  check_labels(name(), y_true, y_pred, rows);
-  const Tensor t = as_float32(y_true), p = as_float32(y_pred);
-  const float* pp = p.data<float>();
-  accumulate_rows(rows, samples_of(y_pred, 1), sample_weight, [&](int64_t j) {
-    const double l = label(t, j);
+  const Rows r = sparse_rows(name(), y_true, y_pred);
+  accumulate_rows(r.rows, r.samples, sample_weight, [&](int64_t j) {
+    const double l = label(r.t, j);
     if (l != std::floor(l)) return 0.0;
-    return in_top_k(pp + j * c, c, static_cast<int64_t>(l), o_.k) ? 1.0 : 0.0;
+    return in_top_k(r.pred_row(j), r.width, static_cast<int64_t>(l), o_.k) ? 1.0 : 0.0;
   });
 }
 
