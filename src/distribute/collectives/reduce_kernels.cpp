@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "lockstep/core/bfloat16.h"
@@ -11,30 +12,18 @@ namespace lockstep::distribute::detail {
 namespace {
 
 // Accumulator per element type and op: bfloat16 accumulates in float32 (rounded once at the end);
-// integer sums accumulate in the unsigned type so that overflow wraps instead of being undefined.
+// integer sums (SUM, MEAN) accumulate in the unsigned type so that overflow wraps instead of being
+// undefined. One rule instead of a specialisation per integer type and op.
 template <typename T, ReduceOp Op>
 struct Acc {
-  using type = T;
+  static constexpr bool kWrappingSum = std::is_integral_v<T> && Op != ReduceOp::MAX;
+  // make_unsigned is only instantiated (via ::type) when T is an integer.
+  using type =
+      typename std::conditional_t<kWrappingSum, std::make_unsigned<T>, std::type_identity<T>>::type;
 };
 template <ReduceOp Op>
 struct Acc<bfloat16, Op> {
   using type = float;
-};
-template <>
-struct Acc<int32_t, ReduceOp::SUM> {
-  using type = uint32_t;
-};
-template <>
-struct Acc<int32_t, ReduceOp::MEAN> {
-  using type = uint32_t;
-};
-template <>
-struct Acc<int64_t, ReduceOp::SUM> {
-  using type = uint64_t;
-};
-template <>
-struct Acc<int64_t, ReduceOp::MEAN> {
-  using type = uint64_t;
 };
 
 template <typename A, typename T>
@@ -119,43 +108,39 @@ void divide(void* buf, size_t count, int divisor) {
   }
 }
 
+// Calls f(std::type_identity<T>{}) for dtype's element type; both entry points below switch on
+// the same dtypes, so the list lives in one place.
+template <typename F>
+void with_element_type(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::float32:
+      return f(std::type_identity<float>{});
+    case DType::bfloat16:
+      return f(std::type_identity<bfloat16>{});
+    case DType::float64:
+      return f(std::type_identity<double>{});
+    case DType::int32:
+      return f(std::type_identity<int32_t>{});
+    case DType::int64:
+      return f(std::type_identity<int64_t>{});
+    case DType::uint8:
+      return f(std::type_identity<uint8_t>{});
+  }
+  throw Internal(std::string(what) + ": unhandled dtype");
+}
+
 }  // namespace
 
 void reduce_fold(DType dtype, ReduceOp op, const void* const* srcs, int n_src, void* const* dsts,
                  int n_dst, size_t count, int mean_divisor) {
-  switch (dtype) {
-    case DType::float32:
-      return fold_op<float>(op, srcs, n_src, dsts, n_dst, count, mean_divisor);
-    case DType::bfloat16:
-      return fold_op<bfloat16>(op, srcs, n_src, dsts, n_dst, count, mean_divisor);
-    case DType::float64:
-      return fold_op<double>(op, srcs, n_src, dsts, n_dst, count, mean_divisor);
-    case DType::int32:
-      return fold_op<int32_t>(op, srcs, n_src, dsts, n_dst, count, mean_divisor);
-    case DType::int64:
-      return fold_op<int64_t>(op, srcs, n_src, dsts, n_dst, count, mean_divisor);
-    case DType::uint8:
-      return fold_op<uint8_t>(op, srcs, n_src, dsts, n_dst, count, mean_divisor);
-  }
-  throw Internal("reduce_fold: unhandled dtype");
+  with_element_type(dtype, "reduce_fold", [&](auto type) {
+    fold_op<typename decltype(type)::type>(op, srcs, n_src, dsts, n_dst, count, mean_divisor);
+  });
 }
 
 void divide_in_place(void* buf, size_t count, DType dtype, int divisor) {
-  switch (dtype) {
-    case DType::float32:
-      return divide<float>(buf, count, divisor);
-    case DType::bfloat16:
-      return divide<bfloat16>(buf, count, divisor);
-    case DType::float64:
-      return divide<double>(buf, count, divisor);
-    case DType::int32:
-      return divide<int32_t>(buf, count, divisor);
-    case DType::int64:
-      return divide<int64_t>(buf, count, divisor);
-    case DType::uint8:
-      return divide<uint8_t>(buf, count, divisor);
-  }
-  throw Internal("divide_in_place: unhandled dtype");
+  with_element_type(dtype, "divide_in_place",
+                    [&](auto type) { divide<typename decltype(type)::type>(buf, count, divisor); });
 }
 
 }  // namespace lockstep::distribute::detail
