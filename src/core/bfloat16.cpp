@@ -1,4 +1,5 @@
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/core/cpu_dispatch.h"
 
 namespace lockstep {
 namespace {
@@ -27,22 +28,17 @@ inline float float_of(uint32_t u) {
 
 // Exact integer bit operations: the AVX-512 clone (picked at load time; the library targets
 // baseline x86-64) gives the same bits as the scalar one.
-__attribute__((target_clones("avx512f", "default"))) void float_to_bfloat16(const float* src,
-                                                                            bfloat16* dst,
-                                                                            size_t n) {
+LOCKSTEP_TARGET_CLONES void float_to_bfloat16(const float* src, bfloat16* dst, size_t n) {
   uint16_t* out = reinterpret_cast<uint16_t*>(dst);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint16_t>(round_bits(bits_of(src[i])));
 }
 
-__attribute__((target_clones("avx512f", "default"))) void bfloat16_to_float(const bfloat16* src,
-                                                                            float* dst, size_t n) {
+LOCKSTEP_TARGET_CLONES void bfloat16_to_float(const bfloat16* src, float* dst, size_t n) {
   const uint16_t* in = reinterpret_cast<const uint16_t*>(src);
   for (size_t i = 0; i < n; ++i) dst[i] = float_of(static_cast<uint32_t>(in[i]) << 16);
 }
 
-__attribute__((target_clones("avx512f", "default"))) void round_to_bfloat16_values(const float* src,
-                                                                                   float* dst,
-                                                                                   size_t n) {
+LOCKSTEP_TARGET_CLONES void round_to_bfloat16_values(const float* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = float_of(round_bits(bits_of(src[i])) << 16);
 }
 

@@ -1,4 +1,5 @@
 #include "lockstep/keras/optimizers/adam.h"
+#include "lockstep/core/cpu_dispatch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,7 +30,7 @@ namespace {
 // right one picked at load time (the library itself targets baseline x86-64). Same arithmetic in
 // both, element by element (no FMA contraction), so results depend neither on the CPU nor on
 // where a replica's range starts.
-__attribute__((target_clones("avx512f", "default"), optimize("fp-contract=off"))) void adam_update(
+LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update(
     float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
     size_t n, float alpha, float one_minus_b1, float one_minus_b2, float eps) {
   for (size_t i = 0; i < n; ++i) {
