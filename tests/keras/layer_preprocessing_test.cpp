@@ -19,6 +19,19 @@ TEST(Rescaling, ConvertsUint8ImagesToScaledFloat32InOnePass) {
   EXPECT_FLOAT_EQ(v[3], 0.4f);
 }
 
+TEST(Rescaling, UnderMixedBfloat16WritesTheRoundedBfloat16OfTheFloat32Result) {
+  Tensor x({3, 100}, DType::uint8);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
+  layers::Rescaling mixed({.scale = 1.0 / 255, .offset = 0.25, .dtype = "mixed_bfloat16"});
+  Tensor y = mixed(x);
+  ASSERT_EQ(y.dtype(), DType::bfloat16);
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    float expected =
+        static_cast<float>(x.data<uint8_t>()[i]) * static_cast<float>(1.0 / 255) + 0.25f;
+    ASSERT_EQ(y.data<bfloat16>()[i].bits, bfloat16(expected).bits) << "element " << i;
+  }
+}
+
 TEST(Rescaling, AModelWithAUint8InputTakesUint8Batches) {
   Sequential model({Input({4}, DType::uint8), layers::Rescaling(0.5, 1.0),
                     layers::Dense({.units = 1, .use_bias = false, .kernel_initializer = "ones"})});

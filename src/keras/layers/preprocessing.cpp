@@ -9,6 +9,31 @@ template <typename T>
 void rescale_into(const T* x, float* y, int64_t n, float scale, float offset) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]) * scale + offset;
 }
+// Under a bfloat16 compute dtype the result is rounded as it is written (the same round-to-nearest-
+// even as a float32 pass followed by a conversion, without the float32 intermediate).
+template <typename T>
+void rescale_into(const T* x, bfloat16* y, int64_t n, float scale, float offset) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bfloat16(static_cast<float>(x[i]) * scale + offset);
+}
+
+template <typename Out>
+void rescale_integers(const Tensor& in, Out* y, float scale, float offset,
+                      const std::string& name) {
+  int64_t n = in.num_elements();
+  switch (in.dtype()) {
+    case DType::uint8:
+      rescale_into(in.data<uint8_t>(), y, n, scale, offset);
+      break;
+    case DType::int32:
+      rescale_into(in.data<int32_t>(), y, n, scale, offset);
+      break;
+    case DType::int64:
+      rescale_into(in.data<int64_t>(), y, n, scale, offset);
+      break;
+    default:
+      throw InvalidArgument("Rescaling '" + name + "': unsupported input " + in.describe() + ".");
+  }
+}
 }  // namespace
 
 Rescaling::Rescaling(RescalingOptions options)
@@ -20,23 +45,14 @@ Tensor Rescaling::call(const Tensor& inputs, bool) {
     Tensor y = mul(x, Tensor::scalar(options_.scale, x.dtype()));
     return options_.offset == 0.0 ? y : add(y, Tensor::scalar(options_.offset, x.dtype()));
   }
-  Tensor y(inputs.shape(), DType::float32);
   float scale = static_cast<float>(options_.scale), offset = static_cast<float>(options_.offset);
-  int64_t n = inputs.num_elements();
-  switch (inputs.dtype()) {
-    case DType::uint8:
-      rescale_into(inputs.data<uint8_t>(), y.data<float>(), n, scale, offset);
-      break;
-    case DType::int32:
-      rescale_into(inputs.data<int32_t>(), y.data<float>(), n, scale, offset);
-      break;
-    case DType::int64:
-      rescale_into(inputs.data<int64_t>(), y.data<float>(), n, scale, offset);
-      break;
-    default:
-      throw InvalidArgument("Rescaling '" + name() + "': unsupported input " + inputs.describe() +
-                            ".");
+  if (compute_dtype() == DType::bfloat16) {
+    Tensor y(inputs.shape(), DType::bfloat16);
+    rescale_integers(inputs, y.data<bfloat16>(), scale, offset, name());
+    return y;
   }
+  Tensor y(inputs.shape(), DType::float32);
+  rescale_integers(inputs, y.data<float>(), scale, offset, name());
   return compute_dtype() == DType::float32 ? y : y.to(compute_dtype());
 }
 
