@@ -19,6 +19,7 @@
 #include "lockstep/core/tensor.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/shared_memory_group.h"
+#include "testing/collective_values.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -48,34 +49,11 @@ void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
   run_ranks(group, fn);
 }
 
-// Rank r contributes v(r, i) = (r + 1) + (i % 7): small integers, exact in every dtype, so
-//   SUM  = n (n + 1) / 2 + n (i % 7),   MAX = n + (i % 7),   MEAN = SUM / n.
-double contribution(int r, size_t i) {
-  return (r + 1) + static_cast<double>(i % 7);
-}
-double closed_sum(int n, size_t i) {
-  return n * (n + 1) / 2.0 + n * static_cast<double>(i % 7);
-}
-double closed_max(int n, size_t i) {
-  return n + static_cast<double>(i % 7);
-}
-
-template <typename T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    return bfloat16(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-template <typename T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    return static_cast<float>(v);
-  } else {
-    return static_cast<double>(v);
-  }
-}
+using testing::closed_max;
+using testing::closed_sum;
+using testing::contribution;
+using testing::from_double;
+using testing::to_double;
 
 const int kGroupSizes[] = {1, 2, 3, 4, 8};
 const size_t kCounts[] = {0, 1, 3, 13, 314, 4099};
