@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -201,6 +202,68 @@ TEST(MpiCommunicator, TensorOverloadsAndBarrierWork) {
   comm.barrier();
   // Without mpirun the world is a one-rank group that needs no MPI at all.
   EXPECT_EQ(comm.backend(), mpi_initialize().launched_by_mpirun() ? "mpi" : "shared_memory");
+}
+
+// The value Open MPI itself runs with for an MCA parameter, read through the MPI tool interface
+// (MPI_T), or "" when the parameter does not exist in this build.
+std::string mpi_t_control_value(const std::string& name) {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return "";
+  std::string result;
+  int num = 0;
+  MPI_T_cvar_get_num(&num);
+  for (int i = 0; i < num && result.empty(); ++i) {
+    char cname[256], desc[1024];
+    int name_len = sizeof cname, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type;
+    MPI_T_enum enumtype = MPI_T_ENUM_NULL;
+    if (MPI_T_cvar_get_info(i, cname, &name_len, &verbosity, &type, &enumtype, desc, &desc_len,
+                            &bind, &scope) != MPI_SUCCESS ||
+        name != cname) {
+      continue;
+    }
+    MPI_T_cvar_handle handle;
+    int count = 0;
+    if (MPI_T_cvar_handle_alloc(i, nullptr, &handle, &count) != MPI_SUCCESS) break;
+    int value = -1;
+    MPI_T_cvar_read(handle, &value);
+    MPI_T_cvar_handle_free(&handle);
+    result = std::to_string(value);
+    int items = 0;
+    char ename[64];
+    int ename_len = sizeof ename;
+    if (enumtype != MPI_T_ENUM_NULL &&
+        MPI_T_enum_get_info(enumtype, &items, ename, &ename_len) == MPI_SUCCESS) {
+      for (int k = 0; k < items; ++k) {
+        int item_value = 0;
+        char item[64];
+        int item_len = sizeof item;
+        if (MPI_T_enum_get_item(enumtype, k, &item_value, item, &item_len) == MPI_SUCCESS &&
+            item_value == value) {
+          result = item;
+        }
+      }
+    }
+  }
+  MPI_T_finalize();
+  return result;
+}
+
+// Lockstep makes Open MPI's shared-memory transport copy through its segment instead of CMA
+// (mpi_communicator.cpp, apply_transport_defaults) unless the user chose a mechanism; CTest runs
+// this binary once plainly (expects "none") and once with `--mca
+// btl_vader_single_copy_mechanism cma` (expects "cma": the user's setting wins).
+TEST(MpiContext, SharedMemoryTransportDefaultsYieldToTheUser) {
+  if (!mpi_initialize().launched_by_mpirun()) GTEST_SKIP() << "not launched by mpirun: no MPI";
+  const char* expected_env = std::getenv("LOCKSTEP_TEST_EXPECT_SINGLE_COPY");
+  const std::string expected = expected_env ? expected_env : "none";
+  const char* env = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+  ASSERT_NE(env, nullptr);
+  EXPECT_EQ(std::string(env), expected);
+  // A world of one opens no shared-memory transport, so Open MPI has no such parameter then.
+  if (mpi_initialize().world_size() > 1) {
+    EXPECT_EQ(mpi_t_control_value("btl_vader_single_copy_mechanism"), expected);
+  }
 }
 
 }  // namespace
