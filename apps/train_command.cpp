@@ -31,6 +31,7 @@ struct TrainArgs {
   int replicas = 0;
   int steps_per_execution = 1;
   std::string model = "mlp";
+  std::string gradient_dtype = "float32";  // across workers (MPI); replicas of one process: float32
 };
 
 // uint8 pixels -> float32 / 255 in one pass (it runs on the host thread, next to the replicas).
@@ -67,7 +68,9 @@ std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
   // Under mpirun (or srun with PMI) every process is one worker of the job.
   if (has_mpi_environment(Environment::process())) {
     return std::make_unique<distribute::MultiWorkerMirroredStrategy>(
-        distribute::CommunicationOptions{.timeout_seconds = a.timeout},
+        distribute::CommunicationOptions{
+            .timeout_seconds = a.timeout,
+            .gradient_dtype = a.gradient_dtype == "bfloat16" ? DType::bfloat16 : DType::float32},
         LocalDeviceOptions{.num_replicas = a.replicas});
   }
   if (a.replicas > 0) return std::make_unique<distribute::MirroredStrategy>(a.replicas);
@@ -215,6 +218,10 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--model", a->model,
                   "mlp (the seed model, 784-128-10), wide (784-2048-2048-10) or conv")
       ->check(CLI::IsMember({"mlp", "wide", "conv"}));
+  cmd->add_option("--gradient-dtype", a->gradient_dtype,
+                  "Multi-worker: dtype gradients cross workers in; bfloat16 halves the bytes "
+                  "(docs/distributed.md)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   return [a] {
     TrainArgs args = *a;
     if (!has_mpi_environment(Environment::process())) return run_train(args);

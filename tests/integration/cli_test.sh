@@ -26,6 +26,7 @@ expect_error "subcommand is required"
 expect_error "--bogus" train --bogus
 expect_error "--epochs" train --epochs -1
 expect_error "--precision" train --precision float16
+expect_error "--gradient-dtype" train --gradient-dtype float16
 
 # Missing data files: the error says where it looked.
 expect_error "$tmp/empty" train --data-dir "$tmp/empty" --verbose 0
