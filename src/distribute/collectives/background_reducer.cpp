@@ -1,0 +1,87 @@
+#include "lockstep/distribute/background_reducer.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include "lockstep/core/error.h"
+
+namespace lockstep::distribute {
+namespace {
+
+// The caller is often a replica thread pinned to one core; the communication thread would
+// inherit that mask and then compete with the very computation it should overlap. Give it the
+// process's mask (the main thread's, whose id is the pid) instead.
+void use_process_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(getpid(), sizeof set, &set) == 0) {
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
+}
+
+}  // namespace
+
+BackgroundReducer::BackgroundReducer(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {
+  if (!comm_) throw InvalidArgument("BackgroundReducer: the communicator is null");
+  thread_ = std::thread([this] { loop(); });
+}
+
+BackgroundReducer::~BackgroundReducer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_one();
+  thread_.join();
+}
+
+void BackgroundReducer::enqueue(void* buf, size_t count, DType dtype, ReduceOp op) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+    jobs_.push_back({buf, count, dtype, op});
+  }
+  work_.notify_one();
+}
+
+void BackgroundReducer::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [&] { return (jobs_.empty() && !busy_) || error_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+uint64_t BackgroundReducer::completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+void BackgroundReducer::loop() {
+  use_process_affinity();
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    work_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stopping, nothing left
+    Job job = jobs_.front();
+    jobs_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      comm_->all_reduce(job.buf, job.count, job.dtype, job.op);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    busy_ = false;
+    if (error) {
+      error_ = error;
+      jobs_.clear();  // the communicator is broken: later buckets could never complete
+    } else {
+      ++completed_;
+    }
+    if (jobs_.empty()) done_.notify_all();
+  }
+}
+
+}  // namespace lockstep::distribute
