@@ -16,6 +16,7 @@
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/tensor.h"
+#include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/mpi_communicator.h"
 #include "testing/collective_values.h"
@@ -202,6 +203,38 @@ TEST(MpiCommunicator, TensorOverloadsAndBarrierWork) {
   comm.barrier();
   // Without mpirun the world is a one-rank group that needs no MPI at all.
   EXPECT_EQ(comm.backend(), mpi_initialize().launched_by_mpirun() ? "mpi" : "shared_memory");
+}
+
+// The communication thread of BackgroundReducer drives the MPI communicator (MPI_THREAD_MULTIPLE
+// hands it over between threads): queued buckets of odd sizes, bfloat16 included, end up with the
+// closed-form sums, in two rounds on the same reducer.
+TEST(MpiBackgroundReducer, QueuedBucketsMatchClosedForms) {
+  Communicator& comm = *g_comm;
+  const int n = comm.size();
+  // A non-owning handle: main() owns the communicator.
+  BackgroundReducer reducer(std::shared_ptr<Communicator>(std::shared_ptr<Communicator>{}, g_comm));
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::vector<float>> buckets;
+    for (size_t count : {size_t{13}, size_t{314}, size_t{4099}, size_t{1}}) {
+      std::vector<float> b(count);
+      for (size_t i = 0; i < count; ++i) b[i] = static_cast<float>(contribution(comm.rank(), i));
+      buckets.push_back(std::move(b));
+    }
+    std::vector<bfloat16> half(77);
+    for (size_t i = 0; i < half.size(); ++i) {
+      half[i] = from_double<bfloat16>(contribution(comm.rank(), i));
+    }
+    for (auto& b : buckets) reducer.enqueue(b.data(), b.size(), DType::float32, ReduceOp::SUM);
+    reducer.enqueue(half.data(), half.size(), DType::bfloat16, ReduceOp::SUM);
+    reducer.wait();
+    for (auto& b : buckets) {
+      for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], closed_sum(n, i)) << "element " << i;
+    }
+    for (size_t i = 0; i < half.size(); ++i) {
+      ASSERT_EQ(to_double(half[i]), to_double(from_double<bfloat16>(closed_sum(n, i))));
+    }
+  }
+  EXPECT_EQ(reducer.completed(), 10u);
 }
 
 // The value Open MPI itself runs with for an MCA parameter, read through the MPI tool interface
