@@ -1,6 +1,7 @@
 #include "lockstep/autodiff/gradient_tape.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -17,7 +18,8 @@ struct GradientTape::Impl {
     std::string_view op_name;
     std::vector<TensorInfo> inputs;
     std::vector<TensorInfo> outputs;
-    BackwardFunction backward;
+    BackwardFunction backward;  // one of these two is set
+    BackwardIntoFunction backward_into;
   };
 
   bool persistent;
@@ -88,11 +90,22 @@ GradientTape::StopRecording::~StopRecording() {
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
                                            const Tensor& output_gradient) {
+  return gradient(target, sources, std::vector<Tensor>(), output_gradient);
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                                           const std::vector<Tensor>& destinations,
+                                           const Tensor& output_gradient) {
   Impl& t = *impl_;
   if (t.used && !t.persistent) {
     throw FailedPrecondition(
         "GradientTape::gradient can only be called once on a non-persistent tape. Create the "
         "tape with persistent = true to compute several gradients.");
+  }
+  if (!destinations.empty() && destinations.size() != sources.size()) {
+    throw InvalidArgument("GradientTape::gradient: expected one destination per source (" +
+                          std::to_string(sources.size()) + "). Received " +
+                          std::to_string(destinations.size()) + ".");
   }
   t.used = true;
   // Backward functions must not append to the record list this loop walks.
@@ -113,12 +126,32 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     seed = Tensor::ones(target.shape(), target.dtype());
   }
 
-  std::unordered_set<uint64_t> source_ids;
-  for (const Tensor& s : sources) source_ids.insert(s.id());
+  // A handful of sources (a model's variables): linear scans beat hashing.
+  auto source_index = [&sources](uint64_t id) -> int {
+    for (size_t i = 0; i < sources.size(); ++i)
+      if (sources[i].id() == id) return static_cast<int>(i);
+    return -1;
+  };
+  // A source's gradient lives in its destination once one has been written there; later
+  // contributions are added into it in place (the same sum, a + b, as accumulate()).
+  std::vector<char> in_destination(sources.size(), 0);
+  auto destination_of = [&](int s) -> const Tensor* {
+    if (s < 0 || destinations.empty() || !destinations[static_cast<size_t>(s)].defined())
+      return nullptr;
+    return &destinations[static_cast<size_t>(s)];
+  };
+  for (size_t i = 0; i < destinations.size(); ++i) {
+    const Tensor& d = destinations[i];
+    if (d.defined() && !(d.shape() == sources[i].shape())) {
+      throw InvalidArgument("GradientTape::gradient: destination " + std::to_string(i) + " is " +
+                            d.describe() + "; expected the shape of its source " +
+                            sources[i].describe() + ".");
+    }
+  }
 
   std::unordered_map<uint64_t, Tensor> grads;
   grads.emplace(target.id(), seed);
-  std::vector<Tensor> grad_outputs;
+  std::vector<Tensor> grad_outputs, sinks;
   for (auto rec = t.records.rbegin(); rec != t.records.rend(); ++rec) {
     bool any = false;
     for (const auto& o : rec->outputs) any |= grads.count(o.id) > 0;
@@ -131,10 +164,27 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       } else {
         grad_outputs.push_back(it->second);
         // Intermediate gradients are dropped as soon as they are consumed to bound memory.
-        if (!source_ids.count(o.id)) grads.erase(it);
+        if (source_index(o.id) < 0) grads.erase(it);
       }
     }
-    std::vector<Tensor> grad_inputs = rec->backward(grad_outputs);
+    std::vector<Tensor> grad_inputs;
+    if (rec->backward_into) {
+      sinks.assign(rec->inputs.size(), Tensor());
+      for (size_t i = 0; i < rec->inputs.size(); ++i) {
+        int s = source_index(rec->inputs[i].id);
+        const Tensor* d = destination_of(s);
+        // Only an empty destination can take a result (a second contribution is added to it),
+        // and only once per op (an op may take the same tensor twice).
+        bool first_use = true;
+        for (size_t j = 0; j < i; ++j) first_use &= rec->inputs[j].id != rec->inputs[i].id;
+        if (d && first_use && !in_destination[static_cast<size_t>(s)] &&
+            t.tracked.count(rec->inputs[i].id) && !grads.count(rec->inputs[i].id))
+          sinks[i] = *d;
+      }
+      grad_inputs = rec->backward_into(grad_outputs, sinks);
+    } else {
+      grad_inputs = rec->backward(grad_outputs);
+    }
     if (grad_inputs.size() != rec->inputs.size()) {
       throw Internal("backward of '" + std::string(rec->op_name) + "' returned " +
                      std::to_string(grad_inputs.size()) + " gradients for " +
@@ -150,15 +200,47 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
                        in.shape.to_string() + ".");
       }
       auto [it, inserted] = grads.emplace(in.id, g);
-      if (!inserted) it->second = autodiff::accumulate(it->second, g);
+      if (inserted) continue;
+      int s = source_index(in.id);
+      if (s >= 0 && in_destination[static_cast<size_t>(s)] && g.dtype() == it->second.dtype()) {
+        autodiff::accumulate_into(it->second, g);
+      } else {
+        it->second = autodiff::accumulate(it->second, g);
+      }
+    }
+    // Move sources' first gradients into their destinations now, so that a later contribution
+    // accumulates in place instead of allocating.
+    for (size_t i = 0; i < rec->inputs.size(); ++i) {
+      int s = source_index(rec->inputs[i].id);
+      const Tensor* d = destination_of(s);
+      if (!d || in_destination[static_cast<size_t>(s)]) continue;
+      auto it = grads.find(rec->inputs[i].id);
+      if (it == grads.end() || it->second.dtype() != d->dtype()) continue;
+      if (it->second.raw_data() != d->raw_data()) {
+        std::memcpy(d->raw_data(), it->second.raw_data(), d->nbytes());
+      }
+      it->second = *d;
+      in_destination[static_cast<size_t>(s)] = 1;
     }
   }
 
   std::vector<Tensor> result;
   result.reserve(sources.size());
-  for (const Tensor& s : sources) {
-    auto it = grads.find(s.id());
-    result.push_back(it == grads.end() ? Tensor() : it->second);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    auto it = grads.find(sources[i].id());
+    if (it == grads.end()) {
+      result.push_back(Tensor());
+      continue;
+    }
+    const Tensor* d = destination_of(static_cast<int>(i));
+    if (d && !in_destination[i]) {
+      // A gradient of another dtype (e.g. bfloat16 for a float32 destination): converted once.
+      Tensor f = it->second.dtype() == d->dtype() ? it->second : it->second.to(d->dtype());
+      std::memcpy(d->raw_data(), f.raw_data(), d->nbytes());
+      result.push_back(*d);
+    } else {
+      result.push_back(it->second);
+    }
   }
   if (!t.persistent) {
     t.records.clear();
@@ -170,10 +252,17 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
 std::vector<Tensor> GradientTape::gradient(const Tensor& target,
                                            const std::vector<Variable>& sources,
                                            const Tensor& output_gradient) {
+  return gradient(target, sources, std::vector<Tensor>(), output_gradient);
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target,
+                                           const std::vector<Variable>& sources,
+                                           const std::vector<Tensor>& destinations,
+                                           const Tensor& output_gradient) {
   std::vector<Tensor> values;
   values.reserve(sources.size());
   for (const Variable& v : sources) values.push_back(v.raw_value());
-  return gradient(target, values, output_gradient);
+  return gradient(target, values, destinations, output_gradient);
 }
 
 namespace autodiff {
@@ -190,11 +279,13 @@ bool should_record(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-void record(std::string_view op_name, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& outputs, BackwardFunction backward) {
+namespace {
+void record_impl(std::string_view op_name, const std::vector<Tensor>& inputs,
+                 const std::vector<Tensor>& outputs, const BackwardFunction& backward,
+                 const BackwardIntoFunction& backward_into) {
   for (GradientTape::Impl* t : tape_stack) {
     if (!t->recording || !t->tracks_any(inputs)) continue;
-    GradientTape::Impl::Record rec{op_name, {}, {}, backward};
+    GradientTape::Impl::Record rec{op_name, {}, {}, backward, backward_into};
     rec.inputs.reserve(inputs.size());
     for (const Tensor& in : inputs) rec.inputs.push_back(info(in));
     for (const Tensor& out : outputs) {
@@ -204,10 +295,40 @@ void record(std::string_view op_name, const std::vector<Tensor>& inputs,
     t->records.push_back(std::move(rec));
   }
 }
+}  // namespace
+
+void record(std::string_view op_name, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs, BackwardFunction backward) {
+  record_impl(op_name, inputs, outputs, backward, {});
+}
+
+void record(std::string_view op_name, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs, BackwardIntoFunction backward) {
+  record_impl(op_name, inputs, outputs, {}, backward);
+}
 
 void note_variable_read(const Tensor& v) {
   for (GradientTape::Impl* t : tape_stack)
     if (t->recording && t->watch_accessed_variables) t->tracked.insert(v.id());
+}
+
+void accumulate_into(const Tensor& a, const Tensor& b) {
+  if (!(a.shape() == b.shape()) || a.dtype() != b.dtype()) {
+    throw InvalidArgument("accumulate: gradients " + a.describe() + " and " + b.describe() +
+                          " differ in shape or dtype.");
+  }
+  switch (a.dtype()) {
+    case DType::float32:
+      add_loop<float>(a, a, b);
+      break;
+    case DType::float64:
+      add_loop<double>(a, a, b);
+      break;
+    default: {
+      Tensor sum = accumulate(a, b);
+      std::memcpy(a.raw_data(), sum.raw_data(), a.nbytes());
+    }
+  }
 }
 
 Tensor accumulate(const Tensor& a, const Tensor& b) {

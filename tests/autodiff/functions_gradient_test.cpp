@@ -187,6 +187,44 @@ TEST_F(Gradients, ASmallNetworkEndToEnd) {
   EXPECT_TRUE(gradients_match(f, {rnd({13, 9}), rnd({9}), rnd({9, 5}), rnd({5})}));
 }
 
+TEST(LinearGradientDestinations, WriteTheWeightsGradientsIntoOneFlatBufferBitForBit) {
+  // The gradient all-reduce's use: every weight's gradient lands in its slice of one float32
+  // buffer. Same values as without destinations, including a kernel used by two layers (its
+  // gradient is the sum of two contributions).
+  Generator gen(11);
+  auto f32 = [&gen](const Shape& s) { return random_f64(gen, s).to(DType::float32); };
+  Tensor x = f32({6, 13});
+  std::vector<Tensor> w{f32({13, 9}), f32({9}), f32({9, 9}), f32({9})};
+  auto loss = [&] {
+    Tensor h = linear(x, w[0], w[1], Activation::relu);
+    Tensor h2 = linear(h, w[2], w[3], Activation::tanh);
+    return reduce_sum(linear(h2, w[2], Tensor(), Activation::none));
+  };
+  std::vector<Tensor> reference;
+  {
+    GradientTape tape;
+    for (const Tensor& t : w) tape.watch(t);
+    reference = tape.gradient(loss(), w);
+  }
+  int64_t total = 0;
+  for (const Tensor& t : w) total += t.num_elements();
+  Tensor flat = Tensor::full({total}, 123.0f);
+  std::vector<Tensor> dest;
+  int64_t at = 0;
+  for (const Tensor& t : w) {
+    dest.push_back(flat.slice(at, at + t.num_elements()).reshape(t.shape()));
+    at += t.num_elements();
+  }
+  GradientTape tape;
+  for (const Tensor& t : w) tape.watch(t);
+  std::vector<Tensor> g = tape.gradient(loss(), w, dest);
+  for (size_t i = 0; i < w.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(g[i].raw_data(), dest[i].raw_data());
+    EXPECT_EQ(dest[i].to_vector<float>(), reference[i].to_vector<float>());
+  }
+}
+
 TEST(GradientChecker, ReportsAWrongGradient) {
   // square's output with the gradient of neg: the checker must catch it and name the element.
   auto wrong = [](const V& v) {

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 namespace lockstep {
 namespace {
 
@@ -144,6 +146,138 @@ TEST(GradientTape, NestedTapesEachSeeOpsRunWhileTheyLive) {
     EXPECT_THAT(values(inner.gradient(b, std::vector<Tensor>{a})[0]), ElementsAre(3));
   }
   EXPECT_THAT(values(outer.gradient(b, std::vector<Tensor>{x})[0]), ElementsAre(6));
+}
+
+// scale(x, c) that honours the tape's sink: writes its gradient into it when given one.
+Tensor scale_into(const Tensor& x, double c, int* sinks_used = nullptr) {
+  Tensor y = scale(x, 1.0);
+  for (int64_t i = 0; i < x.num_elements(); ++i) y.data<double>()[i] = c * x.data<double>()[i];
+  if (autodiff::should_record({&x})) {
+    autodiff::record(
+        "scale_into", {x}, {y},
+        [c, sinks_used](const std::vector<Tensor>& g, const std::vector<Tensor>& sink) {
+          Tensor out = sink[0].defined() ? sink[0] : Tensor(g[0].shape(), g[0].dtype());
+          if (sink[0].defined() && sinks_used) ++*sinks_used;
+          for (int64_t i = 0; i < out.num_elements(); ++i)
+            out.data<double>()[i] = c * g[0].data<double>()[i];
+          return std::vector<Tensor>{out};
+        });
+  }
+  return y;
+}
+
+// mul(x, z) whose backward writes into every sink it is given (to check the tape gives the same
+// buffer to one input only).
+Tensor mul_into(const Tensor& x, const Tensor& z) {
+  Tensor y = mul(x, z);
+  if (autodiff::should_record({&x, &z})) {
+    autodiff::record("mul_into", {x, z}, {y},
+                     [x, z](const std::vector<Tensor>& g, const std::vector<Tensor>& sink) {
+                       std::vector<Tensor> out{mul(g[0], z), mul(g[0], x)};
+                       for (size_t k = 0; k < 2; ++k) {
+                         if (!sink[k].defined()) continue;
+                         std::memcpy(sink[k].raw_data(), out[k].raw_data(), out[k].nbytes());
+                         out[k] = sink[k];
+                       }
+                       return out;
+                     });
+  }
+  return y;
+}
+
+TEST(GradientTapeDestinations, AnOpThatTakesTheSinkWritesTheGradientInPlace) {
+  Tensor x = vec({1, -2, 3});
+  Tensor dest = vec({9, 9, 9});
+  int used = 0;
+  GradientTape tape;
+  tape.watch(x);
+  Tensor y = scale_into(x, 4.0, &used);
+  auto g = tape.gradient(y, std::vector<Tensor>{x}, std::vector<Tensor>{dest});
+  EXPECT_EQ(used, 1);
+  EXPECT_EQ(g[0].raw_data(), dest.raw_data());
+  EXPECT_THAT(values(dest), ElementsAre(4, 4, 4));
+}
+
+TEST(GradientTapeDestinations, OtherOpsGradientsAreCopiedIn) {
+  Tensor x = vec({1, 2});
+  Tensor dest = vec({0, 0});
+  GradientTape tape;
+  tape.watch(x);
+  Tensor y = scale(mul(x, x), 3.0);  // 6x
+  auto g = tape.gradient(y, std::vector<Tensor>{x}, std::vector<Tensor>{dest});
+  EXPECT_EQ(g[0].raw_data(), dest.raw_data());
+  EXPECT_THAT(values(dest), ElementsAre(6, 12));
+}
+
+TEST(GradientTapeDestinations, SeveralContributionsAreSummedInTheDestinationAsWithout) {
+  // x feeds three ops, two of which take sinks: the destination must end up with the same sum
+  // (bit for bit) as the tape computes without destinations, and equal to the closed form.
+  Tensor x = vec({0.3, -1.7, 2.9});
+  auto f = [&x] {
+    Tensor a = scale_into(x, 0.1);
+    Tensor b = scale(x, 7.3);
+    Tensor c = scale_into(x, -2.2);
+    return mul(mul(a, b), c);  // y = 0.1*7.3*(-2.2) x^3
+  };
+  std::vector<Tensor> reference;
+  {
+    GradientTape tape;
+    tape.watch(x);
+    reference = tape.gradient(f(), std::vector<Tensor>{x});
+  }
+  Tensor dest = vec({5, 5, 5});
+  GradientTape tape;
+  tape.watch(x);
+  auto g = tape.gradient(f(), std::vector<Tensor>{x}, std::vector<Tensor>{dest});
+  EXPECT_EQ(g[0].raw_data(), dest.raw_data());
+  EXPECT_EQ(values(dest), values(reference[0]));
+  std::vector<double> xs = values(x);
+  for (size_t i = 0; i < xs.size(); ++i)
+    EXPECT_NEAR(values(dest)[i], 3 * 0.1 * 7.3 * -2.2 * xs[i] * xs[i], 1e-12);
+}
+
+TEST(GradientTapeDestinations, ATensorTwiceInOneOpGetsTheSinkOnce) {
+  Tensor x = vec({1.5, -2});
+  Tensor dest = vec({0, 0});
+  GradientTape tape;
+  tape.watch(x);
+  Tensor y = mul_into(x, x);  // x^2 -> 2x, from two contributions
+  auto g = tape.gradient(y, std::vector<Tensor>{x}, std::vector<Tensor>{dest});
+  EXPECT_EQ(g[0].raw_data(), dest.raw_data());
+  EXPECT_THAT(values(dest), ElementsAre(3, -4));
+}
+
+TEST(GradientTapeDestinations, MixesSourcesWithAndWithoutDestinationsAndLeavesUnusedOnesAlone) {
+  Tensor x = vec({1, 2}), z = vec({3, 4}), unused = vec({7, 7});
+  Tensor dx = vec({0, 0}), dunused = vec({-1, -1});
+  GradientTape tape;
+  tape.watch(x);
+  tape.watch(z);
+  tape.watch(unused);
+  Tensor y = mul_into(x, z);
+  auto g = tape.gradient(y, std::vector<Tensor>{x, z, unused},
+                         std::vector<Tensor>{dx, Tensor(), dunused});
+  EXPECT_EQ(g[0].raw_data(), dx.raw_data());
+  EXPECT_THAT(values(dx), ElementsAre(3, 4));
+  EXPECT_THAT(values(g[1]), ElementsAre(1, 2));
+  EXPECT_FALSE(g[2].defined());
+  EXPECT_THAT(values(dunused), ElementsAre(-1, -1));
+}
+
+TEST(GradientTapeDestinations, RejectsAWrongCountOrShape) {
+  Tensor x = vec({1, 2});
+  {
+    GradientTape tape;
+    tape.watch(x);
+    Tensor y = scale(x, 2.0);
+    EXPECT_THROW(tape.gradient(y, std::vector<Tensor>{x}, std::vector<Tensor>{vec({0}), vec({0})}),
+                 InvalidArgument);
+  }
+  GradientTape tape;
+  tape.watch(x);
+  Tensor y = scale(x, 2.0);
+  EXPECT_THROW(tape.gradient(y, std::vector<Tensor>{x}, std::vector<Tensor>{vec({0, 0, 0})}),
+               InvalidArgument);
 }
 
 TEST(Variable, AssignKeepsIdentityAndChecksShape) {

@@ -25,6 +25,12 @@ namespace lockstep {
 // Given the gradients of an op's outputs (one per output, never undefined: missing ones are
 // zeros), returns one gradient per input; an undefined Tensor means "no gradient" for that input.
 using BackwardFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+// The same, for ops that can write an input's gradient into a caller's buffer: `sinks` has one
+// entry per input; a defined sink is where the tape wants that input's gradient (a buffer of the
+// input's shape, usually float32). The function may write it there and return the sink, or
+// ignore it and return a tensor of its own (the tape then copies).
+using BackwardIntoFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads,
+                                                               const std::vector<Tensor>& sinks)>;
 
 class GradientTape {
  public:
@@ -42,6 +48,18 @@ class GradientTape {
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
                                const Tensor& output_gradient = Tensor());
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources,
+                               const Tensor& output_gradient = Tensor());
+  // As above, with a destination per source (undefined: none): the gradient of sources[i] is
+  // written into destinations[i] (same shape and dtype as the gradient) and the returned tensor
+  // is destinations[i] itself. Ops that support it (linear) write their result there directly, so
+  // a caller that wants all gradients in one flat buffer (the gradient all-reduce) passes views
+  // of that buffer and saves a copy and an allocation per gradient. A source without a gradient
+  // still returns an undefined tensor and leaves its destination untouched.
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources,
+                               const std::vector<Tensor>& destinations,
+                               const Tensor& output_gradient = Tensor());
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                               const std::vector<Tensor>& destinations,
                                const Tensor& output_gradient = Tensor());
 
   // Pauses recording on this tape while alive (tf.GradientTape.stop_recording).
@@ -72,10 +90,14 @@ bool should_record(const std::vector<Tensor>& inputs);
 // differentiable inputs in the order `backward` returns their gradients.
 void record(std::string_view op_name, const std::vector<Tensor>& inputs,
             const std::vector<Tensor>& outputs, BackwardFunction backward);
+void record(std::string_view op_name, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs, BackwardIntoFunction backward);
 
 // Adds `b` into `a` elementwise (same shape and dtype), returning the sum; used to accumulate
 // gradients where a tensor feeds several ops.
 Tensor accumulate(const Tensor& a, const Tensor& b);
+// a += b in place (the same values as accumulate(a, b)).
+void accumulate_into(const Tensor& a, const Tensor& b);
 
 // Called by Variable::value(): recording tapes that watch accessed variables start tracking `v`.
 void note_variable_read(const Tensor& v);

@@ -31,11 +31,21 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activat
     std::vector<Tensor> inputs{x, kernel};
     if (has_bias) inputs.push_back(bias);
     autodiff::record(
-        "linear", inputs, {y}, [x, kernel, y, z, activation, need_dx, has_bias](const Grads& g) {
-          ops::LinearGrads d =
-              ops::linear_backward(g[0], x, kernel, y, activation, need_dx, true, has_bias, z);
-          Grads out{d.dx, d.dkernel};
-          if (has_bias) out.push_back(d.dbias);
+        "linear", inputs, {y},
+        [x, kernel, y, z, activation, need_dx, has_bias](const Grads& g, const Grads& sinks) {
+          // The weights' gradients go straight into the tape's destinations when it has some of
+          // the dtype this op produces (e.g. the packed buffer of the gradient all-reduce).
+          auto buffer = [](const Tensor& sink, const Shape& shape, DType dtype) {
+            return sink.defined() && sink.dtype() == dtype ? sink : Tensor(shape, dtype);
+          };
+          Grads out(has_bias ? 3 : 2);
+          if (x.rank() == 2 && kernel.rank() == 2) {
+            if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
+            out[1] = buffer(sinks[1], kernel.shape(), kernel.dtype());
+            if (has_bias) out[2] = buffer(sinks[2], Shape{kernel.dim(1)}, kernel.dtype());
+          }
+          ops::linear_backward_into(g[0], x, kernel, y, activation, out[0], out[1],
+                                    has_bias ? out[2] : Tensor(), z);
           return out;
         });
   }
