@@ -15,8 +15,10 @@
 // stats() reports, as seen by local replica 0, the accumulated wall time of the local
 // reduce-scatter and of the cross-worker all-reduce (two steady_clock reads per phase and step).
 // Each phase's time includes waiting for the slowest participant, so it is an upper bound on the
-// transfer itself.
+// transfer itself. In reduce_and_apply the local time is the wait for every replica's gradients
+// plus the folds, without the optimizer's updates interleaved with them.
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "lockstep/core/bfloat16.h"
@@ -50,12 +52,46 @@ class GradientSynchronizer {
   // views of the summed gradients, identical on all local replicas, valid until the next call.
   const std::vector<Tensor>& all_reduce(ReplicaContext& ctx, const std::vector<Tensor>& grads);
 
+  // Views of local replica r's own flat buffer G_r, one per gradient (shaped like it). Gradients
+  // computed straight into these views (GradientTape destinations) are not copied by
+  // all_reduce / reduce_and_apply; any other tensor is copied in.
+  const std::vector<Tensor>& gradient_buffers(int local_replica) const {
+    return packed_views_[static_cast<size_t>(local_replica)];
+  }
+
+  // Called by every local replica: sums the gradients as all_reduce does and calls
+  // apply(summed, begin, end) on this replica's own range [owned_range(r)] only, in pieces, each
+  // right after the piece is summed so that the update reads the sum while it is in cache.
+  // `summed` are views of the whole sum; only [begin, end) of it is valid during the call. On
+  // return every replica's apply has finished (the caller needs no barrier before reading the
+  // variables). The sums, hence the results of an elementwise update, are bit-identical to
+  // all_reduce's. With workers, the cross-worker sum must be complete before any update: this
+  // then runs all_reduce, one apply over the owned range and a barrier.
+  // `apply` must be elementwise over the flat range (no norm over a whole gradient: clipnorm).
+  template <typename Apply>
+  void reduce_and_apply(ReplicaContext& ctx, const std::vector<Tensor>& grads, Apply&& apply) {
+    ApplyRange ref(&apply, [](void* f, const std::vector<Tensor>& s, int64_t b, int64_t e) {
+      (*static_cast<std::remove_reference_t<Apply>*>(f))(s, b, e);
+    });
+    reduce_and_apply_impl(ctx, grads, ref);
+  }
+
   // The flat element range [begin, end) of the concatenated gradients local replica r updates.
   BlockRange owned_range(int local_replica) const;
   int64_t total_elements() const { return total_; }
   const SyncStats& stats() const { return stats_; }
 
  private:
+  struct ApplyRange {
+    void* fn;
+    void (*call)(void*, const std::vector<Tensor>&, int64_t, int64_t);
+    ApplyRange(void* f, void (*c)(void*, const std::vector<Tensor>&, int64_t, int64_t))
+        : fn(f), call(c) {}
+  };
+  void pack(int local_replica, const std::vector<Tensor>& grads);
+  void reduce_and_apply_impl(ReplicaContext& ctx, const std::vector<Tensor>& grads,
+                             const ApplyRange& apply);
+
   std::vector<Shape> shapes_;
   std::vector<int64_t> offsets_;
   int64_t total_ = 0;
@@ -64,7 +100,8 @@ class GradientSynchronizer {
   DType cross_dtype_;
   std::vector<bfloat16> cross_buffer_;  // one bucket in bfloat16 (cross_dtype_ == bfloat16)
   std::vector<Tensor> packed_;          // G_r, one per local replica
-  Tensor summed_;                       // S
+  std::vector<std::vector<Tensor>> packed_views_;  // per replica, views of G_r per gradient
+  Tensor summed_;                                  // S
   std::vector<Tensor> summed_views_;
   SyncStats stats_;  // written by local replica 0 only
 };

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "../collectives/reduce_kernels.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::distribute {
@@ -30,7 +31,16 @@ GradientSynchronizer::GradientSynchronizer(std::vector<Shape> shapes, int num_lo
     offsets_.push_back(total_);
     total_ += s.num_elements();
   }
-  for (int r = 0; r < num_local_; ++r) packed_.push_back(Tensor::zeros({total_}));
+  for (int r = 0; r < num_local_; ++r) {
+    packed_.push_back(Tensor::zeros({total_}));
+    std::vector<Tensor> views;
+    for (size_t i = 0; i < shapes_.size(); ++i) {
+      views.push_back(packed_.back()
+                          .slice(offsets_[i], offsets_[i] + shapes_[i].num_elements())
+                          .reshape(shapes_[i]));
+    }
+    packed_views_.push_back(std::move(views));
+  }
   summed_ = Tensor::zeros({total_});
   for (size_t i = 0; i < shapes_.size(); ++i) {
     summed_views_.push_back(
@@ -42,13 +52,11 @@ BlockRange GradientSynchronizer::owned_range(int local_replica) const {
   return block_range(static_cast<size_t>(total_), num_local_, local_replica);
 }
 
-const std::vector<Tensor>& GradientSynchronizer::all_reduce(ReplicaContext& ctx,
-                                                            const std::vector<Tensor>& grads) {
+void GradientSynchronizer::pack(int r, const std::vector<Tensor>& grads) {
   if (grads.size() != shapes_.size()) {
     throw InvalidArgument("GradientSynchronizer: expected " + std::to_string(shapes_.size()) +
                           " gradients. Received " + std::to_string(grads.size()) + ".");
   }
-  int r = ctx.local_replica_id();
   float* g = packed_[static_cast<size_t>(r)].data<float>();
   for (size_t i = 0; i < grads.size(); ++i) {
     size_t n = static_cast<size_t>(shapes_[i].num_elements());
@@ -63,12 +71,20 @@ const std::vector<Tensor>& GradientSynchronizer::all_reduce(ReplicaContext& ctx,
                             ".");
     }
     if (grads[i].dtype() == DType::float32) {
-      std::memcpy(dst, grads[i].data<float>(), n * sizeof(float));
+      // Already in place when the tape wrote it into gradient_buffers(r).
+      if (grads[i].data<float>() != dst)
+        std::memcpy(dst, grads[i].data<float>(), n * sizeof(float));
     } else {
       Tensor f = grads[i].to(DType::float32);
       std::memcpy(dst, f.data<float>(), n * sizeof(float));
     }
   }
+}
+
+const std::vector<Tensor>& GradientSynchronizer::all_reduce(ReplicaContext& ctx,
+                                                            const std::vector<Tensor>& grads) {
+  int r = ctx.local_replica_id();
+  pack(r, grads);
   Communicator& local = ctx.local_communicator();
   BlockRange mine = owned_range(r);
   auto start = std::chrono::steady_clock::now();
@@ -106,6 +122,53 @@ const std::vector<Tensor>& GradientSynchronizer::all_reduce(ReplicaContext& ctx,
     local.barrier();
   }
   return summed_views_;
+}
+
+void GradientSynchronizer::reduce_and_apply_impl(ReplicaContext& ctx,
+                                                 const std::vector<Tensor>& grads,
+                                                 const ApplyRange& apply) {
+  const int r = ctx.local_replica_id();
+  Communicator& local = ctx.local_communicator();
+  const BlockRange mine = owned_range(r);
+  if (ctx.cross_worker_communicator() || local.size() != num_local_) {
+    all_reduce(ctx, grads);
+    apply.call(apply.fn, summed_views_, static_cast<int64_t>(mine.begin),
+               static_cast<int64_t>(mine.end));
+    local.barrier();
+    return;
+  }
+  pack(r, grads);
+  auto start = std::chrono::steady_clock::now();
+  double fold_seconds = 0;
+  // Every G_q must be complete before anyone reads it.
+  local.barrier();
+  if (r == 0) fold_seconds += seconds_since(start);
+  // Pieces small enough that a piece of the sum and the optimizer's slots for it stay in L1/L2
+  // between the fold and the update, and large enough that the per-call work of `apply` (a few
+  // checks) is noise.
+  constexpr size_t kPiece = 8192;
+  std::vector<const void*> srcs(static_cast<size_t>(num_local_));
+  float* s = summed_.data<float>();
+  for (size_t begin = mine.begin; begin < mine.end; begin += kPiece) {
+    const size_t n = std::min(kPiece, mine.end - begin);
+    auto piece_start = std::chrono::steady_clock::now();
+    for (int q = 0; q < num_local_; ++q)
+      srcs[static_cast<size_t>(q)] = packed_[static_cast<size_t>(q)].data<float>() + begin;
+    void* dst = s + begin;
+    // The fold the shared-memory reduce-scatter uses (rank order), hence the same sums.
+    detail::reduce_fold(DType::float32, ReduceOp::SUM, srcs.data(), num_local_, &dst, 1, n,
+                        num_local_);
+    if (r == 0) fold_seconds += seconds_since(piece_start);
+    apply.call(apply.fn, summed_views_, static_cast<int64_t>(begin),
+               static_cast<int64_t>(begin + n));
+  }
+  // Nobody may overwrite its G_q (next step) or read the variables before all are done.
+  local.barrier();
+  if (r == 0) {
+    stats_.local_seconds += fold_seconds;
+    ++stats_.steps;
+    stats_.bytes_per_step = static_cast<size_t>(total_) * sizeof(float);
+  }
 }
 
 }  // namespace lockstep::distribute

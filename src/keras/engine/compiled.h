@@ -17,6 +17,7 @@ struct Model::Compiled {
   // Training state, created on first use for the model's strategy.
   std::vector<Variable> trainable;
   std::unique_ptr<distribute::GradientSynchronizer> sync;
+  bool fused_update = false;  // sum and optimizer update piece by piece (GradientSynchronizer)
   // Per local replica: metric copies and the running loss sum / example count (sync-on-read:
   // merged when logs are read).
   std::vector<std::vector<std::unique_ptr<metrics::Metric>>> replica_metrics;

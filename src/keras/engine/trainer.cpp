@@ -62,6 +62,11 @@ struct Trainer {
         shapes, n, comm.bytes_per_pack ? comm.bytes_per_pack : size_t{25} << 20,
         comm.gradient_dtype);
     c.optimizer->build(c.trainable);
+    // The fused sum-and-update hands the optimizer the sum piece by piece, which only works for
+    // an elementwise update: clipnorm and global_clipnorm need the norm of a whole gradient.
+    nlohmann::json cfg = c.optimizer->get_config();
+    c.fused_update = cfg.value("clipnorm", nlohmann::json()).is_null() &&
+                     cfg.value("global_clipnorm", nlohmann::json()).is_null();
     c.replica_metrics.clear();
     for (int r = 0; r < n; ++r) {
       std::vector<std::unique_ptr<metrics::Metric>> ms;
@@ -141,7 +146,8 @@ struct Trainer {
       Tensor y_pred = model(x, /*training=*/true);
       Tensor per_example = c.loss->call(y, y_pred);
       Tensor scaled = distribute::compute_average_loss(per_example, global_batch);
-      grads = tape.gradient(scaled, c.trainable);
+      // Straight into this replica's slice of the all-reduce buffer: no pack copy.
+      grads = tape.gradient(scaled, c.trainable, c.sync->gradient_buffers(r));
       c.loss_sum[static_cast<size_t>(r)] += sum_of(per_example);
       c.example_count[static_cast<size_t>(r)] += static_cast<double>(b);
       for (auto& m : c.replica_metrics[static_cast<size_t>(r)]) m->update_state(y, y_pred);
@@ -154,6 +160,16 @@ struct Trainer {
       // (two copies of every gradient per step, ~10% of a seed-model step on one core).
       c.optimizer->apply_gradients_range(grads, c.trainable, 0, c.sync->total_elements());
       c.optimizer->finish_step();
+      return;
+    }
+    if (c.fused_update) {
+      c.sync->reduce_and_apply(ctx, grads,
+                               [this](const std::vector<Tensor>& summed, int64_t lo, int64_t hi) {
+                                 c.optimizer->apply_gradients_range(summed, c.trainable, lo, hi);
+                               });
+      // reduce_and_apply ends with a barrier; the next step's begins with one before any
+      // replica reads iterations again.
+      if (r == 0) c.optimizer->finish_step();
       return;
     }
     const std::vector<Tensor>& summed = c.sync->all_reduce(ctx, grads);
