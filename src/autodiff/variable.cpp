@@ -1,6 +1,10 @@
 #include "lockstep/autodiff/variable.h"
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
+
+#include "lockstep/core/bfloat16.h"
 
 #include "lockstep/autodiff/gradient_tape.h"
 
@@ -60,8 +64,13 @@ VariableCreationObserver* VariableCreationScope::current() {
 struct Variable::State {
   Tensor value;
   std::string name;
-  bool trainable;
+  bool trainable = true;
   const void* owner = nullptr;
+  // bfloat16_rounded()'s cache. `rounded_current` is read without the lock on every forward
+  // pass; the lock only serialises the (re)computation when several replicas find it stale.
+  std::mutex rounded_mu;
+  std::atomic<bool> rounded_current{false};
+  Tensor rounded;
 };
 
 Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
@@ -70,8 +79,11 @@ Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
   }
   const void* owner = nullptr;
   if (auto* obs = VariableCreationScope::current()) owner = obs->on_variable_created(name);
-  state_ =
-      std::make_shared<State>(State{std::move(initial_value), std::move(name), trainable, owner});
+  state_ = std::make_shared<State>();
+  state_->value = std::move(initial_value);
+  state_->name = std::move(name);
+  state_->trainable = trainable;
+  state_->owner = owner;
 }
 
 const Tensor& Variable::raw_value() const {
@@ -98,15 +110,44 @@ const void* Variable::owner() const {
 
 void Variable::assign(const Tensor& value) const {
   check_same(raw_value(), value, state_->name, "assign");
+  state_->rounded_current.store(false, std::memory_order_release);
   state_->value.copy_from(value);
 }
 void Variable::assign_add(const Tensor& delta) const {
   check_same(raw_value(), delta, state_->name, "assign_add");
+  state_->rounded_current.store(false, std::memory_order_release);
   update(state_->value, delta, 1.0);
 }
 void Variable::assign_sub(const Tensor& delta) const {
   check_same(raw_value(), delta, state_->name, "assign_sub");
+  state_->rounded_current.store(false, std::memory_order_release);
   update(state_->value, delta, -1.0);
+}
+
+Tensor Variable::bfloat16_rounded() const {
+  const Tensor& v = raw_value();
+  if (v.dtype() != DType::float32) {
+    throw InvalidArgument(
+        "Variable '" + state_->name +
+        "'.bfloat16_rounded: expected a float32 variable. Received: " + v.describe() + ".");
+  }
+  State& s = *state_;
+  if (!s.rounded_current.load(std::memory_order_acquire)) {
+    std::lock_guard lock(s.rounded_mu);
+    if (!s.rounded_current.load(std::memory_order_relaxed)) {
+      if (!s.rounded.defined()) s.rounded = Tensor(v.shape(), DType::float32);
+      round_to_bfloat16_values(v.data<float>(), s.rounded.data<float>(),
+                               static_cast<size_t>(v.num_elements()));
+      s.rounded_current.store(true, std::memory_order_release);
+    }
+  }
+  return s.rounded;
+}
+
+float* Variable::bfloat16_rounded_data() const {
+  raw_value();
+  if (!state_->rounded_current.load(std::memory_order_acquire)) return nullptr;
+  return state_->rounded.data<float>();
 }
 
 }  // namespace lockstep

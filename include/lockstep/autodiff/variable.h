@@ -63,6 +63,21 @@ class Variable {
 
   bool same_as(const Variable& other) const { return state_ == other.state_; }
 
+  // The value rounded to bfloat16 values kept in float32 (round_to_bfloat16_values): the weights
+  // a mixed_bfloat16 layer multiplies by where bfloat16 matmuls compute in float32. A float32
+  // variable only. Cached: computed on first use and after any write that did not keep it current
+  // (assign, assign_add, assign_sub); optimizers keep it current as they update the value (see
+  // bfloat16_rounded_data), which saves a full pass over every kernel per step. Safe to call from
+  // several threads at once (the replicas of a step). The handle shares the cache's storage: it
+  // changes when the variable does, like the value. Writing through the value's data pointer
+  // bypasses the cache: use assign.
+  Tensor bfloat16_rounded() const;
+  // For code that updates the value in place through raw_value()'s data (optimizers): the cached
+  // rounded copy's data when it is current, else nullptr. Whoever writes element i of the value
+  // must then write round(value[i]) to element i of this copy before the next read; with nullptr
+  // there is nothing to do (the next bfloat16_rounded() recomputes it).
+  float* bfloat16_rounded_data() const;
+
  private:
   struct State;
   std::shared_ptr<State> state_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/nn_functions.h"
 #include "lockstep/distribute/replica_context.h"
 #include "lockstep/keras/activations.h"
@@ -18,6 +19,22 @@ KerasTensor Input(const Shape& shape, DType dtype, const std::string& name) {
 }
 
 namespace layers {
+
+namespace {
+// round_to_bfloat16(v.value()) without the pass over the weights: the variable's cached rounded
+// copy, which the optimizer rewrites as it updates the weights (Variable::bfloat16_rounded). On
+// recording tapes it is the output of a round_to_bfloat16 node with the identity gradient, as
+// before; the view gives each use its own tensor id, hence its own node.
+Tensor rounded_weight(const Variable& v) {
+  Tensor value = v.value();  // notes the read: recording tapes watch the variable
+  Tensor rounded = v.bfloat16_rounded().reshape(v.shape());
+  if (autodiff::should_record({&value})) {
+    autodiff::record("round_to_bfloat16", {value}, {rounded},
+                     [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  }
+  return rounded;
+}
+}  // namespace
 
 InputLayer::InputLayer(const Shape& shape, DType dtype, const std::string& name)
     : LayerImpl(name, "input_layer"), batch_shape_(shape.with_inserted(0, 0)), dtype_(dtype) {}
@@ -82,8 +99,8 @@ Tensor Dense::call(const Tensor& inputs, bool) {
     // weights are rounded to bfloat16 values in place of a bfloat16 copy (one pass instead of a
     // cast, a widening per matmul and a round trip of the kernel's gradient; the same values).
     // Activations stay bfloat16; the float32 gradient reaches the variable unrounded.
-    kernel = round_to_bfloat16(kernel_.value());
-    if (options_.use_bias) bias = round_to_bfloat16(bias_.value());
+    kernel = rounded_weight(kernel_);
+    if (options_.use_bias) bias = rounded_weight(bias_);
   } else {
     kernel = autocast(kernel_.value());
     bias = options_.use_bias ? autocast(bias_.value()) : Tensor();

@@ -1,19 +1,36 @@
 #include "lockstep/keras/layers/preprocessing.h"
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/core/cpu_dispatch.h"
+
+#include <cstring>
 
 namespace lockstep::keras::layers {
 
 namespace {
+// Built for AVX-512 and the baseline, picked at load time; no FMA contraction, so both clones give
+// the float32 product-then-sum of the scalar definition, bit for bit.
 template <typename T>
-void rescale_into(const T* x, float* y, int64_t n, float scale, float offset) {
+LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void rescale_into(
+    const T* __restrict x, float* __restrict y, int64_t n, float scale, float offset) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]) * scale + offset;
 }
 // Under a bfloat16 compute dtype the result is rounded as it is written (the same round-to-nearest-
-// even as a float32 pass followed by a conversion, without the float32 intermediate).
+// even as a float32 pass followed by a conversion, without the float32 intermediate). The rounding
+// is bfloat16::round_from_float without its branch, so the loop vectorises (the branchy
+// constructor made this pass ~4x slower than the float32 one and cost ~5% of a seed-model step).
 template <typename T>
-void rescale_into(const T* x, bfloat16* y, int64_t n, float scale, float offset) {
-  for (int64_t i = 0; i < n; ++i) y[i] = bfloat16(static_cast<float>(x[i]) * scale + offset);
+LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void rescale_into(
+    const T* __restrict x, bfloat16* __restrict y, int64_t n, float scale, float offset) {
+  uint16_t* out = reinterpret_cast<uint16_t*>(y);
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = static_cast<float>(x[i]) * scale + offset;
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+    out[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  }
 }
 
 template <typename Out>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::optimizers {
@@ -266,8 +267,24 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
       slot_ptr[s] = slots[s].raw_value().data<float>() + local;
     }
     const bool decay = decay_[static_cast<size_t>(k)] != 0;
+    // A variable whose bfloat16-rounded copy is in use (mixed_bfloat16 Dense, see
+    // Variable::bfloat16_rounded) gets it rewritten here, chunk by chunk while the chunk of
+    // updated weights is still in L1, instead of by a full pass over the kernel in the next
+    // forward pass.
+    float* rounded = vars[i].bfloat16_rounded_data();
+    if (rounded != nullptr) rounded += local;
     if (scale == 1.0 && !options_.clipvalue && !decay) {
-      update_step(w, g, std::span<float* const>(slot_ptr, slots.size()), count, info);
+      if (rounded == nullptr) {
+        update_step(w, g, std::span<float* const>(slot_ptr, slots.size()), count, info);
+        continue;
+      }
+      for (size_t c0 = 0; c0 < count; c0 += kChunk) {
+        const size_t m = std::min(kChunk, count - c0);
+        float* chunk_slots[kMaxSlots] = {};
+        for (size_t s = 0; s < slots.size(); ++s) chunk_slots[s] = slot_ptr[s] + c0;
+        update_step(w + c0, g + c0, std::span<float* const>(chunk_slots, slots.size()), m, info);
+        round_to_bfloat16_values(w + c0, rounded + c0, m);
+      }
       continue;
     }
     const float fscale = static_cast<float>(scale);
@@ -287,6 +304,7 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
       float* chunk_slots[kMaxSlots] = {};
       for (size_t s = 0; s < slots.size(); ++s) chunk_slots[s] = slot_ptr[s] + c0;
       update_step(wc, buffer, std::span<float* const>(chunk_slots, slots.size()), m, info);
+      if (rounded != nullptr) round_to_bfloat16_values(wc, rounded + c0, m);
     }
   }
 }

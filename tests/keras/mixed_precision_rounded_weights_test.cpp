@@ -1,0 +1,120 @@
+// mixed_bfloat16 Dense on machines whose bfloat16 matmuls compute in float32 multiplies by the
+// kernel's cached bfloat16-rounded copy (Variable::bfloat16_rounded), which the optimizer keeps
+// current. These tests check the layer never multiplies by a stale copy and that gradients still
+// reach the variable, against float64 loops on the rounded operands.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "lockstep/autodiff/functions.h"
+#include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/keras.h"
+#include "lockstep/ops/matmul.h"
+
+namespace lockstep::keras {
+namespace {
+
+class PolicyGuard {
+ public:
+  explicit PolicyGuard(const std::string& name) { mixed_precision::set_global_policy(name); }
+  ~PolicyGuard() { mixed_precision::set_global_policy("float32"); }
+};
+
+Tensor random_tensor(const Shape& shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  Tensor t(shape, DType::float32);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+double as_bf16(float f) {
+  return static_cast<double>(static_cast<float>(bfloat16(f)));
+}
+
+// x·kernel + bias in float64 on the bfloat16 roundings of the operands.
+std::vector<double> reference_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias) {
+  const int64_t m = x.dim(0), k = x.dim(1), n = kernel.dim(1);
+  std::vector<double> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = as_bf16(bias.data<float>()[j]);
+      for (int64_t p = 0; p < k; ++p) {
+        s += as_bf16(x.data<float>()[i * k + p]) * as_bf16(kernel.data<float>()[p * n + j]);
+      }
+      y[static_cast<size_t>(i * n + j)] = s;
+    }
+  }
+  return y;
+}
+
+void expect_close_to(const Tensor& y, const std::vector<double>& ref) {
+  ASSERT_EQ(static_cast<size_t>(y.num_elements()), ref.size());
+  Tensor y64 = y.to(DType::float64);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    // The output is rounded to bfloat16: relative 2^-8, plus float32 accumulation.
+    EXPECT_NEAR(y64.data<double>()[i], ref[i], 1e-2 * std::abs(ref[i]) + 1e-3) << "element " << i;
+  }
+}
+
+TEST(MixedPrecisionRoundedWeights, AssignedWeightsAreUsedByTheNextCall) {
+  PolicyGuard guard("mixed_bfloat16");
+  layers::Dense dense({.units = 6});
+  Tensor x = random_tensor({5, 9}, 1);
+  Tensor y = dense(x);  // builds the layer
+  expect_close_to(y, reference_linear(x, dense.kernel().raw_value(), dense.bias().raw_value()));
+  Tensor k2 = random_tensor({9, 6}, 2), b2 = random_tensor({6}, 3);
+  dense.kernel().assign(k2);
+  dense.bias().assign(b2);
+  expect_close_to(dense(x), reference_linear(x, k2, b2));
+  dense.kernel().assign_sub(k2);  // zero kernel: y = bias
+  Tensor zero = Tensor::zeros({9, 6}, DType::float32);
+  expect_close_to(dense(x), reference_linear(x, zero, b2));
+}
+
+TEST(MixedPrecisionRoundedWeights, ALayerUsedTwiceGetsTheSumOfBothGradients) {
+  PolicyGuard guard("mixed_bfloat16");
+  layers::Dense dense({.units = 3});
+  Tensor x1 = random_tensor({4, 7}, 4), x2 = random_tensor({6, 7}, 5);
+  dense(x1);  // build
+  GradientTape tape;
+  Tensor loss =
+      add(reduce_sum(cast(dense(x1), DType::float32)), reduce_sum(cast(dense(x2), DType::float32)));
+  std::vector<Tensor> g = tape.gradient(loss, {dense.kernel(), dense.bias()});
+  ASSERT_TRUE(g[0].defined());
+  ASSERT_TRUE(g[1].defined());
+  ASSERT_EQ(g[0].dtype(), DType::float32);
+  // d/dkernel[p][j] = sum over the rows of both batches of bf16(x[., p]); d/dbias[j] = rows.
+  for (int64_t p = 0; p < 7; ++p) {
+    double s = 0;
+    for (int64_t i = 0; i < 4; ++i) s += as_bf16(x1.data<float>()[i * 7 + p]);
+    for (int64_t i = 0; i < 6; ++i) s += as_bf16(x2.data<float>()[i * 7 + p]);
+    for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(g[0].data<float>()[p * 3 + j], s, 1e-4);
+  }
+  for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(g[1].data<float>()[j], 10.0, 1e-5);
+}
+
+TEST(MixedPrecisionRoundedWeights, AfterFitTheCachedCopyIsTheRoundedKernel) {
+  if (!ops::bf16_matmul_computes_in_f32()) GTEST_SKIP() << "bfloat16 matmuls use oneDNN here";
+  PolicyGuard guard("mixed_bfloat16");
+  set_random_seed(3);
+  Tensor x = random_tensor({64, 8}, 6);
+  Tensor y = one_hot(Tensor::from_vector<int64_t>(std::vector<int64_t>(64, 1), {64}), 3);
+  Sequential model({Input({8}), layers::Dense({.units = 16, .activation = "relu"}),
+                    layers::Dense({.units = 3, .activation = "softmax"})});
+  model.compile({.optimizer = optimizers::Adam({.learning_rate = 1e-2}),
+                 .loss = losses::CategoricalCrossentropy()});
+  model.fit(x, y, {.epochs = 2, .verbose = 0, .batch_size = 16});
+  for (const Variable& v : model.trainable_weights()) {
+    const float* r = v.bfloat16_rounded_data();
+    ASSERT_NE(r, nullptr) << v.name() << ": the optimizer let the copy go stale";
+    const float* w = v.raw_value().data<float>();
+    for (int64_t i = 0; i < v.num_elements(); ++i) {
+      ASSERT_EQ(static_cast<double>(r[i]), as_bf16(w[i])) << v.name() << "[" << i << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::keras

@@ -1,0 +1,122 @@
+// Optimizers keep a variable's bfloat16-rounded copy (Variable::bfloat16_rounded, used by
+// mixed_bfloat16 Dense) current as they update the weights: after every step the copy is the
+// rounding of the new weights, and the weights are those of the same optimizer without a copy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "lockstep/keras/optimizers.h"
+
+namespace lockstep::keras::optimizers {
+namespace {
+
+// Round to nearest, ties to even, on the bits (no NaN in these tests).
+float reference_round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint32_t low = u & 0xffffu, keep = u & 0xffff0000u;
+  const bool up = low > 0x8000u || (low == 0x8000u && (keep & 0x10000u) != 0);
+  u = keep + (up ? 0x10000u : 0u);
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+Tensor wave(int64_t n, float freq, float amp) {
+  Tensor t({n}, DType::float32);
+  for (int64_t i = 0; i < n; ++i) {
+    t.data<float>()[i] = amp * std::sin(freq * static_cast<float>(i + 1));
+  }
+  return t;
+}
+
+// Sizes: several 1024-element chunks plus a tail, and one smaller than a chunk.
+std::vector<Variable> make_vars() {
+  return {Variable(wave(5000, 0.11f, 0.5f), "dense/kernel"),
+          Variable(wave(37, 0.7f, 0.1f), "dense/bias")};
+}
+
+std::vector<Tensor> grads_for_step(int step) {
+  const float s = static_cast<float>(step);
+  return {wave(5000, 0.013f * (s + 1.0f), 2.0f), wave(37, 0.29f * (s + 1.0f), 1.0f)};
+}
+
+using Factory = std::function<std::unique_ptr<Optimizer>()>;
+
+// Runs `steps` steps with and without the rounded copies and compares; `split` applies each step
+// as three ranges on three threads, as replicas do.
+void check_keeps_copies_current(const Factory& make, bool split) {
+  std::vector<Variable> plain = make_vars(), cached = make_vars();
+  for (const Variable& v : cached) v.bfloat16_rounded();
+  auto opt_plain = make(), opt_cached = make();
+  opt_plain->build(plain);
+  opt_cached->build(cached);
+  const int64_t total = opt_cached->num_elements();
+  for (int step = 0; step < 4; ++step) {
+    std::vector<Tensor> g = grads_for_step(step);
+    opt_plain->apply_gradients(g, plain);
+    if (!split) {
+      opt_cached->apply_gradients(g, cached);
+    } else {
+      const int64_t cuts[] = {0, 1700, 4999, total};
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 3; ++r) {
+        threads.emplace_back(
+            [&, r] { opt_cached->apply_gradients_range(g, cached, cuts[r], cuts[r + 1]); });
+      }
+      for (auto& t : threads) t.join();
+      opt_cached->finish_step();
+    }
+    for (size_t i = 0; i < cached.size(); ++i) {
+      const float* w = cached[i].raw_value().data<float>();
+      const float* ref = plain[i].raw_value().data<float>();
+      const float* r = cached[i].bfloat16_rounded_data();
+      ASSERT_NE(r, nullptr) << "step " << step << ": the copy of " << cached[i].name()
+                            << " went stale";
+      for (int64_t j = 0; j < cached[i].num_elements(); ++j) {
+        ASSERT_EQ(bits(w[j]), bits(ref[j])) << cached[i].name() << "[" << j << "] step " << step;
+        ASSERT_EQ(bits(r[j]), bits(reference_round(w[j])))
+            << cached[i].name() << "[" << j << "] step " << step;
+      }
+    }
+  }
+}
+
+TEST(OptimizerBfloat16Rounded, AdamUpdatesTheCopyInTheUnclippedPath) {
+  check_keeps_copies_current([] { return std::make_unique<Adam>(AdamOptions{}); }, false);
+}
+
+TEST(OptimizerBfloat16Rounded, SgdWithClipvalueUpdatesTheCopyInTheChunkedPath) {
+  check_keeps_copies_current(
+      [] { return std::make_unique<SGD>(SGDOptions{.momentum = 0.9, .clipvalue = 0.5}); }, false);
+}
+
+TEST(OptimizerBfloat16Rounded, AdamWWeightDecayUpdatesTheCopy) {
+  check_keeps_copies_current([] { return std::make_unique<AdamW>(AdamWOptions{}); }, false);
+}
+
+TEST(OptimizerBfloat16Rounded, RangesOnSeveralThreadsUpdateTheCopy) {
+  check_keeps_copies_current([] { return std::make_unique<Adam>(AdamOptions{}); }, true);
+  check_keeps_copies_current([] { return std::make_unique<RMSprop>(RMSpropOptions{}); }, true);
+}
+
+TEST(OptimizerBfloat16Rounded, AVariableWithoutACopyGetsNone) {
+  std::vector<Variable> vars = make_vars();
+  Adam opt;
+  opt.apply_gradients(grads_for_step(0), vars);
+  for (const Variable& v : vars) EXPECT_EQ(v.bfloat16_rounded_data(), nullptr) << v.name();
+}
+
+}  // namespace
+}  // namespace lockstep::keras::optimizers
