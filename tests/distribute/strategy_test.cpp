@@ -3,9 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/distributed_dataset.h"
@@ -130,7 +133,7 @@ TEST(GradientSynchronizer, SumsOverLocalReplicasAndCountsStepsAndBytes) {
   EXPECT_EQ(stats.cross_worker_seconds, 0.0);  // one worker
 }
 
-TEST(GradientSynchronizer, ReduceAndApplyHandsEachReplicaItsOwnRangeOfTheSameSums) {
+TEST(GradientSynchronizer, ReduceAndApplyHandsOutEveryPieceOfTheSameSumsOnce) {
   // Sizes that span several pieces of the fused loop; values whose float sums depend on the
   // order, so that "the same sums as all_reduce" is a real check.
   const int n = 3;
@@ -175,19 +178,46 @@ TEST(GradientSynchronizer, ReduceAndApplyHandsEachReplicaItsOwnRangeOfTheSameSum
           });
     });
     EXPECT_EQ(got.to_vector<float>(), expected.to_vector<float>());
-    for (int r = 0; r < n; ++r) {
-      BlockRange mine = sync.owned_range(r);
-      int64_t at = static_cast<int64_t>(mine.begin);
-      EXPECT_GT(ranges[static_cast<size_t>(r)].size(), 1u);  // pieces, not one call
-      for (auto [lo, hi] : ranges[static_cast<size_t>(r)]) {
-        EXPECT_EQ(lo, at);
-        EXPECT_GT(hi, lo);
-        at = hi;
-      }
-      EXPECT_EQ(at, static_cast<int64_t>(mine.end));
+    // Every element in exactly one piece, handed to one replica; more than one piece per block.
+    std::vector<std::pair<int64_t, int64_t>> all;
+    for (const auto& rs : ranges) all.insert(all.end(), rs.begin(), rs.end());
+    std::sort(all.begin(), all.end());
+    EXPECT_GT(all.size(), static_cast<size_t>(n));
+    int64_t at = 0;
+    for (auto [lo, hi] : all) {
+      EXPECT_EQ(lo, at);
+      EXPECT_GT(hi, lo);
+      at = hi;
     }
+    EXPECT_EQ(at, total);
   }
   EXPECT_EQ(sync.stats().steps, 2u);
+}
+
+TEST(GradientSynchronizer, ReduceAndApplyLetsTheOthersTakeOverTheRangeOfAReplicaThatFallsBehind) {
+  MirroredStrategy strategy(2);
+  GradientSynchronizer sync({Shape{40000}}, 2);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges(2);
+  Tensor got = Tensor::full({40000}, -1.0f);
+  strategy.run([&](ReplicaContext& ctx) {
+    int r = ctx.local_replica_id();
+    sync.reduce_and_apply(ctx, {Tensor::full({40000}, static_cast<float>(r + 1))},
+                          [&](const std::vector<Tensor>& sum, int64_t lo, int64_t hi) {
+                            // Replica 1 stalls on its first piece (as if preempted) long enough for
+                            // replica 0 to finish its own block and take the rest of replica 1's.
+                            if (r == 1 && ranges[1].empty())
+                              std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                            ranges[static_cast<size_t>(r)].emplace_back(lo, hi);
+                            for (int64_t i = lo; i < hi; ++i)
+                              got.data<float>()[i] = sum[0].data<float>()[i];
+                          });
+  });
+  EXPECT_EQ(got.to_vector<float>(), std::vector<float>(40000, 3.0f));
+  ASSERT_EQ(ranges[1].size(), 1u);
+  EXPECT_EQ(ranges[1][0].first, static_cast<int64_t>(sync.owned_range(1).begin));
+  int64_t done_by_0 = 0;
+  for (auto [lo, hi] : ranges[0]) done_by_0 += hi - lo;
+  EXPECT_EQ(done_by_0 + (ranges[1][0].second - ranges[1][0].first), 40000);
 }
 
 TEST(Strategy, AFailingReplicaIsReportedAndDoesNotHangTheOthers) {

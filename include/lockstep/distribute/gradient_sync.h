@@ -17,7 +17,9 @@
 // Each phase's time includes waiting for the slowest participant, so it is an upper bound on the
 // transfer itself. In reduce_and_apply the local time is the wait for every replica's gradients
 // plus the folds, without the optimizer's updates interleaved with them.
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -60,12 +62,15 @@ class GradientSynchronizer {
   }
 
   // Called by every local replica: sums the gradients as all_reduce does and calls
-  // apply(summed, begin, end) on this replica's own range [owned_range(r)] only, in pieces, each
-  // right after the piece is summed so that the update reads the sum while it is in cache.
-  // `summed` are views of the whole sum; only [begin, end) of it is valid during the call. On
-  // return every replica's apply has finished (the caller needs no barrier before reading the
-  // variables). The sums, hence the results of an elementwise update, are bit-identical to
-  // all_reduce's. With workers, the cross-worker sum must be complete before any update: this
+  // apply(summed, begin, end) on pieces of the flat range, each right after the piece is summed
+  // so that the update reads the sum while it is in cache. Every piece is summed and applied
+  // exactly once, by one replica: first each replica's own range (owned_range), then whatever
+  // pieces of the others' ranges they have not started yet (a replica that falls behind is
+  // helped). `summed` are views of the whole sum; only [begin, end) of it is valid during the
+  // call. `apply` may run concurrently on several replicas for disjoint ranges. On return every
+  // replica's apply has finished (the caller needs no barrier before reading the variables). The
+  // sums, hence the results of an elementwise update, are bit-identical to all_reduce's whoever
+  // computes them. With workers, the cross-worker sum must be complete before any update: this
   // then runs all_reduce, one apply over the owned range and a barrier.
   // `apply` must be elementwise over the flat range (no norm over a whole gradient: clipnorm).
   template <typename Apply>
@@ -91,6 +96,16 @@ class GradientSynchronizer {
   void pack(int local_replica, const std::vector<Tensor>& grads);
   void reduce_and_apply_impl(ReplicaContext& ctx, const std::vector<Tensor>& grads,
                              const ApplyRange& apply);
+
+  // Elements per piece of reduce_and_apply: small enough that a piece of the sum and the
+  // optimizer's slots for it stay in L1/L2 between the fold and the update, and that a replica
+  // that falls behind can be helped at a fine grain; large enough that the per-call work of
+  // `apply` (a few checks) is noise.
+  static constexpr size_t kPiece = 4096;
+  struct alignas(64) PieceClaims {
+    std::atomic<size_t> next{0};  // pieces of one replica's block claimed so far this step
+  };
+  std::unique_ptr<PieceClaims[]> claims_;
 
   std::vector<Shape> shapes_;
   std::vector<int64_t> offsets_;

@@ -31,6 +31,7 @@ GradientSynchronizer::GradientSynchronizer(std::vector<Shape> shapes, int num_lo
     offsets_.push_back(total_);
     total_ += s.num_elements();
   }
+  claims_ = std::make_unique<PieceClaims[]>(static_cast<size_t>(num_local_));
   for (int r = 0; r < num_local_; ++r) {
     packed_.push_back(Tensor::zeros({total_}));
     std::vector<Tensor> views;
@@ -138,29 +139,43 @@ void GradientSynchronizer::reduce_and_apply_impl(ReplicaContext& ctx,
     return;
   }
   pack(r, grads);
+  // The previous step's claims all happened before its closing barrier, and nobody claims this
+  // step's pieces before the barrier below, which replica 0 reaches after this reset.
+  if (r == 0) {
+    for (int q = 0; q < num_local_; ++q)
+      claims_[static_cast<size_t>(q)].next.store(0, std::memory_order_relaxed);
+  }
   auto start = std::chrono::steady_clock::now();
   double fold_seconds = 0;
   // Every G_q must be complete before anyone reads it.
   local.barrier();
   if (r == 0) fold_seconds += seconds_since(start);
-  // Pieces small enough that a piece of the sum and the optimizer's slots for it stay in L1/L2
-  // between the fold and the update, and large enough that the per-call work of `apply` (a few
-  // checks) is noise.
-  constexpr size_t kPiece = 8192;
   std::vector<const void*> srcs(static_cast<size_t>(num_local_));
   float* s = summed_.data<float>();
-  for (size_t begin = mine.begin; begin < mine.end; begin += kPiece) {
-    const size_t n = std::min(kPiece, mine.end - begin);
-    auto piece_start = std::chrono::steady_clock::now();
-    for (int q = 0; q < num_local_; ++q)
-      srcs[static_cast<size_t>(q)] = packed_[static_cast<size_t>(q)].data<float>() + begin;
-    void* dst = s + begin;
-    // The fold the shared-memory reduce-scatter uses (rank order), hence the same sums.
-    detail::reduce_fold(DType::float32, ReduceOp::SUM, srcs.data(), num_local_, &dst, 1, n,
-                        num_local_);
-    if (r == 0) fold_seconds += seconds_since(piece_start);
-    apply.call(apply.fn, summed_views_, static_cast<int64_t>(begin),
-               static_cast<int64_t>(begin + n));
+  // Each replica sums and updates the pieces of its own block first (the same block every step,
+  // so its optimizer slots stay in its cache), then takes the pieces the others have not started:
+  // a replica delayed by something else on its core (the input pipeline's thread) no longer holds
+  // up all others at the closing barrier. Who processes a piece does not change its values.
+  for (int k = 0; k < num_local_; ++k) {
+    const int q = (r + k) % num_local_;
+    const BlockRange block = owned_range(q);
+    const size_t pieces = (block.size() + kPiece - 1) / kPiece;
+    for (size_t j = claims_[static_cast<size_t>(q)].next.fetch_add(1, std::memory_order_relaxed);
+         j < pieces;
+         j = claims_[static_cast<size_t>(q)].next.fetch_add(1, std::memory_order_relaxed)) {
+      const size_t begin = block.begin + j * kPiece;
+      const size_t n = std::min(kPiece, block.end - begin);
+      auto piece_start = std::chrono::steady_clock::now();
+      for (int p = 0; p < num_local_; ++p)
+        srcs[static_cast<size_t>(p)] = packed_[static_cast<size_t>(p)].data<float>() + begin;
+      void* dst = s + begin;
+      // The fold the shared-memory reduce-scatter uses (rank order), hence the same sums.
+      detail::reduce_fold(DType::float32, ReduceOp::SUM, srcs.data(), num_local_, &dst, 1, n,
+                          num_local_);
+      if (r == 0) fold_seconds += seconds_since(piece_start);
+      apply.call(apply.fn, summed_views_, static_cast<int64_t>(begin),
+                 static_cast<int64_t>(begin + n));
+    }
   }
   // Nobody may overwrite its G_q (next step) or read the variables before all are done.
   local.barrier();
