@@ -155,7 +155,11 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
   check_linear(x, kernel, Tensor(), op);
   Shape out_shape{x.dim(0), kernel.dim(1)};
   detail::check_defined(dy, op, "dy");
-  if (!(dy.shape() == out_shape) || dy.dtype() != x.dtype()) {
+  // dy is float32 for a bfloat16 x multiplied by a float32 kernel into a float32 y (a float32
+  // layer fed bfloat16 activations).
+  const bool f32_out_of_bf16 = x.dtype() == DType::bfloat16 && kernel.dtype() == DType::float32 &&
+                               dy.dtype() == DType::float32;
+  if (!(dy.shape() == out_shape) || (dy.dtype() != x.dtype() && !f32_out_of_bf16)) {
     throw InvalidArgument(std::string(op) + ": expected dy of shape " + out_shape.to_string() +
                           " and dtype " + std::string(dtype_name(x.dtype())) + " for x " +
                           x.describe() + " and kernel " + kernel.describe() +

@@ -116,5 +116,69 @@ TEST(MixedPrecisionRoundedWeights, AfterFitTheCachedCopyIsTheRoundedKernel) {
   }
 }
 
+// A float32 layer fed bfloat16 activations (the CLI's float32 output layer under mixed_bfloat16)
+// multiplies them as they are, in float32, by its unrounded float32 weights: float32 output, a
+// bfloat16 input gradient, float32 weight gradients, against float64 loops.
+TEST(MixedPrecisionRoundedWeights, Float32LayerTakesBfloat16InputsWithoutACopy) {
+  PolicyGuard guard("mixed_bfloat16");
+  layers::Dense hidden({.units = 12, .activation = "relu"});
+  layers::Dense out({.units = 5, .dtype = "float32"});
+  Tensor x = random_tensor({6, 9}, 7);
+  hidden(x);
+  Tensor h = hidden(x);
+  ASSERT_EQ(h.dtype(), DType::bfloat16);
+  out(h);  // build
+  const Tensor& k = out.kernel().raw_value();
+  const Tensor& b = out.bias().raw_value();
+  Tensor h32 = h.to(DType::float32);  // exact
+  GradientTape tape;
+  tape.watch(h);
+  Tensor y = out(h, true);
+  ASSERT_EQ(y.dtype(), DType::float32);
+  // Forward: float32 products of bfloat16 inputs and float32 weights, no rounding of the output.
+  for (int64_t i = 0; i < 6; ++i) {
+    for (int64_t j = 0; j < 5; ++j) {
+      double s = b.data<float>()[j];
+      for (int64_t p = 0; p < 12; ++p) {
+        s += static_cast<double>(h32.data<float>()[i * 12 + p]) * k.data<float>()[p * 5 + j];
+      }
+      EXPECT_NEAR(y.data<float>()[i * 5 + j], s, 1e-5 * (1.0 + std::abs(s))) << i << "," << j;
+    }
+  }
+  // Backward of sum(y * w) for fixed weights w: dkernel = h^T w, dbias = column sums of w,
+  // dh = w kernel^T (rounded to bfloat16, h's dtype).
+  Tensor w = random_tensor({6, 5}, 8);
+  Tensor loss = reduce_sum(mul(y, w));
+  std::vector<Tensor> g =
+      tape.gradient(loss, {h, out.kernel().raw_value(), out.bias().raw_value()});
+  ASSERT_EQ(g[0].dtype(), DType::bfloat16);
+  ASSERT_EQ(g[1].dtype(), DType::float32);
+  ASSERT_EQ(g[2].dtype(), DType::float32);
+  for (int64_t p = 0; p < 12; ++p) {
+    for (int64_t j = 0; j < 5; ++j) {
+      double s = 0;
+      for (int64_t i = 0; i < 6; ++i) {
+        s += static_cast<double>(h32.data<float>()[i * 12 + p]) * w.data<float>()[i * 5 + j];
+      }
+      EXPECT_NEAR(g[1].data<float>()[p * 5 + j], s, 1e-5 * (1.0 + std::abs(s)));
+    }
+  }
+  for (int64_t j = 0; j < 5; ++j) {
+    double s = 0;
+    for (int64_t i = 0; i < 6; ++i) s += w.data<float>()[i * 5 + j];
+    EXPECT_NEAR(g[2].data<float>()[j], s, 1e-5 * (1.0 + std::abs(s)));
+  }
+  Tensor dh = g[0].to(DType::float32);
+  for (int64_t i = 0; i < 6; ++i) {
+    for (int64_t p = 0; p < 12; ++p) {
+      double s = 0;
+      for (int64_t j = 0; j < 5; ++j) {
+        s += static_cast<double>(w.data<float>()[i * 5 + j]) * k.data<float>()[p * 5 + j];
+      }
+      EXPECT_NEAR(dh.data<float>()[i * 12 + p], s, 1e-2 * std::abs(s) + 1e-6);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::keras

@@ -29,7 +29,9 @@ const char* activation_name(Activation act);
 // `bias` may be undefined (no bias). For bfloat16 x and kernel, bias may be bfloat16 or float32.
 Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
               Activation activation = Activation::none);
-// Writes into `y` ([batch, out], x's dtype, or float32 for bfloat16 x and kernel).
+// Writes into `y` ([batch, out], x's dtype, or float32 for a bfloat16 x: the matmul then computes
+// in float32 and does not round its result). A bfloat16 x may also meet a float32 kernel and bias
+// (holding bfloat16 values under mixed_bfloat16, or a float32 layer's own weights).
 void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation,
                  const Tensor& y);
 
@@ -43,7 +45,8 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& ker
                             bool need_dkernel = true, bool need_dbias = true,
                             const Tensor& pre_activation = Tensor());
 // Writes into the caller's buffers; an undefined output is skipped. dkernel has kernel's shape
-// and dtype (float32 allowed for bfloat16 operands), dbias [out], dx x's shape.
+// and dtype (float32 allowed for bfloat16 operands), dbias [out], dx x's shape. dy has y's dtype:
+// x's, or float32 for a bfloat16 x with a float32 kernel and a float32 y.
 void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,
                           Activation activation, const Tensor& dx, const Tensor& dkernel,
                           const Tensor& dbias, const Tensor& pre_activation = Tensor());

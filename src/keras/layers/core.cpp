@@ -7,6 +7,7 @@
 #include "lockstep/autodiff/nn_functions.h"
 #include "lockstep/distribute/replica_context.h"
 #include "lockstep/keras/activations.h"
+#include "lockstep/ops/linear.h"
 #include "lockstep/ops/matmul.h"
 
 namespace lockstep::keras {
@@ -21,18 +22,46 @@ KerasTensor Input(const Shape& shape, DType dtype, const std::string& name) {
 namespace layers {
 
 namespace {
-// round_to_bfloat16(v.value()) without the pass over the weights: the variable's cached rounded
-// copy, which the optimizer rewrites as it updates the weights (Variable::bfloat16_rounded). On
-// recording tapes it is the output of a round_to_bfloat16 node with the identity gradient, as
-// before; the view gives each use its own tensor id, hence its own node.
-Tensor rounded_weight(const Variable& v) {
-  Tensor value = v.value();  // notes the read: recording tapes watch the variable
-  Tensor rounded = v.bfloat16_rounded().reshape(v.shape());
-  if (autodiff::should_record({&value})) {
-    autodiff::record("round_to_bfloat16", {value}, {rounded},
-                     [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+// act(x·kernel + bias) with a bfloat16 x and float32 weights, computed in float32 (the matmul
+// widens x) and written as `out`: the Dense layers of mixed_bfloat16 on machines whose bfloat16
+// matmuls compute in float32 (out bfloat16, `kernel` / `bias` the variables' bfloat16-rounded
+// copies, see Variable::bfloat16_rounded) and float32 layers fed bfloat16 activations (out
+// float32, the variables' values). Recorded as one op whose inputs are x and the variables'
+// values: the rounding's gradient is the identity, so the op's kernel and bias gradients are the
+// variables', and they go straight into the tape's destinations (the all-reduce buffer). Compared
+// with a round_to_bfloat16 node per weight, or autocasting x to float32 for a float32 layer, this
+// saves a copy of each weight's gradient per step and keeps no float32 copy of x for the
+// backward pass (only the bfloat16 x, which the previous layer already holds).
+Tensor dense_linear(const Tensor& x, const Variable& kernel_var, const Variable& bias_var,
+                    const Tensor& kernel, const Tensor& bias, lockstep::Activation activation,
+                    DType out) {
+  Tensor y({x.dim(0), kernel.dim(1)}, out);
+  ops::linear_into(x, kernel, bias, activation, y);
+  const Tensor kernel_value = kernel_var.value();  // notes the reads: tapes watch the variables
+  const Tensor bias_value = bias.defined() ? bias_var.value() : Tensor();
+  if (autodiff::should_record({&x, &kernel_value, &bias_value})) {
+    const bool need_dx = autodiff::should_record({&x});
+    const bool has_bias = bias.defined();
+    std::vector<Tensor> inputs{x, kernel_value};
+    if (has_bias) inputs.push_back(bias_value);
+    autodiff::record("linear", inputs, {y},
+                     [x, kernel, y, activation, need_dx, has_bias](
+                         const std::vector<Tensor>& g, const std::vector<Tensor>& sinks) {
+                       auto buffer = [](const Tensor& sink, const Shape& shape) {
+                         return sink.defined() && sink.dtype() == DType::float32
+                                    ? sink
+                                    : Tensor(shape, DType::float32);
+                       };
+                       std::vector<Tensor> grads(has_bias ? 3 : 2);
+                       if (need_dx) grads[0] = Tensor(x.shape(), x.dtype());
+                       grads[1] = buffer(sinks[1], kernel.shape());
+                       if (has_bias) grads[2] = buffer(sinks[2], Shape{kernel.dim(1)});
+                       ops::linear_backward_into(g[0], x, kernel, y, activation, grads[0], grads[1],
+                                                 has_bias ? grads[2] : Tensor());
+                       return grads;
+                     });
   }
-  return rounded;
+  return y;
 }
 }  // namespace
 
@@ -88,32 +117,41 @@ Tensor Dense::call(const Tensor& inputs, bool) {
                           std::to_string(in) + " (kernel " + kernel_.shape().to_string() +
                           "). Received: " + inputs.describe() + ".");
   }
-  // Autocast (Keras): floating inputs and the variables take the compute dtype.
-  Tensor x = autocast(inputs);
   Shape out_shape = compute_output_shape(inputs.shape());
-  if (inputs.rank() != 2) x = reshape(x, Shape{inputs.num_elements() / in, in});
-  Tensor kernel, bias;
-  if (x.dtype() == DType::bfloat16 && kernel_.dtype() == DType::float32 &&
-      ops::bf16_matmul_computes_in_f32()) {
-    // mixed_bfloat16 without AMX: the matmuls widen bfloat16 operands to float32 anyway, so the
-    // weights are rounded to bfloat16 values in place of a bfloat16 copy (one pass instead of a
-    // cast, a widening per matmul and a round trip of the kernel's gradient; the same values).
-    // Activations stay bfloat16; the float32 gradient reaches the variable unrounded.
-    kernel = rounded_weight(kernel_);
-    if (options_.use_bias) bias = rounded_weight(bias_);
-  } else {
-    kernel = autocast(kernel_.value());
-    bias = options_.use_bias ? autocast(bias_.value()) : Tensor();
+  Tensor x = inputs.rank() != 2 ? reshape(inputs, Shape{inputs.num_elements() / in, in}) : inputs;
+  const DType compute = compute_dtype();
+  const bool f32_weights = kernel_.dtype() == DType::float32;
+  const bool fusable = activations::is_fusable(options_.activation);
+  const lockstep::Activation kind =
+      fusable ? activations::fused_kind(options_.activation) : lockstep::Activation::none;
+  // A float32 layer fed bfloat16 activations (a float32 output layer under mixed_bfloat16) takes
+  // them as they are instead of autocasting them to a float32 copy: the matmul widens them anyway.
+  if (!(x.dtype() == DType::bfloat16 && compute == DType::float32 && f32_weights &&
+        kind != lockstep::Activation::gelu)) {
+    x = autocast(x);  // Keras: floating inputs take the compute dtype
   }
   Tensor y;
-  if (activations::is_fusable(options_.activation)) {
-    y = linear(x, kernel, bias, activations::fused_kind(options_.activation));
+  if (x.dtype() == DType::bfloat16 && f32_weights && kind != lockstep::Activation::gelu &&
+      (compute == DType::float32 ||
+       (compute == DType::bfloat16 && ops::bf16_matmul_computes_in_f32()))) {
+    // float32 compute on bfloat16 activations, see dense_linear. Under mixed_bfloat16 the weights
+    // are multiplied as bfloat16 values (their cached rounded copies; activations stay bfloat16,
+    // the float32 gradients reach the variables unrounded); a float32 layer keeps its weights.
+    const bool round = compute == DType::bfloat16;
+    Tensor kernel = round ? kernel_.bfloat16_rounded() : kernel_.raw_value();
+    Tensor bias;
+    if (options_.use_bias) bias = round ? bias_.bfloat16_rounded() : bias_.raw_value();
+    y = dense_linear(x, kernel_, bias_, kernel, bias, kind, compute);
   } else {
-    Tensor z = linear(x, kernel, bias);
-    if (options_.activation == "softmax" && z.dtype() == DType::bfloat16) {
-      z = cast(z, DType::float32);
+    Tensor kernel = autocast(kernel_.value());
+    Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();
+    y = linear(x, kernel, bias, kind);
+  }
+  if (!fusable) {
+    if (options_.activation == "softmax" && y.dtype() == DType::bfloat16) {
+      y = cast(y, DType::float32);
     }
-    y = activations::get(options_.activation)(z);
+    y = activations::get(options_.activation)(y);
   }
   return inputs.rank() != 2 ? reshape(y, out_shape) : y;
 }
