@@ -1,5 +1,6 @@
 #include "lockstep/core/storage.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -46,6 +47,8 @@ Storage* Storage::allocate(size_t nbytes) {
     } else {
       ++p.stats.system_allocations;
     }
+    p.stats.live_bytes += nbytes;
+    p.stats.peak_live_bytes = std::max(p.stats.peak_live_bytes, p.stats.live_bytes);
   }
   if (!block) {
     block = std::aligned_alloc(kAlignment, bytes);
@@ -56,12 +59,14 @@ Storage* Storage::allocate(size_t nbytes) {
 
 void Storage::release() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  const size_t requested = nbytes_;
   size_t bytes = block_bytes(nbytes_);
   this->~Storage();
   void* block = this;
   Pool& p = pool();
   {
     std::lock_guard lock(p.mu);
+    p.stats.live_bytes -= requested;
     if (p.stats.cached_bytes + bytes <= kMaxCachedBytes) {
       p.free_blocks[bytes].push_back(block);
       p.stats.cached_bytes += bytes;
@@ -75,6 +80,12 @@ StoragePoolStats storage_pool_stats() {
   Pool& p = pool();
   std::lock_guard lock(p.mu);
   return p.stats;
+}
+
+void storage_pool_reset_peak() {
+  Pool& p = pool();
+  std::lock_guard lock(p.mu);
+  p.stats.peak_live_bytes = p.stats.live_bytes;
 }
 
 void storage_pool_release_cached() {

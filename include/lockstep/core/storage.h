@@ -33,8 +33,16 @@ struct StoragePoolStats {
   uint64_t system_allocations = 0;  // blocks obtained from the system allocator, ever
   uint64_t pool_hits = 0;           // blocks reused from the pool, ever
   size_t cached_bytes = 0;          // bytes currently held in the pool
+  // Bytes requested by the blocks in use (allocated and not yet released), process-wide, and the
+  // most of it since the last storage_pool_reset_peak(): what tensors actually hold, e.g. the
+  // activations a gradient tape keeps for the backward pass (measure the difference across the
+  // forward pass).
+  size_t live_bytes = 0;
+  size_t peak_live_bytes = 0;
 };
 StoragePoolStats storage_pool_stats();
+// Sets peak_live_bytes to the current live_bytes.
+void storage_pool_reset_peak();
 // Returns every cached block to the system (e.g. after a large model is destroyed).
 void storage_pool_release_cached();
 

@@ -16,6 +16,14 @@
 #include <string>
 
 #include "lockstep/core/dtype.h"
+#include "lockstep/core/tensor.h"
+
+namespace lockstep::keras {
+class Model;
+namespace losses {
+class Loss;
+}
+}  // namespace lockstep::keras
 
 namespace lockstep::keras::mixed_precision {
 
@@ -37,5 +45,22 @@ class Policy {
 void set_global_policy(const Policy& policy);
 void set_global_policy(const std::string& name);
 Policy global_policy();
+
+// The memory of one training step of `model` on (x, y), measured from the storage pool's live
+// bytes (StoragePoolStats::live_bytes), not computed from shapes: after a warm-up step (layers
+// built, per-variable caches created), the forward pass runs under a gradient tape and everything
+// it allocated that is still alive once the caller-visible results are dropped is what the tape
+// keeps for the backward pass — the activations and anything else the recorded ops saved.
+// Single-threaded measurement of a process-wide counter: other threads allocating or freeing
+// tensors at the same time (a fit running elsewhere) distort it.
+struct StepMemory {
+  size_t saved_for_backward = 0;  // bytes the tape holds at the end of the forward pass
+  size_t step_peak = 0;           // the most allocated above the starting point, forward + backward
+  // Persistent bfloat16-rounded copies of the weights (Variable::bfloat16_rounded; mixed_bfloat16
+  // without AMX), not part of the above: allocated once, not per step.
+  size_t rounded_weight_copies = 0;
+};
+StepMemory measure_step_memory(Model& model, const Tensor& x, const Tensor& y,
+                               const losses::Loss& loss);
 
 }  // namespace lockstep::keras::mixed_precision

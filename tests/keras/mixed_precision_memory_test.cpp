@@ -1,0 +1,84 @@
+// mixed_precision::measure_step_memory: the bytes a training step's tape holds for the backward
+// pass, measured from the storage pool, against the tensors each op is known to save, computed
+// here from the shapes. Under mixed_bfloat16 the hidden activations take half the bytes.
+#include <gtest/gtest.h>
+
+#include "lockstep/autodiff/functions.h"
+#include "lockstep/keras.h"
+#include "lockstep/ops/matmul.h"
+
+namespace lockstep::keras {
+namespace {
+
+class PolicyGuard {
+ public:
+  explicit PolicyGuard(const std::string& name) { mixed_precision::set_global_policy(name); }
+  ~PolicyGuard() { mixed_precision::set_global_policy("float32"); }
+};
+
+constexpr int64_t kBatch = 32, kIn = 64, kHidden = 256, kClasses = 10;
+
+mixed_precision::StepMemory measure(const std::string& policy, bool float32_output = false) {
+  PolicyGuard guard(policy);
+  set_random_seed(1);
+  // The CLI's models in small: uint8 pixels, Rescaling, two relu layers, a softmax layer.
+  Sequential model(
+      {Input({kIn}, DType::uint8), layers::Rescaling(1.0 / 255, 0.0),
+       layers::Dense({.units = kHidden, .activation = "relu"}),
+       layers::Dense({.units = kHidden, .activation = "relu"}),
+       float32_output
+           ? layers::Dense({.units = kClasses, .activation = "softmax", .dtype = "float32"})
+           : layers::Dense({.units = kClasses, .activation = "softmax"})});
+  Tensor x({kBatch, kIn}, DType::uint8);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i);
+  std::vector<int64_t> labels(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) labels[static_cast<size_t>(i)] = i % kClasses;
+  Tensor y = one_hot(Tensor::from_vector<int64_t>(labels, {kBatch}), kClasses);
+  return mixed_precision::measure_step_memory(model, x, y, losses::CategoricalCrossentropy());
+}
+
+// What the recorded ops keep, in bytes of `act` per element for the activations: the rescaled
+// input and both hidden outputs (saved by the linear ops as their x and y), the logits (the last
+// linear's y), and the float32 probabilities (softmax's output, which the cross-entropy also keeps:
+// one tensor). The kernels are the variables themselves (or their persistent rounded copies), so
+// they add nothing.
+size_t expected_saved(size_t act) {
+  const size_t input = kBatch * kIn * act, hidden = 2 * kBatch * kHidden * act;
+  const size_t logits = kBatch * kClasses * act, probabilities = kBatch * kClasses * 4;
+  return input + hidden + logits + probabilities;
+}
+
+TEST(StepMemory, Float32TapeHoldsTheFloat32Activations) {
+  mixed_precision::StepMemory m = measure("float32");
+  EXPECT_EQ(m.saved_for_backward, expected_saved(4));
+  EXPECT_EQ(m.rounded_weight_copies, 0u);
+  EXPECT_GE(m.step_peak, m.saved_for_backward);
+}
+
+TEST(StepMemory, MixedBfloat16HalvesTheActivations) {
+  const mixed_precision::StepMemory fp = measure("float32");
+  const mixed_precision::StepMemory mp = measure("mixed_bfloat16");
+  EXPECT_EQ(mp.saved_for_backward, expected_saved(2));
+  // Everything but the float32 probabilities is halved.
+  const size_t probabilities = kBatch * kClasses * 4;
+  EXPECT_EQ(2 * (mp.saved_for_backward - probabilities), fp.saved_for_backward - probabilities);
+  if (ops::bf16_matmul_computes_in_f32()) {
+    const size_t params =
+        (kIn * kHidden + kHidden) + (kHidden * kHidden + kHidden) + (kHidden * kClasses + kClasses);
+    EXPECT_EQ(mp.rounded_weight_copies, params * 4);
+  }
+}
+
+// The CLI's models keep the output layer float32 (Keras' idiom for softmax): it takes the last
+// hidden activations in bfloat16 as they are, so the tape holds no float32 copy of them; its own
+// output (the logits) is float32.
+TEST(StepMemory, Float32OutputLayerKeepsNoFloat32CopyOfTheHiddenActivations) {
+  const mixed_precision::StepMemory fp = measure("float32", true);
+  const mixed_precision::StepMemory mp = measure("mixed_bfloat16", true);
+  EXPECT_EQ(fp.saved_for_backward, expected_saved(4));
+  const size_t logits_f32_extra = kBatch * kClasses * 2;  // the logits stay float32
+  EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + logits_f32_extra);
+}
+
+}  // namespace
+}  // namespace lockstep::keras
