@@ -24,6 +24,7 @@ struct GradientTape::Impl {
 
   bool persistent;
   bool watch_accessed_variables;
+  std::function<void(size_t)> on_ready;
   bool recording = true;
   bool used = false;
   std::unordered_set<uint64_t> tracked;
@@ -71,6 +72,10 @@ GradientTape::~GradientTape() {
   // stack, so remove this one wherever it is.
   auto it = std::find(tape_stack.begin(), tape_stack.end(), impl_.get());
   if (it != tape_stack.end()) tape_stack.erase(it);
+}
+
+void GradientTape::set_gradient_ready_callback(std::function<void(size_t source)> fn) {
+  impl_->on_ready = std::move(fn);
 }
 
 void GradientTape::watch(const Tensor& tensor) {
@@ -151,11 +156,56 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
 
   std::unordered_map<uint64_t, Tensor> grads;
   grads.emplace(target.id(), seed);
+
+  // Readiness: a source's gradient is final once the earliest record that reads it has been
+  // differentiated (records run in reverse). Without a callback nothing is computed.
+  const size_t no_record = t.records.size();
+  std::vector<size_t> first_reader;
+  std::vector<char> reported;
+  if (t.on_ready) {
+    first_reader.assign(sources.size(), no_record);
+    reported.assign(sources.size(), 0);
+    for (size_t k = 0; k < t.records.size(); ++k) {
+      for (const auto& in : t.records[k].inputs) {
+        int s = source_index(in.id);
+        if (s >= 0 && first_reader[static_cast<size_t>(s)] == no_record)
+          first_reader[static_cast<size_t>(s)] = k;
+      }
+    }
+  }
+  // Puts source i's gradient into its destination (converting its dtype if needed) and returns
+  // the tensor gradient() reports for it.
+  auto finalize = [&](size_t i) -> Tensor {
+    auto it = grads.find(sources[i].id());
+    if (it == grads.end()) return Tensor();
+    const Tensor* d = destination_of(static_cast<int>(i));
+    if (!d || in_destination[i]) return it->second;
+    // A gradient of another dtype (e.g. bfloat16 for a float32 destination): converted once.
+    Tensor f = it->second.dtype() == d->dtype() ? it->second : it->second.to(d->dtype());
+    std::memcpy(d->raw_data(), f.raw_data(), d->nbytes());
+    it->second = *d;
+    in_destination[i] = 1;
+    return *d;
+  };
+  auto report_ready = [&](size_t k) {
+    if (!t.on_ready) return;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (first_reader[i] != k || reported[i]) continue;
+      finalize(i);
+      reported[i] = 1;
+      t.on_ready(i);
+    }
+  };
+
   std::vector<Tensor> grad_outputs, sinks;
   for (auto rec = t.records.rbegin(); rec != t.records.rend(); ++rec) {
+    const size_t k = t.records.size() - 1 - static_cast<size_t>(rec - t.records.rbegin());
     bool any = false;
     for (const auto& o : rec->outputs) any |= grads.count(o.id) > 0;
-    if (!any) continue;
+    if (!any) {
+      report_ready(k);
+      continue;
+    }
     grad_outputs.clear();
     for (const auto& o : rec->outputs) {
       auto it = grads.find(o.id);
@@ -222,26 +272,13 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       it->second = *d;
       in_destination[static_cast<size_t>(s)] = 1;
     }
+    report_ready(k);
   }
+  report_ready(no_record);  // sources no op read: no gradient
 
   std::vector<Tensor> result;
   result.reserve(sources.size());
-  for (size_t i = 0; i < sources.size(); ++i) {
-    auto it = grads.find(sources[i].id());
-    if (it == grads.end()) {
-      result.push_back(Tensor());
-      continue;
-    }
-    const Tensor* d = destination_of(static_cast<int>(i));
-    if (d && !in_destination[i]) {
-      // A gradient of another dtype (e.g. bfloat16 for a float32 destination): converted once.
-      Tensor f = it->second.dtype() == d->dtype() ? it->second : it->second.to(d->dtype());
-      std::memcpy(d->raw_data(), f.raw_data(), d->nbytes());
-      result.push_back(*d);
-    } else {
-      result.push_back(it->second);
-    }
-  }
+  for (size_t i = 0; i < sources.size(); ++i) result.push_back(finalize(i));
   if (!t.persistent) {
     t.records.clear();
     t.records.shrink_to_fit();

@@ -298,3 +298,59 @@ TEST(Variable, AssignKeepsIdentityAndChecksShape) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+TEST(GradientTapeReadyCallback, ReportsEachSourceOnceWhenItsGradientIsFinal) {
+  // Elementwise: a = w1 x, b = (a w2) w2 (w2 is read by two ops), y = b w3; `unused` is read
+  // by no op.
+  Tensor x = vec({1.5, -2.0}), w1 = vec({0.5, 3.0}), w2 = vec({-1.25, 2.0}), w3 = vec({4.0, 0.75}),
+         unused = vec({9.0, 9.0});
+  GradientTape tape;
+  for (const Tensor* t : {&w1, &w2, &w3, &unused}) tape.watch(*t);
+  Tensor a = mul(w1, x);
+  Tensor b = mul(mul(a, w2), w2);
+  Tensor y = mul(b, w3);
+  std::vector<Tensor> sources = {w1, w2, w3, unused};
+  std::vector<Tensor> dests = {vec({0, 0}), vec({0, 0}), vec({0, 0}), vec({0, 0})};
+  std::vector<size_t> order;
+  std::vector<std::vector<double>> at_report(4);
+  tape.set_gradient_ready_callback([&](size_t i) {
+    order.push_back(i);
+    at_report[i] = values(dests[i]);  // what a bucket all-reduce would ship at this moment
+  });
+  auto g = tape.gradient(y, sources, dests);
+  // Reverse order of first use; w2 only after both of its readers; the unused source last.
+  EXPECT_THAT(order, ElementsAre(2, 1, 0, 3));
+  // Closed forms: dy/dw3 = b, dy/dw2 = 2 w2 a w3, dy/dw1 = x w2^2 w3.
+  std::vector<double> xs = values(x), v1 = values(w1), v2 = values(w2), v3 = values(w3);
+  for (size_t k = 0; k < 2; ++k) {
+    const double av = v1[k] * xs[k];
+    EXPECT_DOUBLE_EQ(at_report[2][k], av * v2[k] * v2[k]);
+    EXPECT_DOUBLE_EQ(at_report[1][k], 2 * v2[k] * av * v3[k]);
+    EXPECT_DOUBLE_EQ(at_report[0][k], xs[k] * v2[k] * v2[k] * v3[k]);
+  }
+  // The values at report time are the final ones; the unused source has no gradient.
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(values(g[i]), at_report[i]) << "source " << i;
+  EXPECT_FALSE(g[3].defined());
+  EXPECT_THAT(at_report[3], ElementsAre(0, 0));  // its destination untouched
+}
+
+TEST(GradientTapeReadyCallback, WorksWithoutDestinations) {
+  Tensor x = vec({1.0, 2.0}), w = vec({3.0, -1.0});
+  GradientTape tape;
+  tape.watch(w);
+  Tensor y = mul(mul(w, x), w);  // w^2 x: dy/dw = 2 w x
+  int calls = 0;
+  tape.set_gradient_ready_callback([&](size_t i) {
+    EXPECT_EQ(i, 0u);
+    ++calls;
+  });
+  auto g = tape.gradient(y, std::vector<Tensor>{w});
+  EXPECT_EQ(calls, 1);
+  EXPECT_THAT(values(g[0]), ElementsAre(6.0, -4.0));
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -62,6 +62,13 @@ class GradientTape {
                                const std::vector<Tensor>& destinations,
                                const Tensor& output_gradient = Tensor());
 
+  // `fn(i)` is called by later gradient() calls once for each source i, as soon as that source's
+  // gradient is final — every op using it has been differentiated and the gradient is in its
+  // destination, if it has one — while the backward pass goes on with the remaining ops (sources
+  // without a gradient are reported at the end). The gradient all-reduce uses it to start on the
+  // last layers' gradients while the first layers' are still being computed (DDP's bucket hooks).
+  void set_gradient_ready_callback(std::function<void(size_t source)> fn);
+
   // Pauses recording on this tape while alive (tf.GradientTape.stop_recording).
   class StopRecording {
    public:
