@@ -24,7 +24,7 @@ struct GradientTape::Impl {
 
   bool persistent;
   bool watch_accessed_variables;
-  std::function<void(size_t)> on_ready;
+  GradientTape::GradientReadyCallback on_ready;
   bool recording = true;
   bool used = false;
   std::unordered_set<uint64_t> tracked;
@@ -74,7 +74,7 @@ GradientTape::~GradientTape() {
   if (it != tape_stack.end()) tape_stack.erase(it);
 }
 
-void GradientTape::set_gradient_ready_callback(std::function<void(size_t source)> fn) {
+void GradientTape::set_gradient_ready_callback(GradientReadyCallback fn) {
   impl_->on_ready = std::move(fn);
 }
 
@@ -191,9 +191,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     if (!t.on_ready) return;
     for (size_t i = 0; i < sources.size(); ++i) {
       if (first_reader[i] != k || reported[i]) continue;
-      finalize(i);
       reported[i] = 1;
-      t.on_ready(i);
+      t.on_ready(i, finalize(i));
     }
   };
 

@@ -316,9 +316,13 @@ TEST(GradientTapeReadyCallback, ReportsEachSourceOnceWhenItsGradientIsFinal) {
   std::vector<Tensor> dests = {vec({0, 0}), vec({0, 0}), vec({0, 0}), vec({0, 0})};
   std::vector<size_t> order;
   std::vector<std::vector<double>> at_report(4);
-  tape.set_gradient_ready_callback([&](size_t i) {
+  tape.set_gradient_ready_callback([&](size_t i, const Tensor& grad) {
     order.push_back(i);
     at_report[i] = values(dests[i]);  // what a bucket all-reduce would ship at this moment
+    EXPECT_EQ(grad.defined(), i != 3);
+    if (grad.defined()) {
+      EXPECT_EQ(grad.raw_data(), dests[i].raw_data());
+    }
   });
   auto g = tape.gradient(y, sources, dests);
   // Reverse order of first use; w2 only after both of its readers; the unused source last.
@@ -343,8 +347,9 @@ TEST(GradientTapeReadyCallback, WorksWithoutDestinations) {
   tape.watch(w);
   Tensor y = mul(mul(w, x), w);  // w^2 x: dy/dw = 2 w x
   int calls = 0;
-  tape.set_gradient_ready_callback([&](size_t i) {
+  tape.set_gradient_ready_callback([&](size_t i, const Tensor& grad) {
     EXPECT_EQ(i, 0u);
+    EXPECT_THAT(values(grad), ElementsAre(6.0, -4.0));
     ++calls;
   });
   auto g = tape.gradient(y, std::vector<Tensor>{w});

@@ -62,12 +62,14 @@ class GradientTape {
                                const std::vector<Tensor>& destinations,
                                const Tensor& output_gradient = Tensor());
 
-  // `fn(i)` is called by later gradient() calls once for each source i, as soon as that source's
-  // gradient is final — every op using it has been differentiated and the gradient is in its
-  // destination, if it has one — while the backward pass goes on with the remaining ops (sources
-  // without a gradient are reported at the end). The gradient all-reduce uses it to start on the
-  // last layers' gradients while the first layers' are still being computed (DDP's bucket hooks).
-  void set_gradient_ready_callback(std::function<void(size_t source)> fn);
+  // `fn(i, g)` is called by later gradient() calls once for each source i, as soon as that
+  // source's gradient g is final — every op using it has been differentiated and g is in its
+  // destination, if it has one — while the backward pass goes on with the remaining ops. Sources
+  // without a gradient are reported at the end with an undefined g (their destination untouched).
+  // The gradient all-reduce uses it to start on the last layers' gradients while the first
+  // layers' are still being computed (DDP's bucket hooks).
+  using GradientReadyCallback = std::function<void(size_t source, const Tensor& gradient)>;
+  void set_gradient_ready_callback(GradientReadyCallback fn);
 
   // Pauses recording on this tape while alive (tf.GradientTape.stop_recording).
   class StopRecording {
