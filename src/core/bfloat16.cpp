@@ -39,7 +39,7 @@ LOCKSTEP_TARGET_CLONES void bfloat16_to_float(const bfloat16* src, float* dst, s
 }
 
 LOCKSTEP_TARGET_CLONES void round_to_bfloat16_values(const float* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = float_of(round_bits(bits_of(src[i])) << 16);
+  for (size_t i = 0; i < n; ++i) dst[i] = round_to_bfloat16_value(src[i]);
 }
 
 }  // namespace lockstep

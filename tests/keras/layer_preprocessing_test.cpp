@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "lockstep/keras/layers/core.h"
 #include "lockstep/keras/layers/preprocessing.h"
 #include "lockstep/keras/sequential.h"
@@ -29,6 +31,24 @@ TEST(Rescaling, UnderMixedBfloat16WritesTheRoundedBfloat16OfTheFloat32Result) {
     float expected =
         static_cast<float>(x.data<uint8_t>()[i]) * static_cast<float>(1.0 / 255) + 0.25f;
     ASSERT_EQ(y.data<bfloat16>()[i].bits, bfloat16(expected).bits) << "element " << i;
+  }
+}
+
+// Scales that overflow float32 take the loop that keeps NaN (inf + -inf) a quiet NaN, like the
+// scalar conversion; finite ones the faster loop without that check. Both against bfloat16(float).
+TEST(Rescaling, UnderMixedBfloat16OverflowAndNanRoundLikeTheScalarConversion) {
+  Tensor x({1, 256}, DType::uint8);
+  for (int64_t i = 0; i < 256; ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i);
+  const double cases[][2] = {{3e37, 0.0}, {3e37, -INFINITY}, {-1.0 / 255, 0.5}, {7.0, -3.0}};
+  for (const auto& c : cases) {
+    layers::Rescaling r({.scale = c[0], .offset = c[1], .dtype = "mixed_bfloat16"});
+    Tensor y = r(x);
+    ASSERT_EQ(y.dtype(), DType::bfloat16);
+    for (int64_t i = 0; i < 256; ++i) {
+      const float f = static_cast<float>(i) * static_cast<float>(c[0]) + static_cast<float>(c[1]);
+      ASSERT_EQ(y.data<bfloat16>()[i].bits, bfloat16(f).bits)
+          << "scale " << c[0] << " offset " << c[1] << " element " << i;
+    }
   }
 }
 

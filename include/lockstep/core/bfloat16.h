@@ -39,6 +39,19 @@ inline bool operator==(bfloat16 a, bfloat16 b) {
   return a.bits == b.bits;
 }
 
+// float(bfloat16(f)): f rounded to the nearest bfloat16 value (ties to even; NaN -> quiet NaN),
+// kept in float32. Branch-free, so loops calling it vectorise; the element of
+// round_to_bfloat16_values.
+inline float round_to_bfloat16_value(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+  u = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 // Bulk conversions, vectorisable.
 void float_to_bfloat16(const float* src, bfloat16* dst, size_t n);
 void bfloat16_to_float(const bfloat16* src, float* dst, size_t n);

@@ -3,6 +3,7 @@
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/core/cpu_dispatch.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace lockstep::keras::layers {
@@ -30,6 +31,29 @@ LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void rescale
     const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     const uint32_t quiet_nan = (u >> 16) | 0x0040u;
     out[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  }
+}
+
+// The same for results known to be finite (uint8 inputs, finite scale and offset, no overflow):
+// without the NaN select, ~1.5x faster.
+LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void rescale_finite_into(
+    const uint8_t* __restrict x, bfloat16* __restrict y, int64_t n, float scale, float offset) {
+  uint16_t* out = reinterpret_cast<uint16_t*>(y);
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = static_cast<float>(x[i]) * scale + offset;
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    out[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+void rescale_into(const uint8_t* x, bfloat16* y, int64_t n, float scale, float offset) {
+  // |x * scale + offset| <= 255 |scale| + |offset| (plus float32 rounding): far from overflow.
+  const double bound = 255.0 * std::fabs(static_cast<double>(scale)) + std::fabs(offset);
+  if (std::isfinite(scale) && std::isfinite(offset) && bound < 1e38) {
+    rescale_finite_into(x, y, n, scale, offset);
+  } else {
+    rescale_into<uint8_t>(x, y, n, scale, offset);
   }
 }
 

@@ -1,4 +1,5 @@
 #include "lockstep/keras/optimizers/adam.h"
+#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/cpu_dispatch.h"
 
 #include <algorithm>
@@ -42,7 +43,36 @@ LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_up
     w[i] -= mi * alpha / (std::sqrt(vi) + eps);
   }
 }
+
+// adam_update that also writes the new weights' bfloat16 rounding (Variable::bfloat16_rounded):
+// the rounding rides along the update's loop instead of a second pass over the weights.
+LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update_rounded(
+    float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
+    float* __restrict rounded, size_t n, float alpha, float one_minus_b1, float one_minus_b2,
+    float eps) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = m[i] + (gi - m[i]) * one_minus_b1;
+    const float vi = v[i] + (gi * gi - v[i]) * one_minus_b2;
+    m[i] = mi;
+    v[i] = vi;
+    const float wi = w[i] - mi * alpha / (std::sqrt(vi) + eps);
+    w[i] = wi;
+    rounded[i] = round_to_bfloat16_value(wi);
+  }
+}
 }  // namespace
+
+void Adam::update_step_rounded(float* __restrict w, const float* __restrict g,
+                               std::span<float* const> slots, size_t n, const StepInfo& info,
+                               float* __restrict rounded) const {
+  if (o_.amsgrad) {
+    Optimizer::update_step_rounded(w, g, slots, n, info, rounded);
+    return;
+  }
+  adam_update_rounded(w, g, slots[0], slots[1], rounded, n, info.c[0], info.c[1], info.c[2],
+                      info.c[3]);
+}
 
 void Adam::update_step(float* __restrict w, const float* __restrict g,
                        std::span<float* const> slots, size_t n, const StepInfo& info) const {

@@ -191,6 +191,17 @@ nlohmann::json Optimizer::get_config() const {
           {"exclude_from_weight_decay", options_.exclude_from_weight_decay}};
 }
 
+void Optimizer::update_step_rounded(float* var, const float* grad, std::span<float* const> slots,
+                                    size_t n, const StepInfo& info, float* rounded) const {
+  float* chunk_slots[kMaxSlots] = {};
+  for (size_t c0 = 0; c0 < n; c0 += kChunk) {
+    const size_t m = std::min(kChunk, n - c0);
+    for (size_t s = 0; s < slots.size(); ++s) chunk_slots[s] = slots[s] + c0;
+    update_step(var + c0, grad + c0, std::span<float* const>(chunk_slots, slots.size()), m, info);
+    round_to_bfloat16_values(var + c0, rounded + c0, m);
+  }
+}
+
 void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                       int64_t begin, int64_t end, const char* caller) {
   if (grads.size() != vars.size()) {
@@ -274,16 +285,11 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
     float* rounded = vars[i].bfloat16_rounded_data();
     if (rounded != nullptr) rounded += local;
     if (scale == 1.0 && !options_.clipvalue && !decay) {
+      const std::span<float* const> all_slots(slot_ptr, slots.size());
       if (rounded == nullptr) {
-        update_step(w, g, std::span<float* const>(slot_ptr, slots.size()), count, info);
-        continue;
-      }
-      for (size_t c0 = 0; c0 < count; c0 += kChunk) {
-        const size_t m = std::min(kChunk, count - c0);
-        float* chunk_slots[kMaxSlots] = {};
-        for (size_t s = 0; s < slots.size(); ++s) chunk_slots[s] = slot_ptr[s] + c0;
-        update_step(w + c0, g + c0, std::span<float* const>(chunk_slots, slots.size()), m, info);
-        round_to_bfloat16_values(w + c0, rounded + c0, m);
+        update_step(w, g, all_slots, count, info);
+      } else {
+        update_step_rounded(w, g, all_slots, count, info, rounded);
       }
       continue;
     }
@@ -303,8 +309,12 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
       }
       float* chunk_slots[kMaxSlots] = {};
       for (size_t s = 0; s < slots.size(); ++s) chunk_slots[s] = slot_ptr[s] + c0;
-      update_step(wc, buffer, std::span<float* const>(chunk_slots, slots.size()), m, info);
-      if (rounded != nullptr) round_to_bfloat16_values(wc, rounded + c0, m);
+      const std::span<float* const> some_slots(chunk_slots, slots.size());
+      if (rounded == nullptr) {
+        update_step(wc, buffer, some_slots, m, info);
+      } else {
+        update_step_rounded(wc, buffer, some_slots, m, info, rounded + c0);
+      }
     }
   }
 }

@@ -39,6 +39,8 @@ class Adam : public Optimizer {
   void prepare_step(StepInfo& info) const override;
   void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
                    const StepInfo& info) const override;
+  void update_step_rounded(float* var, const float* grad, std::span<float* const> slots, size_t n,
+                           const StepInfo& info, float* rounded) const override;
 
  private:
   AdamOptions o_;

@@ -143,6 +143,12 @@ class Optimizer {
   // Must depend on nothing but these elements and `info` (the range split relies on it).
   virtual void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
                            const StepInfo& info) const = 0;
+  // update_step that also writes rounded[i] = round_to_bfloat16_value(var[i]) of the updated
+  // weights: the variable's bfloat16-rounded copy (Variable::bfloat16_rounded_data) kept current.
+  // The default runs update_step and rounds chunk by chunk while the chunk is in L1; an optimizer
+  // may override it to round inside its own loop.
+  virtual void update_step_rounded(float* var, const float* grad, std::span<float* const> slots,
+                                   size_t n, const StepInfo& info, float* rounded) const;
 
   const CommonOptions& common() const { return options_; }
 
