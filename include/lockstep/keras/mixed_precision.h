@@ -3,9 +3,12 @@
 //   "float32"         compute and variables in float32 (the default);
 //   "mixed_bfloat16"  variables in float32, layers compute in bfloat16 (inputs and weights are cast
 //                     at each call; gradients reach the float32 variables as float32). On
-//                     machines whose bfloat16 matmuls compute in float32 (no AMX), Dense rounds
-//                     its weights to bfloat16 values kept in float32 instead (one pass, same
-//                     values, identity gradient; see docs/performance.md "Step time");
+//                     machines whose bfloat16 matmuls compute in float32 (no AMX), Dense
+//                     multiplies by its weights' bfloat16 values kept in float32 instead (a copy
+//                     cached per variable and rewritten by the optimizer as it updates the
+//                     weights, Variable::bfloat16_rounded; same values, identity gradient; see
+//                     docs/performance.md "Step time"). A float32 layer (e.g. the output layer)
+//                     fed bfloat16 activations multiplies them as they are, in float32;
 //   "bfloat16"        compute and variables in bfloat16;
 //   "float64"         compute and variables in float64 (Keras accepts any dtype name as a policy;
 //                     this one exists so every layer can be gradient-checked in float64).
