@@ -25,6 +25,7 @@
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/tensor.h"
+#include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/replica_context.h"
 
@@ -81,6 +82,21 @@ class GradientSynchronizer {
     reduce_and_apply_impl(ctx, grads, ref);
   }
 
+  // Overlapping the cross-worker all-reduce with the backward pass (DDP's bucket hooks). With
+  // several workers and more than one bucket, begin_overlap() returns true and the caller then
+  // reports each gradient as soon as it is final with gradient_ready() (from
+  // GradientTape::set_gradient_ready_callback). Buckets are groups of consecutive gradients of
+  // about `bucket_bytes`, formed from the last gradient backwards (the order backward produces
+  // them); when a bucket's gradients are all ready, the local replicas sum it (reduce-scatter) and
+  // local replica 0 hands it to a communication thread (BackgroundReducer) that all-reduces it
+  // across workers while backward goes on. The all_reduce() / reduce_and_apply() that follows
+  // ships what is left and waits. Results are bit-identical to the blocking path: the same
+  // buckets are summed in the same order by the same calls. Returns false (nothing to overlap)
+  // with one worker or one bucket. Called by every local replica before its backward pass.
+  bool begin_overlap(ReplicaContext& ctx);
+  void gradient_ready(ReplicaContext& ctx, size_t index, const Tensor& gradient);
+  size_t num_buckets() const { return buckets_.size(); }
+
   // The flat element range [begin, end) of the concatenated gradients local replica r updates.
   BlockRange owned_range(int local_replica) const;
   int64_t total_elements() const { return total_; }
@@ -94,6 +110,26 @@ class GradientSynchronizer {
         : fn(f), call(c) {}
   };
   void pack(int local_replica, const std::vector<Tensor>& grads);
+  void pack_one(int local_replica, size_t index, const Tensor& grad);
+  const std::vector<Tensor>& all_reduce_across_workers(ReplicaContext& ctx, Communicator& cross);
+  void ship_bucket(ReplicaContext& ctx, size_t bucket, Communicator& cross, bool background);
+
+  // A bucket: gradients [first_var, end_var) = flat elements [begin, end).
+  struct Bucket {
+    size_t first_var = 0, end_var = 0;
+    size_t begin = 0, end = 0;
+  };
+  std::vector<Bucket> buckets_;    // buckets_[0] holds the last gradients
+  std::vector<size_t> bucket_of_;  // gradient index -> bucket
+  // Per local replica, touched only by its own thread.
+  struct ReplicaStep {
+    bool overlapping = false;
+    std::vector<size_t> ready;  // gradients of each bucket reported ready this step
+    std::vector<char> shipped;  // bucket summed locally (and handed on, by replica 0)
+  };
+  std::vector<ReplicaStep> steps_;
+  std::vector<std::vector<bfloat16>> cross_buckets_;  // bfloat16 copy per bucket in flight
+  std::unique_ptr<BackgroundReducer> reducer_;        // created by local replica 0 when needed
   void reduce_and_apply_impl(ReplicaContext& ctx, const std::vector<Tensor>& grads,
                              const ApplyRange& apply);
 
@@ -113,8 +149,7 @@ class GradientSynchronizer {
   int num_local_;
   size_t bucket_elements_;
   DType cross_dtype_;
-  std::vector<bfloat16> cross_buffer_;  // one bucket in bfloat16 (cross_dtype_ == bfloat16)
-  std::vector<Tensor> packed_;          // G_r, one per local replica
+  std::vector<Tensor> packed_;                     // G_r, one per local replica
   std::vector<std::vector<Tensor>> packed_views_;  // per replica, views of G_r per gradient
   Tensor summed_;                                  // S
   std::vector<Tensor> summed_views_;

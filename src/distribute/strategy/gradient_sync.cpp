@@ -42,6 +42,30 @@ GradientSynchronizer::GradientSynchronizer(std::vector<Shape> shapes, int num_lo
     }
     packed_views_.push_back(std::move(views));
   }
+  // Buckets from the last gradient backwards, each closed once it holds bucket_elements_.
+  bucket_of_.assign(shapes_.size(), 0);
+  for (size_t end = shapes_.size(); end > 0;) {
+    Bucket b;
+    b.end_var = end;
+    size_t first = end;
+    size_t elements = 0;
+    while (first > 0 && (elements == 0 || elements < bucket_elements_)) {
+      --first;
+      elements += static_cast<size_t>(shapes_[first].num_elements());
+    }
+    b.first_var = first;
+    b.begin = static_cast<size_t>(offsets_[first]);
+    b.end = b.begin + elements;
+    for (size_t v = first; v < end; ++v) bucket_of_[v] = buckets_.size();
+    buckets_.push_back(b);
+    end = first;
+  }
+  steps_.resize(static_cast<size_t>(num_local_));
+  for (ReplicaStep& st : steps_) {
+    st.ready.assign(buckets_.size(), 0);
+    st.shipped.assign(buckets_.size(), 0);
+  }
+  if (cross_dtype_ == DType::bfloat16) cross_buckets_.resize(buckets_.size());
   summed_ = Tensor::zeros({total_});
   for (size_t i = 0; i < shapes_.size(); ++i) {
     summed_views_.push_back(
@@ -58,69 +82,146 @@ void GradientSynchronizer::pack(int r, const std::vector<Tensor>& grads) {
     throw InvalidArgument("GradientSynchronizer: expected " + std::to_string(shapes_.size()) +
                           " gradients. Received " + std::to_string(grads.size()) + ".");
   }
+  for (size_t i = 0; i < grads.size(); ++i) pack_one(r, i, grads[i]);
+}
+
+void GradientSynchronizer::pack_one(int r, size_t i, const Tensor& grad) {
   float* g = packed_[static_cast<size_t>(r)].data<float>();
-  for (size_t i = 0; i < grads.size(); ++i) {
-    size_t n = static_cast<size_t>(shapes_[i].num_elements());
-    float* dst = g + offsets_[i];
-    if (!grads[i].defined()) {
-      std::memset(dst, 0, n * sizeof(float));
-      continue;
-    }
-    if (!(grads[i].shape() == shapes_[i])) {
-      throw InvalidArgument("GradientSynchronizer: gradient " + std::to_string(i) + " is " +
-                            grads[i].describe() + "; expected shape " + shapes_[i].to_string() +
-                            ".");
-    }
-    if (grads[i].dtype() == DType::float32) {
-      // Already in place when the tape wrote it into gradient_buffers(r).
-      if (grads[i].data<float>() != dst)
-        std::memcpy(dst, grads[i].data<float>(), n * sizeof(float));
+  size_t n = static_cast<size_t>(shapes_[i].num_elements());
+  float* dst = g + offsets_[i];
+  if (!grad.defined()) {
+    std::memset(dst, 0, n * sizeof(float));
+    return;
+  }
+  if (!(grad.shape() == shapes_[i])) {
+    throw InvalidArgument("GradientSynchronizer: gradient " + std::to_string(i) + " is " +
+                          grad.describe() + "; expected shape " + shapes_[i].to_string() + ".");
+  }
+  if (grad.dtype() == DType::float32) {
+    // Already in place when the tape wrote it into gradient_buffers(r).
+    if (grad.data<float>() != dst) std::memcpy(dst, grad.data<float>(), n * sizeof(float));
+  } else {
+    Tensor f = grad.to(DType::float32);
+    std::memcpy(dst, f.data<float>(), n * sizeof(float));
+  }
+}
+
+bool GradientSynchronizer::begin_overlap(ReplicaContext& ctx) {
+  if (!ctx.cross_worker_communicator() || buckets_.size() < 2) return false;
+  const int r = ctx.local_replica_id();
+  if (r == 0 && !reducer_) {
+    // Non-owning: the strategy owns the communicator and outlives the compiled model's steps.
+    reducer_ = std::make_unique<BackgroundReducer>(std::shared_ptr<Communicator>(
+        std::shared_ptr<Communicator>{}, ctx.cross_worker_communicator()));
+  }
+  steps_[static_cast<size_t>(r)].overlapping = true;
+  return true;
+}
+
+void GradientSynchronizer::gradient_ready(ReplicaContext& ctx, size_t index, const Tensor& grad) {
+  const int r = ctx.local_replica_id();
+  ReplicaStep& st = steps_[static_cast<size_t>(r)];
+  if (!st.overlapping || index >= shapes_.size()) return;
+  pack_one(r, index, grad);
+  const size_t b = bucket_of_[index];
+  if (++st.ready[b] == buckets_[b].end_var - buckets_[b].first_var) {
+    ship_bucket(ctx, b, *ctx.cross_worker_communicator(), /*background=*/true);
+  }
+}
+
+// Sums bucket b over the local replicas into S (each replica its block of the bucket), then local
+// replica 0 all-reduces it across workers: on the communication thread when `background`, else
+// here. Called by every local replica, for the buckets in the same order.
+void GradientSynchronizer::ship_bucket(ReplicaContext& ctx, size_t b, Communicator& cross,
+                                       bool background) {
+  const int r = ctx.local_replica_id();
+  Communicator& local = ctx.local_communicator();
+  const Bucket& k = buckets_[b];
+  const size_t count = k.end - k.begin;
+  const BlockRange part = block_range(count, num_local_, r);
+  auto start = std::chrono::steady_clock::now();
+  local.reduce_scatter(packed_[static_cast<size_t>(r)].data<float>() + k.begin,
+                       summed_.data<float>() + k.begin + part.begin, count, DType::float32,
+                       ReduceOp::SUM);
+  // Every local block must be in S before replica 0 ships the bucket to the other workers.
+  local.barrier();
+  steps_[static_cast<size_t>(r)].shipped[b] = 1;
+  if (r != 0) return;
+  stats_.local_seconds += seconds_since(start);
+  float* s = summed_.data<float>() + k.begin;
+  if (cross_dtype_ == DType::bfloat16) {
+    // Half the bytes on the wire; the transport sums bfloat16 in float32 and rounds once.
+    std::vector<bfloat16>& half = cross_buckets_[b];
+    half.resize(count);
+    float_to_bfloat16(s, half.data(), count);
+    if (background) {
+      reducer_->enqueue(half.data(), count, DType::bfloat16, ReduceOp::SUM);
     } else {
-      Tensor f = grads[i].to(DType::float32);
-      std::memcpy(dst, f.data<float>(), n * sizeof(float));
+      start = std::chrono::steady_clock::now();
+      cross.all_reduce(half.data(), count, DType::bfloat16, ReduceOp::SUM);
+      stats_.cross_worker_seconds += seconds_since(start);
+      bfloat16_to_float(half.data(), s, count);
+    }
+  } else if (background) {
+    reducer_->enqueue(s, count, DType::float32, ReduceOp::SUM);
+  } else {
+    start = std::chrono::steady_clock::now();
+    cross.all_reduce(s, count, DType::float32, ReduceOp::SUM);
+    stats_.cross_worker_seconds += seconds_since(start);
+  }
+}
+
+const std::vector<Tensor>& GradientSynchronizer::all_reduce_across_workers(ReplicaContext& ctx,
+                                                                           Communicator& cross) {
+  const int r = ctx.local_replica_id();
+  ReplicaStep& st = steps_[static_cast<size_t>(r)];
+  // What backward did not ship (everything, without overlap), in bucket order on every rank.
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!st.shipped[b]) ship_bucket(ctx, b, cross, st.overlapping);
+  }
+  if (r == 0) {
+    ++stats_.steps;
+    stats_.bytes_per_step = static_cast<size_t>(total_) *
+                            (cross_dtype_ == DType::bfloat16 ? sizeof(bfloat16) : sizeof(float));
+    if (st.overlapping) {
+      // Only the communication not hidden behind backward is counted: the wait.
+      auto start = std::chrono::steady_clock::now();
+      reducer_->wait();
+      if (cross_dtype_ == DType::bfloat16) {
+        for (size_t b = 0; b < buckets_.size(); ++b) {
+          const Bucket& k = buckets_[b];
+          bfloat16_to_float(cross_buckets_[b].data(), summed_.data<float>() + k.begin,
+                            k.end - k.begin);
+        }
+      }
+      stats_.cross_worker_seconds += seconds_since(start);
     }
   }
+  st.overlapping = false;
+  std::fill(st.ready.begin(), st.ready.end(), 0);
+  std::fill(st.shipped.begin(), st.shipped.end(), 0);
+  // Nobody reads S before the cross-worker sums are in.
+  ctx.local_communicator().barrier();
+  return summed_views_;
 }
 
 const std::vector<Tensor>& GradientSynchronizer::all_reduce(ReplicaContext& ctx,
                                                             const std::vector<Tensor>& grads) {
   int r = ctx.local_replica_id();
   pack(r, grads);
+  if (Communicator* cross = ctx.cross_worker_communicator()) {
+    return all_reduce_across_workers(ctx, *cross);
+  }
   Communicator& local = ctx.local_communicator();
   BlockRange mine = owned_range(r);
   auto start = std::chrono::steady_clock::now();
   local.reduce_scatter(packed_[static_cast<size_t>(r)].data<float>(),
                        summed_.data<float>() + mine.begin, static_cast<size_t>(total_),
                        DType::float32, ReduceOp::SUM);
-  Communicator* cross = ctx.cross_worker_communicator();
   if (r == 0) {
     stats_.local_seconds += seconds_since(start);
     ++stats_.steps;
-    stats_.bytes_per_step =
-        static_cast<size_t>(total_) *
-        (cross && cross_dtype_ == DType::bfloat16 ? sizeof(bfloat16) : sizeof(float));
-  }
-  if (cross) {
-    // Every local block must be in S before replica 0 ships it to the other workers.
-    local.barrier();
-    if (r == 0) {
-      start = std::chrono::steady_clock::now();
-      float* s = summed_.data<float>();
-      for (size_t begin = 0; begin < static_cast<size_t>(total_); begin += bucket_elements_) {
-        size_t n = std::min(bucket_elements_, static_cast<size_t>(total_) - begin);
-        if (cross_dtype_ == DType::bfloat16) {
-          // Half the bytes on the wire; the transport sums bfloat16 in float32 and rounds once.
-          cross_buffer_.resize(n);
-          float_to_bfloat16(s + begin, cross_buffer_.data(), n);
-          cross->all_reduce(cross_buffer_.data(), n, DType::bfloat16, ReduceOp::SUM);
-          bfloat16_to_float(cross_buffer_.data(), s + begin, n);
-        } else {
-          cross->all_reduce(s + begin, n, DType::float32, ReduceOp::SUM);
-        }
-      }
-      stats_.cross_worker_seconds += seconds_since(start);
-    }
-    local.barrier();
+    stats_.bytes_per_step = static_cast<size_t>(total_) * sizeof(float);
   }
   return summed_views_;
 }
