@@ -41,9 +41,12 @@ struct Result {
   int local = 1;  // replicas per worker
 };
 
-// `overlap`: report each gradient as ready, last first (as backward produces them), before the
-// all_reduce, so that buckets go to the communication thread while "backward" continues.
-Result synchronise(DType cross_dtype, size_t bucket_bytes, bool overlap = false) {
+enum class Overlap { kNone, kLastFirst, kFirstFirst };
+
+// With overlap, each gradient is reported ready before the all_reduce — last first (as backward
+// produces them) or first first (buckets complete out of order) — so that buckets go to the
+// communication thread while "backward" continues.
+Result synchronise(DType cross_dtype, size_t bucket_bytes, Overlap overlap = Overlap::kNone) {
   MultiWorkerMirroredStrategy strategy({.timeout_seconds = 60, .gradient_dtype = cross_dtype});
   const int local = strategy.num_local_replicas();
   GradientSynchronizer sync(kShapes, local, bucket_bytes, cross_dtype);
@@ -60,10 +63,13 @@ Result synchronise(DType cross_dtype, size_t bucket_bytes, bool overlap = false)
       for (int64_t k = 0; k < s.num_elements(); ++k) d[k] = gradient_value(g, flat++);
       grads.push_back(t);
     }
-    if (overlap) {
+    if (overlap != Overlap::kNone) {
       const bool overlapping = sync.begin_overlap(ctx);
       EXPECT_EQ(overlapping, strategy.num_workers() > 1 && sync.num_buckets() > 1);
-      for (size_t i = grads.size(); i-- > 0;) sync.gradient_ready(ctx, i, grads[i]);
+      for (size_t k = 0; k < grads.size(); ++k) {
+        const size_t i = overlap == Overlap::kLastFirst ? grads.size() - 1 - k : k;
+        sync.gradient_ready(ctx, i, grads[i]);
+      }
     }
     const std::vector<Tensor>& summed = sync.all_reduce(ctx, grads);
     if (ctx.local_replica_id() == 0) {
@@ -134,11 +140,13 @@ TEST(GradientSyncAcrossWorkers, OverlappedBucketsGiveTheSameBitsAsTheBlockingPat
     // 64-byte buckets: the 13 and 10-element gradients are buckets of their own, the 314-element
     // one is one bucket too (a gradient is never split), so 3 buckets.
     Result blocking = synchronise(dtype, 64);
-    Result overlapped = synchronise(dtype, 64, /*overlap=*/true);
     ASSERT_EQ(blocking.sums.size(), kTotal);
-    EXPECT_EQ(overlapped.sums, blocking.sums) << dtype_name(dtype);
-    EXPECT_EQ(overlapped.stats.bytes_per_step, blocking.stats.bytes_per_step);
-    EXPECT_EQ(overlapped.stats.steps, 1u);
+    for (Overlap order : {Overlap::kLastFirst, Overlap::kFirstFirst}) {
+      Result overlapped = synchronise(dtype, 64, order);
+      EXPECT_EQ(overlapped.sums, blocking.sums) << dtype_name(dtype);
+      EXPECT_EQ(overlapped.stats.bytes_per_step, blocking.stats.bytes_per_step);
+      EXPECT_EQ(overlapped.stats.steps, 1u);
+    }
   }
 }
 

@@ -2,6 +2,8 @@
 // final weights, so that run_equivalence_test.sh can compare
 //   mpirun -np W multi_worker_train multi OUT   (MultiWorkerMirroredStrategy, W workers x L local
 //                                                replicas from LOCKSTEP_DEVICES=cpu:L)
+//   mpirun -np W multi_worker_train multi-overlap OUT   (the same, with small gradient buckets:
+//                                                the all-reduce overlaps the backward pass)
 //   multi_worker_train mirrored N OUT            (MirroredStrategy(N), one process)
 //   multi_worker_train default 1 OUT             (the default strategy: 1 replica, global batch)
 //   multi_worker_train compare A B REL           (exit 0 when every weight agrees within REL)
@@ -173,13 +175,17 @@ int run(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "compare" && argc == 5) return compare(argv[2], argv[3], std::stod(argv[4]));
   if (argc != 4) {
-    std::cerr << "usage: multi_worker_train multi|mirrored|default N OUT | compare A B REL\n";
+    std::cerr << "usage: multi_worker_train multi|multi-overlap|mirrored|default N OUT | compare A "
+                 "B REL\n";
     return 2;
   }
   std::string out = argv[3];
-  if (mode == "multi") {
+  if (mode == "multi" || mode == "multi-overlap") {
     distribute::mpi_initialize(&argc, &argv);
-    distribute::MultiWorkerMirroredStrategy strategy({.timeout_seconds = 60});
+    // multi-overlap: 256-byte gradient buckets, so the model's 4 gradients form 2 buckets and
+    // the first crosses workers while backward computes the rest.
+    distribute::MultiWorkerMirroredStrategy strategy(
+        {.timeout_seconds = 60, .bytes_per_pack = mode == "multi-overlap" ? size_t{256} : 0});
     check_auto_shard(strategy);
     std::vector<float> logs;
     std::vector<float> w = train(&strategy, &logs);

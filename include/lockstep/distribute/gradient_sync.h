@@ -125,7 +125,7 @@ class GradientSynchronizer {
   struct ReplicaStep {
     bool overlapping = false;
     std::vector<size_t> ready;  // gradients of each bucket reported ready this step
-    std::vector<char> shipped;  // bucket summed locally (and handed on, by replica 0)
+    size_t next = 0;            // buckets [0, next) summed locally (and handed on by replica 0)
   };
   std::vector<ReplicaStep> steps_;
   std::vector<std::vector<bfloat16>> cross_buckets_;  // bfloat16 copy per bucket in flight

@@ -63,7 +63,6 @@ GradientSynchronizer::GradientSynchronizer(std::vector<Shape> shapes, int num_lo
   steps_.resize(static_cast<size_t>(num_local_));
   for (ReplicaStep& st : steps_) {
     st.ready.assign(buckets_.size(), 0);
-    st.shipped.assign(buckets_.size(), 0);
   }
   if (cross_dtype_ == DType::bfloat16) cross_buckets_.resize(buckets_.size());
   summed_ = Tensor::zeros({total_});
@@ -123,9 +122,15 @@ void GradientSynchronizer::gradient_ready(ReplicaContext& ctx, size_t index, con
   ReplicaStep& st = steps_[static_cast<size_t>(r)];
   if (!st.overlapping || index >= shapes_.size()) return;
   pack_one(r, index, grad);
-  const size_t b = bucket_of_[index];
-  if (++st.ready[b] == buckets_[b].end_var - buckets_[b].first_var) {
-    ship_bucket(ctx, b, *ctx.cross_worker_communicator(), /*background=*/true);
+  auto complete = [&](size_t b) {
+    return st.ready[b] == buckets_[b].end_var - buckets_[b].first_var;
+  };
+  ++st.ready[bucket_of_[index]];
+  // Buckets leave in index order whatever order they complete in, so that every rank — and a
+  // replica that had no examples this step, which ships everything in all_reduce — issues the
+  // same collectives in the same order.
+  while (st.next < buckets_.size() && complete(st.next)) {
+    ship_bucket(ctx, st.next++, *ctx.cross_worker_communicator(), /*background=*/true);
   }
 }
 
@@ -145,7 +150,6 @@ void GradientSynchronizer::ship_bucket(ReplicaContext& ctx, size_t b, Communicat
                        ReduceOp::SUM);
   // Every local block must be in S before replica 0 ships the bucket to the other workers.
   local.barrier();
-  steps_[static_cast<size_t>(r)].shipped[b] = 1;
   if (r != 0) return;
   stats_.local_seconds += seconds_since(start);
   float* s = summed_.data<float>() + k.begin;
@@ -176,9 +180,7 @@ const std::vector<Tensor>& GradientSynchronizer::all_reduce_across_workers(Repli
   const int r = ctx.local_replica_id();
   ReplicaStep& st = steps_[static_cast<size_t>(r)];
   // What backward did not ship (everything, without overlap), in bucket order on every rank.
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (!st.shipped[b]) ship_bucket(ctx, b, cross, st.overlapping);
-  }
+  for (; st.next < buckets_.size(); ++st.next) ship_bucket(ctx, st.next, cross, st.overlapping);
   if (r == 0) {
     ++stats_.steps;
     stats_.bytes_per_step = static_cast<size_t>(total_) *
@@ -199,7 +201,7 @@ const std::vector<Tensor>& GradientSynchronizer::all_reduce_across_workers(Repli
   }
   st.overlapping = false;
   std::fill(st.ready.begin(), st.ready.end(), 0);
-  std::fill(st.shipped.begin(), st.shipped.end(), 0);
+  st.next = 0;
   // Nobody reads S before the cross-worker sums are in.
   ctx.local_communicator().barrier();
   return summed_views_;

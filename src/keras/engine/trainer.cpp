@@ -146,6 +146,12 @@ struct Trainer {
       Tensor y_pred = model(x, /*training=*/true);
       Tensor per_example = c.loss->call(y, y_pred);
       Tensor scaled = distribute::compute_average_loss(per_example, global_batch);
+      // Multi-worker: buckets of finished gradients start crossing workers while the backward
+      // pass is still computing the others (GradientSynchronizer::begin_overlap).
+      if (c.sync->begin_overlap(ctx)) {
+        tape.set_gradient_ready_callback(
+            [&](size_t i, const Tensor& g) { c.sync->gradient_ready(ctx, i, g); });
+      }
       // Straight into this replica's slice of the all-reduce buffer: no pack copy.
       grads = tape.gradient(scaled, c.trainable, c.sync->gradient_buffers(r));
       c.loss_sum[static_cast<size_t>(r)] += sum_of(per_example);
