@@ -32,6 +32,7 @@ struct TrainArgs {
   int steps_per_execution = 1;
   std::string model = "mlp";
   std::string gradient_dtype = "float32";  // across workers (MPI); replicas of one process: float32
+  int64_t bytes_per_pack = 0;              // gradient bucket size across workers; 0: 25 MiB
 };
 
 // uint8 pixels -> float32 / 255 in one pass (it runs on the host thread, next to the replicas).
@@ -70,6 +71,7 @@ std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
     return std::make_unique<distribute::MultiWorkerMirroredStrategy>(
         distribute::CommunicationOptions{
             .timeout_seconds = a.timeout,
+            .bytes_per_pack = static_cast<size_t>(a.bytes_per_pack),
             .gradient_dtype = a.gradient_dtype == "bfloat16" ? DType::bfloat16 : DType::float32},
         LocalDeviceOptions{.num_replicas = a.replicas});
   }
@@ -222,6 +224,10 @@ std::function<int()> add_train_command(CLI::App& app) {
                   "Multi-worker: dtype gradients cross workers in; bfloat16 halves the bytes "
                   "(docs/distributed.md)")
       ->check(CLI::IsMember({"float32", "bfloat16"}));
+  cmd->add_option("--bytes-per-pack", a->bytes_per_pack,
+                  "Multi-worker: gradient bucket size in bytes (default 25 MiB); with several "
+                  "buckets the all-reduce overlaps the backward pass")
+      ->check(CLI::PositiveNumber);
   return [a] {
     TrainArgs args = *a;
     if (!has_mpi_environment(Environment::process())) return run_train(args);

@@ -86,16 +86,18 @@ class GradientSynchronizer {
   // several workers and more than one bucket, begin_overlap() returns true and the caller then
   // reports each gradient as soon as it is final with gradient_ready() (from
   // GradientTape::set_gradient_ready_callback). Buckets are groups of consecutive gradients of
-  // about `bucket_bytes`, formed from the last gradient backwards (the order backward produces
-  // them); when a bucket's gradients are all ready, the local replicas sum it (reduce-scatter) and
-  // local replica 0 hands it to a communication thread (BackgroundReducer) that all-reduces it
-  // across workers while backward goes on. The all_reduce() / reduce_and_apply() that follows
-  // ships what is left and waits. Results are bit-identical to the blocking path: the same
-  // buckets are summed in the same order by the same calls. Returns false (nothing to overlap)
-  // with one worker or one bucket. Called by every local replica before its backward pass.
+  // about `bucket_bytes` (the first one at most kFirstBucketBytes, DDP's first_bucket_bytes),
+  // formed from the last gradient backwards (the order backward produces them); when a bucket's
+  // gradients are all ready, the local replicas sum it (reduce-scatter) and local replica 0 hands
+  // it to a communication thread (BackgroundReducer) that all-reduces it across workers while
+  // backward goes on. The all_reduce() / reduce_and_apply() that follows ships what is left and
+  // waits. Results are bit-identical to the blocking path: the same buckets are summed in the same
+  // order by the same calls. Returns false (nothing to overlap) with one worker or one bucket.
+  // Called by every local replica before its backward pass.
   bool begin_overlap(ReplicaContext& ctx);
   void gradient_ready(ReplicaContext& ctx, size_t index, const Tensor& gradient);
   size_t num_buckets() const { return buckets_.size(); }
+  static constexpr size_t kFirstBucketBytes = size_t{1} << 20;
 
   // The flat element range [begin, end) of the concatenated gradients local replica r updates.
   BlockRange owned_range(int local_replica) const;

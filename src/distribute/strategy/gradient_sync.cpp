@@ -42,14 +42,19 @@ GradientSynchronizer::GradientSynchronizer(std::vector<Shape> shapes, int num_lo
     }
     packed_views_.push_back(std::move(views));
   }
-  // Buckets from the last gradient backwards, each closed once it holds bucket_elements_.
+  // Buckets from the last gradient backwards, each closed once it holds bucket_elements_; the
+  // first (the last layers' gradients, ready first) at most 1 MiB, as DDP does, so that
+  // communication starts early in the backward pass.
   bucket_of_.assign(shapes_.size(), 0);
   for (size_t end = shapes_.size(); end > 0;) {
+    const size_t limit = buckets_.empty()
+                             ? std::min(bucket_elements_, kFirstBucketBytes / sizeof(float))
+                             : bucket_elements_;
     Bucket b;
     b.end_var = end;
     size_t first = end;
     size_t elements = 0;
-    while (first > 0 && (elements == 0 || elements < bucket_elements_)) {
+    while (first > 0 && (elements == 0 || elements < limit)) {
       --first;
       elements += static_cast<size_t>(shapes_[first].num_elements());
     }
