@@ -220,6 +220,32 @@ TEST(GradientSynchronizer, ReduceAndApplyLetsTheOthersTakeOverTheRangeOfAReplica
   EXPECT_EQ(done_by_0 + (ranges[1][0].second - ranges[1][0].first), 40000);
 }
 
+TEST(GradientSynchronizer, AccumulatedGradientsJoinTheNextSumWithoutCommunicating) {
+  MirroredStrategy strategy(2);
+  GradientSynchronizer sync({Shape{3}, Shape{2, 2}}, 2);
+  // Replica r's gradient at step k is (r + 1) * 10^k: every partial sum is exact in float32.
+  auto grads_at = [](ReplicaContext& ctx, int k) {
+    float v = static_cast<float>((ctx.local_replica_id() + 1) * std::pow(10.0, k));
+    return std::vector<Tensor>{Tensor::full({3}, v), Tensor::full({2, 2}, v)};
+  };
+  auto sums = strategy.run([&](ReplicaContext& ctx) {
+    sync.accumulate(ctx, grads_at(ctx, 0));  // no_sync steps: nothing is exchanged
+    sync.accumulate(ctx, grads_at(ctx, 1));
+    std::vector<Tensor> out;
+    const std::vector<Tensor>& s = sync.all_reduce(ctx, grads_at(ctx, 2));
+    out.push_back(s[0].to(DType::float32));
+    // The accumulator was emptied: the next step sums its own gradients only.
+    const std::vector<Tensor>& t = sync.all_reduce(ctx, grads_at(ctx, 3));
+    out.push_back(t[1].reshape({4}).to(DType::float32));
+    return out;
+  });
+  for (const std::vector<Tensor>& s : sums.values) {
+    EXPECT_EQ(s[0].to_vector<float>(), std::vector<float>(3, 3 * 111.0f));  // (1 + 2) * 111
+    EXPECT_EQ(s[1].to_vector<float>(), std::vector<float>(4, 3 * 1000.0f));
+  }
+  EXPECT_EQ(sync.stats().steps, 2u);  // accumulate() is not a synchronisation
+}
+
 TEST(Strategy, AFailingReplicaIsReportedAndDoesNotHangTheOthers) {
   MirroredStrategy strategy(3);
   try {

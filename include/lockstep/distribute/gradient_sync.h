@@ -55,6 +55,13 @@ class GradientSynchronizer {
   // views of the summed gradients, identical on all local replicas, valid until the next call.
   const std::vector<Tensor>& all_reduce(ReplicaContext& ctx, const std::vector<Tensor>& grads);
 
+  // Gradient accumulation without communication (DDP's no_sync): adds this replica's gradients
+  // to its own float32 accumulator and returns; nothing crosses replicas or workers. The next
+  // all_reduce / reduce_and_apply of this replica sums its gradients plus everything accumulated
+  // since (accumulated first, in call order) and empties the accumulator. Keras'
+  // `gradient_accumulation_steps` runs on it: communication once per N steps.
+  void accumulate(ReplicaContext& ctx, const std::vector<Tensor>& grads);
+
   // Views of local replica r's own flat buffer G_r, one per gradient (shaped like it). Gradients
   // computed straight into these views (GradientTape destinations) are not copied by
   // all_reduce / reduce_and_apply; any other tensor is copied in.
@@ -130,6 +137,8 @@ class GradientSynchronizer {
     size_t next = 0;            // buckets [0, next) summed locally (and handed on by replica 0)
   };
   std::vector<ReplicaStep> steps_;
+  std::vector<Tensor> accumulated_;  // A_r per local replica (allocated on first accumulate)
+  std::vector<char> has_accumulated_;
   std::vector<std::vector<bfloat16>> cross_buckets_;  // bfloat16 copy per bucket in flight
   std::unique_ptr<BackgroundReducer> reducer_;        // created by local replica 0 when needed
   void reduce_and_apply_impl(ReplicaContext& ctx, const std::vector<Tensor>& grads,

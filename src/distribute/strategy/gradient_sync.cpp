@@ -66,6 +66,8 @@ GradientSynchronizer::GradientSynchronizer(std::vector<Shape> shapes, int num_lo
     end = first;
   }
   steps_.resize(static_cast<size_t>(num_local_));
+  accumulated_.resize(static_cast<size_t>(num_local_));
+  has_accumulated_.assign(static_cast<size_t>(num_local_), 0);
   for (ReplicaStep& st : steps_) {
     st.ready.assign(buckets_.size(), 0);
   }
@@ -87,6 +89,22 @@ void GradientSynchronizer::pack(int r, const std::vector<Tensor>& grads) {
                           " gradients. Received " + std::to_string(grads.size()) + ".");
   }
   for (size_t i = 0; i < grads.size(); ++i) pack_one(r, i, grads[i]);
+  if (has_accumulated_[static_cast<size_t>(r)]) {
+    // What accumulate() kept since the last synchronisation joins this step's gradients.
+    float* g = packed_[static_cast<size_t>(r)].data<float>();
+    const float* a = accumulated_[static_cast<size_t>(r)].data<float>();
+    for (int64_t k = 0; k < total_; ++k) g[k] = a[k] + g[k];
+    has_accumulated_[static_cast<size_t>(r)] = 0;
+  }
+}
+
+void GradientSynchronizer::accumulate(ReplicaContext& ctx, const std::vector<Tensor>& grads) {
+  const auto r = static_cast<size_t>(ctx.local_replica_id());
+  pack(static_cast<int>(r), grads);  // G_r = A_r + grads
+  if (!accumulated_[r].defined()) accumulated_[r] = Tensor::zeros({total_});
+  std::memcpy(accumulated_[r].data<float>(), packed_[r].data<float>(),
+              static_cast<size_t>(total_) * sizeof(float));
+  has_accumulated_[r] = 1;
 }
 
 void GradientSynchronizer::pack_one(int r, size_t i, const Tensor& grad) {
@@ -111,8 +129,13 @@ void GradientSynchronizer::pack_one(int r, size_t i, const Tensor& grad) {
 }
 
 bool GradientSynchronizer::begin_overlap(ReplicaContext& ctx) {
-  if (!ctx.cross_worker_communicator() || buckets_.size() < 2) return false;
   const int r = ctx.local_replica_id();
+  // Accumulated gradients join in pack(), after backward: such a step ships at the end (the same
+  // buckets in the same order, so ranks that overlap and ranks that do not still match).
+  if (!ctx.cross_worker_communicator() || buckets_.size() < 2 ||
+      has_accumulated_[static_cast<size_t>(r)]) {
+    return false;
+  }
   if (r == 0 && !reducer_) {
     // Non-owning: the strategy owns the communicator and outlives the compiled model's steps.
     reducer_ = std::make_unique<BackgroundReducer>(std::shared_ptr<Communicator>(
