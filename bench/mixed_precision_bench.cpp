@@ -117,6 +117,8 @@ void run(const std::string& name, bool wide, int64_t batch, int steps, int round
       t[p].push_back(us[p]);
       c[p].push_back(cpu[p]);
     }
+    if (std::getenv("MP_BENCH_VERBOSE"))
+      std::printf("    round %d: %.1f %.1f us\n", r, us[0], us[1]);
     ratios.push_back(us[1] / us[0]);
     cpu_ratios.push_back(cpu[1] / cpu[0]);
   }
