@@ -42,6 +42,8 @@ class BackgroundReducer {
   BackgroundReducer& operator=(const BackgroundReducer&) = delete;
 
   void enqueue(void* buf, size_t count, DType dtype, ReduceOp op);
+  // Queues Communicator::all_reduce_compressed (bfloat16 on the wire) instead.
+  void enqueue_compressed(bfloat16* buf, size_t count);
   // Returns when every enqueued all-reduce is done; rethrows the first failure (then again on every
   // later call: the communicator is broken).
   void wait();
@@ -54,6 +56,7 @@ class BackgroundReducer {
     size_t count;
     DType dtype;
     ReduceOp op;
+    bool compressed;
   };
   void loop();
 

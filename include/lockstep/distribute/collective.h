@@ -41,6 +41,7 @@
 #include <string>
 #include <string_view>
 
+#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/tensor.h"
 
@@ -110,6 +111,14 @@ class Communicator {
   // Returns once every rank has called barrier().
   void barrier();
 
+  // Sums bfloat16 values with bfloat16 on the wire — gradient compression, as DDP's
+  // bf16_compress_hook and Horovod's compression: half the bytes of a float32 all-reduce. Each
+  // partial sum the transport forms is computed in float32 and rounded to bfloat16, so with more
+  // than two ranks a sum can carry up to size() - 1 roundings instead of all_reduce's one (with
+  // two ranks there is one addition: the result equals all_reduce's bit for bit). Deterministic
+  // run to run. The shared-memory group has no wire and just calls all_reduce (rounds once).
+  void all_reduce_compressed(bfloat16* buf, size_t count);
+
   // ---- Typed conveniences (non-virtual). Tensors are handles: the elements are written even
   // through a const handle, so views such as `t.slice(a, b)` can be passed directly. ----
 
@@ -145,6 +154,9 @@ class Communicator {
   virtual void do_all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype) = 0;
   virtual void do_broadcast(void* buf, size_t count, DType dtype, int root) = 0;
   virtual void do_barrier() = 0;
+  virtual void do_all_reduce_compressed(bfloat16* buf, size_t count) {
+    do_all_reduce(buf, count, DType::bfloat16, ReduceOp::SUM);
+  }
 
   // "all_reduce #57 (float32[101770], SUM)": the collective now running, for error messages.
   std::string describe_current() const;

@@ -110,6 +110,9 @@ class MpiCommunicator final : public Communicator {
   void do_all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype) override;
   void do_broadcast(void* buf, size_t count, DType dtype, int root) override;
   void do_barrier() override;
+  // bfloat16 on the wire: a 2-byte MPI datatype and a user-defined commutative sum that adds in
+  // float32 and rounds each partial sum to bfloat16 (round to nearest even).
+  void do_all_reduce_compressed(bfloat16* buf, size_t count) override;
 
  private:
   struct PendingReply;

@@ -40,7 +40,16 @@ void BackgroundReducer::enqueue(void* buf, size_t count, DType dtype, ReduceOp o
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
-    jobs_.push_back({buf, count, dtype, op});
+    jobs_.push_back({buf, count, dtype, op, false});
+  }
+  work_.notify_one();
+}
+
+void BackgroundReducer::enqueue_compressed(bfloat16* buf, size_t count) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+    jobs_.push_back({buf, count, DType::bfloat16, ReduceOp::SUM, true});
   }
   work_.notify_one();
 }
@@ -68,7 +77,11 @@ void BackgroundReducer::loop() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      comm_->all_reduce(job.buf, job.count, job.dtype, job.op);
+      if (job.compressed) {
+        comm_->all_reduce_compressed(static_cast<bfloat16*>(job.buf), job.count);
+      } else {
+        comm_->all_reduce(job.buf, job.count, job.dtype, job.op);
+      }
     } catch (...) {
       error = std::current_exception();
     }

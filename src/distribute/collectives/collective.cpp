@@ -97,6 +97,12 @@ void Communicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op)
   do_all_reduce(buf, count, dtype, op);
 }
 
+void Communicator::all_reduce_compressed(bfloat16* buf, size_t count) {
+  check_buffer("all_reduce_compressed", "buf", buf, count);
+  begin("all_reduce_compressed", count, DType::bfloat16, static_cast<int>(ReduceOp::SUM), -1);
+  do_all_reduce_compressed(buf, count);
+}
+
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
                                   ReduceOp op) {
   check_dtype("reduce_scatter", dtype);

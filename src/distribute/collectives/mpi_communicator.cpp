@@ -388,6 +388,52 @@ void MpiCommunicator::do_all_reduce(void* buf, size_t count, DType dtype, Reduce
   if (op == ReduceOp::MEAN) detail::divide_in_place(buf, count, dtype, size_);
 }
 
+namespace {
+
+// inout[i] <- bfloat16(float(in[i]) + float(inout[i])): one partial sum, rounded once. Float
+// addition is commutative bit for bit, so MPI may combine in any order it fixes.
+void bfloat16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const bfloat16*>(in);
+  auto* b = static_cast<bfloat16*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    b[i] = bfloat16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+  }
+}
+
+struct Bfloat16Wire {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op sum = MPI_OP_NULL;
+};
+
+// Created on first use (MPI is initialised by then) and kept until MPI_Finalize frees it.
+const Bfloat16Wire& bfloat16_wire() {
+  static const Bfloat16Wire wire = [] {
+    Bfloat16Wire w;
+    check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &w.type), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_commit(&w.type), "MPI_Type_commit");
+    check_mpi(MPI_Op_create(&bfloat16_sum, /*commute=*/1, &w.sum), "MPI_Op_create");
+    return w;
+  }();
+  return wire;
+}
+
+}  // namespace
+
+void MpiCommunicator::do_all_reduce_compressed(bfloat16* buf, size_t count) {
+  check_usable();
+  const Bfloat16Wire& wire = bfloat16_wire();
+  const size_t pack = pack_elements(sizeof(bfloat16));
+  for (size_t begin = 0; begin < count || (count == 0 && begin == 0); begin += pack) {
+    const size_t n = std::min(pack, count - begin);
+    MPI_Request request;
+    const int rc = MPI_Iallreduce(MPI_IN_PLACE, buf + begin, static_cast<int>(n), wire.type,
+                                  wire.sum, data_, &request);
+    if (rc != MPI_SUCCESS) fail("MPI_Iallreduce: " + mpi_error_text(rc));
+    wait(&request);
+    if (count == 0) break;
+  }
+}
+
 void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
                                         ReduceOp op) {
   check_usable();

@@ -182,15 +182,16 @@ void GradientSynchronizer::ship_bucket(ReplicaContext& ctx, size_t b, Communicat
   stats_.local_seconds += seconds_since(start);
   float* s = summed_.data<float>() + k.begin;
   if (cross_dtype_ == DType::bfloat16) {
-    // Half the bytes on the wire; the transport sums bfloat16 in float32 and rounds once.
+    // Half the bytes on the wire: bfloat16 crosses workers, each partial sum rounded to bfloat16
+    // (Communicator::all_reduce_compressed).
     std::vector<bfloat16>& half = cross_buckets_[b];
     half.resize(count);
     float_to_bfloat16(s, half.data(), count);
     if (background) {
-      reducer_->enqueue(half.data(), count, DType::bfloat16, ReduceOp::SUM);
+      reducer_->enqueue_compressed(half.data(), count);
     } else {
       start = std::chrono::steady_clock::now();
-      cross.all_reduce(half.data(), count, DType::bfloat16, ReduceOp::SUM);
+      cross.all_reduce_compressed(half.data(), count);
       stats_.cross_worker_seconds += seconds_since(start);
       bfloat16_to_float(half.data(), s, count);
     }
