@@ -22,6 +22,8 @@ struct Model::Compiled {
   // merged when logs are read).
   std::vector<std::vector<std::unique_ptr<metrics::Metric>>> replica_metrics;
   std::vector<double> loss_sum, example_count;
+  // Per local replica: steps since the last update (Optimizer gradient_accumulation_steps).
+  std::vector<int> accumulated_steps;
 };
 
 }  // namespace lockstep::keras

@@ -73,6 +73,7 @@ struct Trainer {
       for (const auto& m : c.metrics) ms.push_back(m->clone());
       c.replica_metrics.push_back(std::move(ms));
     }
+    c.accumulated_steps.assign(static_cast<size_t>(n), 0);
     c.loss_sum.assign(static_cast<size_t>(n), 0.0);
     c.example_count.assign(static_cast<size_t>(n), 0.0);
   }
@@ -140,15 +141,21 @@ struct Trainer {
     const Tensor& y = e[1];
     int64_t b = e[0].dim(0);
     std::vector<Tensor> grads(c.trainable.size());
+    // gradient_accumulation_steps N: N - 1 steps only add to this replica's accumulator (no
+    // communication, DDP's no_sync); the N-th sums and updates with the average of the N.
+    const int accumulation = c.optimizer->gradient_accumulation_steps();
+    int& accumulated = c.accumulated_steps[static_cast<size_t>(r)];
+    const bool update = accumulation == 1 || accumulated + 1 == accumulation;
     if (b > 0) {
       Tensor x = as_model_input(e[0]);
       GradientTape tape;
       Tensor y_pred = model(x, /*training=*/true);
       Tensor per_example = c.loss->call(y, y_pred);
-      Tensor scaled = distribute::compute_average_loss(per_example, global_batch);
+      // Dividing by N x the global batch makes the accumulated sum the average of the N steps.
+      Tensor scaled = distribute::compute_average_loss(per_example, global_batch * accumulation);
       // Multi-worker: buckets of finished gradients start crossing workers while the backward
       // pass is still computing the others (GradientSynchronizer::begin_overlap).
-      if (c.sync->begin_overlap(ctx)) {
+      if (update && c.sync->begin_overlap(ctx)) {
         tape.set_gradient_ready_callback(
             [&](size_t i, const Tensor& g) { c.sync->gradient_ready(ctx, i, g); });
       }
@@ -158,10 +165,16 @@ struct Trainer {
       c.example_count[static_cast<size_t>(r)] += static_cast<double>(b);
       for (auto& m : c.replica_metrics[static_cast<size_t>(r)]) m->update_state(y, y_pred);
     }
+    if (!update) {
+      c.sync->accumulate(ctx, grads);
+      ++accumulated;
+      return;
+    }
+    accumulated = 0;
     bool complete = std::all_of(grads.begin(), grads.end(), [](const Tensor& g) {
       return g.defined() && g.dtype() == DType::float32;
     });
-    if (ctx.num_replicas_in_sync() == 1 && complete) {
+    if (ctx.num_replicas_in_sync() == 1 && complete && accumulation == 1) {
       // A lone replica's gradients are already the sum: skip packing them into the shared buffer
       // (two copies of every gradient per step, ~10% of a seed-model step on one core).
       c.optimizer->apply_gradients_range(grads, c.trainable, 0, c.sync->total_elements());

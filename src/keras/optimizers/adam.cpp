@@ -124,6 +124,7 @@ AdamOptions to_adam(const AdamWOptions& w) {
           .clipvalue = w.clipvalue,
           .global_clipnorm = w.global_clipnorm,
           .exclude_from_weight_decay = w.exclude_from_weight_decay,
+          .gradient_accumulation_steps = w.gradient_accumulation_steps,
           .name = w.name};
 }
 }  // namespace

@@ -56,6 +56,12 @@ Optimizer::Optimizer(CommonOptions options) : options_(std::move(options)) {
         ", clipvalue=" + optional_json(options_.clipvalue).dump() +
         ", global_clipnorm=" + optional_json(options_.global_clipnorm).dump());
   }
+  if (options_.gradient_accumulation_steps && *options_.gradient_accumulation_steps < 1) {
+    throw InvalidArgument(
+        "Optimizer: expected gradient_accumulation_steps >= 1. Received: "
+        "gradient_accumulation_steps=" +
+        std::to_string(*options_.gradient_accumulation_steps));
+  }
   check_positive(options_.clipnorm, "clipnorm");
   check_positive(options_.clipvalue, "clipvalue");
   check_positive(options_.global_clipnorm, "global_clipnorm");
@@ -181,14 +187,18 @@ std::vector<Variable> Optimizer::variables() const {
 }
 
 nlohmann::json Optimizer::get_config() const {
-  return {{"name", options_.name},
-          {"learning_rate", learning_rate_.defined() ? nlohmann::json(learning_rate())
-                                                     : options_.learning_rate.to_json()},
-          {"weight_decay", optional_json(options_.weight_decay)},
-          {"clipnorm", optional_json(options_.clipnorm)},
-          {"global_clipnorm", optional_json(options_.global_clipnorm)},
-          {"clipvalue", optional_json(options_.clipvalue)},
-          {"exclude_from_weight_decay", options_.exclude_from_weight_decay}};
+  return {
+      {"name", options_.name},
+      {"learning_rate", learning_rate_.defined() ? nlohmann::json(learning_rate())
+                                                 : options_.learning_rate.to_json()},
+      {"weight_decay", optional_json(options_.weight_decay)},
+      {"clipnorm", optional_json(options_.clipnorm)},
+      {"global_clipnorm", optional_json(options_.global_clipnorm)},
+      {"clipvalue", optional_json(options_.clipvalue)},
+      {"exclude_from_weight_decay", options_.exclude_from_weight_decay},
+      {"gradient_accumulation_steps", options_.gradient_accumulation_steps
+                                          ? nlohmann::json(*options_.gradient_accumulation_steps)
+                                          : nlohmann::json()}};
 }
 
 void Optimizer::update_step_rounded(float* var, const float* grad, std::span<float* const> slots,

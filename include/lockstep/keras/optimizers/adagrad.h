@@ -18,6 +18,7 @@ struct AdagradOptions {
   std::optional<double> clipvalue{};
   std::optional<double> global_clipnorm{};
   std::vector<std::string> exclude_from_weight_decay{};
+  std::optional<int> gradient_accumulation_steps{};
   std::string name = "adagrad";
 };
 

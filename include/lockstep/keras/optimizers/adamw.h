@@ -21,6 +21,7 @@ struct AdamWOptions {
   std::optional<double> clipvalue{};
   std::optional<double> global_clipnorm{};
   std::vector<std::string> exclude_from_weight_decay{};
+  std::optional<int> gradient_accumulation_steps{};
   std::string name = "adamw";
 };
 

@@ -73,13 +73,22 @@ struct CommonOptions {
   // (Keras: exclude_from_weight_decay(var_names=...)).
   std::vector<std::string> exclude_from_weight_decay{};
   std::string name{};
+  // Keras 3's gradient_accumulation_steps: when set (> 1), fit updates the variables every N
+  // steps with the average of the N steps' gradients; replicas communicate only on those steps
+  // (GradientSynchronizer::accumulate, DDP's no_sync). iterations counts updates.
+  std::optional<int> gradient_accumulation_steps{};
 };
 
 template <typename Options>
 CommonOptions common_options(const Options& o) {
-  return {o.learning_rate, o.weight_decay,    o.clipnorm,
-          o.clipvalue,     o.global_clipnorm, o.exclude_from_weight_decay,
-          o.name};
+  return {o.learning_rate,
+          o.weight_decay,
+          o.clipnorm,
+          o.clipvalue,
+          o.global_clipnorm,
+          o.exclude_from_weight_decay,
+          o.name,
+          o.gradient_accumulation_steps};
 }
 
 // Per-step values handed to update_step; `c` holds the optimizer's per-step constants filled once
@@ -127,6 +136,10 @@ class Optimizer {
   int64_t num_elements() const { return total_elements_; }
 
   const std::string& name() const { return options_.name; }
+  // 1 unless gradient_accumulation_steps was set.
+  int gradient_accumulation_steps() const {
+    return options_.gradient_accumulation_steps.value_or(1);
+  }
   virtual nlohmann::json get_config() const;
   // A fresh, unbuilt optimizer with the same configuration (for compile() taking a prototype).
   virtual std::unique_ptr<Optimizer> clone() const = 0;
