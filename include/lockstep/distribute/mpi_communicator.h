@@ -17,9 +17,11 @@
 //
 // Collectives are non-blocking MPI calls (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Iallgather,
 // MPI_Ibcast, MPI_Ibarrier) polled with MPI_Test until done or until timeout_seconds pass, so a
-// lost peer cannot hang the others. On timeout (or a transport error) the communicator asks every
-// peer, on a second duplicated communicator, which collective it is in; peers that do not answer
-// within a short grace period are reported as lost, with pid and host (exchanged at construction):
+// lost peer cannot hang the others. Exception: with timeout_seconds 0 (wait forever) all-reduces
+// call the blocking MPI_Allreduce, whose algorithms are faster in Open MPI (nothing to poll for).
+// On timeout (or a transport error) the communicator asks every peer, on a second duplicated
+// communicator, which collective it is in; peers that do not answer within a short grace period are
+// reported as lost, with pid and host (exchanged at construction):
 //   Unavailable: worker rank 1 (pid 1234 on host node-a) did not join all_reduce #57
 //   (float32[101770], SUM) within 10 s; it has exited (no such process).
 // See docs/distributed.md ("Collectives") for launching so that survivors can report.
@@ -118,6 +120,7 @@ class MpiCommunicator final : public Communicator {
   struct PendingReply;
   void check_usable() const;
   void wait(MPI_Request* request);
+  void all_reduce_pack(void* buf, int n, MPI_Datatype type, MPI_Op op);
   void serve_queries();
   [[noreturn]] void fail(const std::string& cause);
   size_t pack_elements(size_t element_size) const;
