@@ -3,9 +3,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "lockstep/data/dataset.h"
 #include "test_util.h"
@@ -74,6 +83,34 @@ TEST(ParallelMap, ErrorsArriveInOrderAfterTheEarlierResults) {
 
 TEST(ParallelMap, RejectsNegativeParallelism) {
   EXPECT_THROW(Dataset::range(3).map(uneven_square, -2), InvalidArgument);
+}
+
+// The nice value of every thread of this process, from /proc (field 19 of /proc/self/task/T/stat).
+std::vector<int> thread_nice_values() {
+  std::vector<int> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream f(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    // Fields after the parenthesised command name (which may contain spaces).
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && rest >> field; ++i) {
+      if (i == 19) out.push_back(std::stoi(field));
+    }
+  }
+  return out;
+}
+
+TEST(Prefetch, ProducerThreadRunsAtNice19SoItYieldsToReplicas) {
+  const std::vector<int> initial = thread_nice_values();
+  const auto before = std::count(initial.begin(), initial.end(), 19);
+  Dataset ds = Dataset::range(1000).prefetch(2);
+  Iterator it = ds.make_iterator();
+  ASSERT_TRUE(it.next());  // starts the producer
+  std::vector<int> nice = thread_nice_values();
+  EXPECT_EQ(std::count(nice.begin(), nice.end(), 19), before + 1);
+  // The consumer (this thread) keeps its priority.
+  EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(gettid())), 0);
 }
 
 TEST(Prefetch, PropagatesAnUpstreamError) {
