@@ -9,32 +9,13 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
+#include "testing/bfloat16_reference.h"
 
 namespace lockstep {
 namespace {
 
-// Round to nearest, ties to even, on the bits; NaN stays a quiet NaN. Written independently of
-// the library's conversions.
-float reference_round(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if (std::isnan(f)) {
-    u = (u | 0x00400000u) & 0xffff0000u;
-  } else {
-    const uint32_t low = u & 0xffffu, keep = u & 0xffff0000u;
-    const bool up = low > 0x8000u || (low == 0x8000u && (keep & 0x10000u) != 0);
-    u = keep + (up ? 0x10000u : 0u);
-  }
-  float r;
-  std::memcpy(&r, &u, sizeof r);
-  return r;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+using lockstep::testing::float_bits;
+using lockstep::testing::reference_round_to_bfloat16;
 
 Tensor sample_values(int64_t n, float shift) {
   Tensor t({n}, DType::float32);
@@ -55,7 +36,8 @@ void expect_rounded(const Variable& v, const Tensor& rounded) {
   const float* w = v.raw_value().data<float>();
   const float* r = rounded.data<float>();
   for (int64_t i = 0; i < v.num_elements(); ++i) {
-    ASSERT_EQ(bits(r[i]), bits(reference_round(w[i]))) << "element " << i << " of " << w[i];
+    ASSERT_EQ(float_bits(r[i]), float_bits(reference_round_to_bfloat16(w[i])))
+        << "element " << i << " of " << w[i];
   }
 }
 

@@ -14,6 +14,7 @@
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/shared_memory_group.h"
 #include "testing/collective_values.h"
+#include "testing/run_threads.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -23,22 +24,7 @@ using testing::contribution;
 using ::testing::HasSubstr;
 
 void run_ranks(SharedMemoryGroup& group, const std::function<void(int)>& fn) {
-  const int n = group.size();
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  testing::run_threads(group.size(), fn);
 }
 
 TEST(BackgroundReducer, SumsEveryBucketInOrderWhileTheCallerContinues) {

@@ -20,28 +20,14 @@
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/shared_memory_group.h"
 #include "testing/collective_values.h"
+#include "testing/run_threads.h"
 
 namespace lockstep::distribute {
 namespace {
 
 // Runs fn(comm) on `n` threads, one per rank; rethrows the first exception (by rank) in the caller.
 void run_ranks(SharedMemoryGroup& group, const std::function<void(Communicator&)>& fn) {
-  const int n = group.size();
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(*group.communicator(r));
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  testing::run_threads(group.size(), [&](int r) { fn(*group.communicator(r)); });
 }
 
 void run_ranks(int n, const std::function<void(Communicator&)>& fn) {

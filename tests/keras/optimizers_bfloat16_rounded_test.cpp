@@ -11,27 +11,13 @@
 #include <vector>
 
 #include "lockstep/keras/optimizers.h"
+#include "testing/bfloat16_reference.h"
 
 namespace lockstep::keras::optimizers {
 namespace {
 
-// Round to nearest, ties to even, on the bits (no NaN in these tests).
-float reference_round(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  const uint32_t low = u & 0xffffu, keep = u & 0xffff0000u;
-  const bool up = low > 0x8000u || (low == 0x8000u && (keep & 0x10000u) != 0);
-  u = keep + (up ? 0x10000u : 0u);
-  float r;
-  std::memcpy(&r, &u, sizeof r);
-  return r;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+using lockstep::testing::float_bits;
+using lockstep::testing::reference_round_to_bfloat16;
 
 Tensor wave(int64_t n, float freq, float amp) {
   Tensor t({n}, DType::float32);
@@ -85,8 +71,9 @@ void check_keeps_copies_current(const Factory& make, bool split) {
       ASSERT_NE(r, nullptr) << "step " << step << ": the copy of " << cached[i].name()
                             << " went stale";
       for (int64_t j = 0; j < cached[i].num_elements(); ++j) {
-        ASSERT_EQ(bits(w[j]), bits(ref[j])) << cached[i].name() << "[" << j << "] step " << step;
-        ASSERT_EQ(bits(r[j]), bits(reference_round(w[j])))
+        ASSERT_EQ(float_bits(w[j]), float_bits(ref[j]))
+            << cached[i].name() << "[" << j << "] step " << step;
+        ASSERT_EQ(float_bits(r[j]), float_bits(reference_round_to_bfloat16(w[j])))
             << cached[i].name() << "[" << j << "] step " << step;
       }
     }
