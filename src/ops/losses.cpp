@@ -103,7 +103,16 @@ Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool
           for (int64_t i = 0; i < s.n; ++i) total -= at(t, i) * (at(p, i) - lse);
         } else {
           for (int64_t i = 0; i < s.n; ++i) sum += at(p, i);
-          for (int64_t i = 0; i < s.n; ++i) total -= at(t, i) * std::log(clip(at(p, i) / sum));
+          // With a finite, non-zero sum every clipped log is finite, so a zero label's term is
+          // exactly 0 and can be skipped: one log per row for one-hot labels instead of one per
+          // class (the same bits). Otherwise (inf or NaN around) every term runs, so NaN and inf
+          // propagate exactly as before.
+          const bool skip_zero_labels = std::isfinite(sum) && sum != 0;
+          for (int64_t i = 0; i < s.n; ++i) {
+            const C ti = at(t, i);
+            if (skip_zero_labels && ti == 0) continue;
+            total -= ti * std::log(clip(at(p, i) / sum));
+          }
         }
         l[o * s.inner + in] = detail::store<T>(total);
       }

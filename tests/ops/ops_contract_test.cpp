@@ -5,6 +5,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <algorithm>
+#include <limits>
+#include <vector>
 
 #include "lockstep/core/random.h"
 #include "lockstep/ops.h"
@@ -97,6 +100,36 @@ TEST(Losses, CategoricalCrossentropyFromProbabilitiesNormalisesAndClips) {
   // Where p was clipped the gradient is zero; the unclipped entry still gets −1/Σp · (...).
   Tensor g = ops::categorical_crossentropy_backward(Tensor::ones({2}, DType::float64), t, p);
   EXPECT_EQ(g.at(2), 0.0);
+}
+
+// Zero labels' terms are skipped when the row's sum is finite and non-zero (one log per one-hot
+// row); the result must be the full formula's, written here in float32 order: one-hot rows, soft
+// rows, and rows with inf or NaN in p, which must still give what every term gives (NaN).
+TEST(Losses, CategoricalCrossentropyEqualsTheFullSumIncludingNanAndInfRows) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  const std::vector<float> t = {0, 1, 0, 0.2f, 0.5f, 0.3f, 1, 0, 0, 0, 0, 1, 0, 1, 0};
+  const std::vector<float> p = {0.1f, 0.7f, 0.2f, 0.3f, 0.3f, 0.4f, 0.5f, inf,
+                                0.5f, 0.2f, nan,  0.8f, 0.0f, 0.0f, 0.0f};
+  Tensor l = ops::categorical_crossentropy(Tensor::from_vector<float>(t, {5, 3}),
+                                           Tensor::from_vector<float>(p, {5, 3}));
+  for (int r = 0; r < 5; ++r) {
+    float sum = 0, total = 0;
+    for (int i = 0; i < 3; ++i) sum += p[static_cast<size_t>(3 * r + i)];
+    for (int i = 0; i < 3; ++i) {
+      // Keras' clip to [1e-7, 1 - 1e-7] (std::clamp keeps a NaN).
+      const float q = std::clamp(p[static_cast<size_t>(3 * r + i)] / sum, static_cast<float>(1e-7),
+                                 static_cast<float>(1.0 - 1e-7));
+      total -= t[static_cast<size_t>(3 * r + i)] * std::log(q);
+    }
+    const float got = static_cast<float>(l.at(r));
+    if (std::isnan(total)) {
+      EXPECT_TRUE(std::isnan(got)) << "row " << r << ": " << got;
+    } else {
+      EXPECT_EQ(got, total) << "row " << r;
+    }
+  }
+  EXPECT_TRUE(std::isnan(static_cast<float>(l.at(2))));  // inf in a zero-label entry
+  EXPECT_TRUE(std::isnan(static_cast<float>(l.at(3))));  // NaN in a zero-label entry
 }
 
 TEST(Losses, SparseMatchesCategoricalOnOneHotLogits) {
