@@ -58,6 +58,7 @@ class BackgroundReducer {
     ReduceOp op;
     bool compressed;
   };
+  void push(const Job& job);
   void loop();
 
   std::shared_ptr<Communicator> comm_;

@@ -120,7 +120,8 @@ class MpiCommunicator final : public Communicator {
   struct PendingReply;
   void check_usable() const;
   void wait(MPI_Request* request);
-  void all_reduce_pack(void* buf, int n, MPI_Datatype type, MPI_Op op);
+  void all_reduce_in_packs(void* buf, size_t count, size_t element_size, MPI_Datatype type,
+                           MPI_Op op);
   void serve_queries();
   [[noreturn]] void fail(const std::string& cause);
   size_t pack_elements(size_t element_size) const;

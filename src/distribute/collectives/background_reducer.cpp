@@ -37,19 +37,18 @@ BackgroundReducer::~BackgroundReducer() {
 }
 
 void BackgroundReducer::enqueue(void* buf, size_t count, DType dtype, ReduceOp op) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (error_) std::rethrow_exception(error_);
-    jobs_.push_back({buf, count, dtype, op, false});
-  }
-  work_.notify_one();
+  push({buf, count, dtype, op, false});
 }
 
 void BackgroundReducer::enqueue_compressed(bfloat16* buf, size_t count) {
+  push({buf, count, DType::bfloat16, ReduceOp::SUM, true});
+}
+
+void BackgroundReducer::push(const Job& job) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
-    jobs_.push_back({buf, count, DType::bfloat16, ReduceOp::SUM, true});
+    jobs_.push_back(job);
   }
   work_.notify_one();
 }
