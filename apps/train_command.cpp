@@ -3,10 +3,12 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "lockstep/distribute/cpu_cores.h"
 #include "lockstep/lockstep.h"
 #if __has_include("lockstep/keras/layers/convolutional.h")
 #include "lockstep/keras/layers/convolutional.h"
@@ -33,6 +35,7 @@ struct TrainArgs {
   std::string model = "mlp";
   std::string gradient_dtype = "float32";  // across workers (MPI); replicas of one process: float32
   int64_t bytes_per_pack = 0;              // gradient bucket size across workers; 0: 25 MiB
+  std::string input_pipeline = "auto";     // global, per-replica, or auto (see add_train_command)
 };
 
 // uint8 pixels -> float32 / 255 in one pass (it runs on the host thread, next to the replicas).
@@ -109,12 +112,43 @@ int run_train(const TrainArgs& a) {
                           " is larger than the training set (" + std::to_string(x_train.dim(0)) +
                           " examples).");
   }
-  Dataset dataset = Dataset::from_tensor_slices({x_train, y_train})
-                        .shuffle(x_train.dim(0), a.seed)
-                        .repeat()
-                        .batch(global_batch)
-                        .map(preprocess)
-                        .prefetch(Dataset::AUTOTUNE);
+  // auto: one pipeline per replica when the replicas of this host occupy every core (a host
+  // pipeline thread would take time from one of them), else one global pipeline prefetched on a
+  // spare core. Under mpirun the host's replicas are those of every local rank.
+  const int local_ranks =
+      has_mpi_environment(Environment::process()) ? MpiClusterResolver().local_size() : 1;
+  const bool per_replica =
+      a.input_pipeline == "per-replica" ||
+      (a.input_pipeline == "auto" &&
+       strategy.num_local_replicas() * local_ranks >= static_cast<int>(available_cores().size()));
+  std::optional<distribute::DistributedDataset> train_input;
+  if (per_replica) {
+    // tf.distribute's per-replica input: replica i shuffles and batches its own shard (every
+    // num_replicas-th example) on its own thread.
+    train_input = strategy.distribute_datasets_from_function(
+        [&](const distribute::InputContext& ctx) {
+          const int64_t shard = x_train.dim(0) / ctx.num_input_pipelines;
+          return Dataset::from_tensor_slices({x_train, y_train})
+              .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+              .shuffle(shard, a.seed)
+              .repeat()
+              .batch(ctx.get_per_replica_batch_size(global_batch))
+              .map(preprocess);
+        },
+        {.experimental_replication_mode = distribute::InputReplicationMode::PER_REPLICA});
+  } else {
+    train_input =
+        strategy.experimental_distribute_dataset(Dataset::from_tensor_slices({x_train, y_train})
+                                                     .shuffle(x_train.dim(0), a.seed)
+                                                     .repeat()
+                                                     .batch(global_batch)
+                                                     .map(preprocess)
+                                                     .prefetch(Dataset::AUTOTUNE));
+  }
+  if (a.verbose > 0) {
+    std::cout << "input pipeline: " << (per_replica ? "one per replica" : "global, prefetched")
+              << "\n";
+  }
 
   auto scope = strategy.scope();
   keras::Sequential model(build_layers(a.model));
@@ -143,7 +177,7 @@ int run_train(const TrainArgs& a) {
     callbacks.push_back(std::make_shared<keras::callbacks::BackupAndRestore>(a.backup_dir));
   }
   auto history = model.fit(
-      dataset,
+      *train_input,
       {.epochs = a.epochs, .steps_per_epoch = steps, .verbose = a.verbose, .callbacks = callbacks});
   auto test = model.evaluate(
       Dataset::from_tensor_slices({x_test, y_test}).batch(global_batch).map(preprocess));
@@ -175,6 +209,7 @@ int run_train(const TrainArgs& a) {
     j["allreduce_steps"] = sync.steps;
     j["workers"] = strategy.num_workers();
     j["local_replicas"] = strategy.num_local_replicas();
+    j["input_pipeline"] = per_replica ? "per-replica" : "global";
     std::ofstream out(a.history);
     if (!out) throw NotFound("--history: cannot write '" + a.history + "'.");
     out << j.dump(2) << "\n";
@@ -228,6 +263,11 @@ std::function<int()> add_train_command(CLI::App& app) {
                   "Multi-worker: gradient bucket size in bytes (default 25 MiB); with several "
                   "buckets the all-reduce overlaps the backward pass")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--input-pipeline", a->input_pipeline,
+                  "global (one shuffled pipeline, prefetched on a host thread), per-replica (each "
+                  "replica shuffles its own shard on its own thread), or auto (per-replica when "
+                  "the replicas use every core)")
+      ->check(CLI::IsMember({"auto", "global", "per-replica"}));
   return [a] {
     TrainArgs args = *a;
     if (!has_mpi_environment(Environment::process())) return run_train(args);

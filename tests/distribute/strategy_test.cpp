@@ -81,6 +81,67 @@ TEST(DistributeDataset, FromFunctionGivesEachReplicaItsOwnBatch) {
   EXPECT_FALSE(it.next());
 }
 
+TEST(DistributeDataset, PerReplicaModeBuildsOnePipelinePerReplica) {
+  MirroredStrategy strategy(3);
+  std::vector<int> ids;
+  auto dist = strategy.distribute_datasets_from_function(
+      [&](const InputContext& ctx) {
+        ids.push_back(ctx.input_pipeline_id);
+        EXPECT_EQ(ctx.num_input_pipelines, 3);
+        EXPECT_EQ(ctx.num_replicas_in_sync, 3);
+        // Replica i: 10 * i, 10 * i + 1, ... with i + 1 elements, in batches of 2.
+        return Dataset::range(10 * ctx.input_pipeline_id,
+                              10 * ctx.input_pipeline_id + 1 + ctx.input_pipeline_id)
+            .batch(2);
+      },
+      {.experimental_replication_mode = InputReplicationMode::PER_REPLICA});
+  EXPECT_EQ(ids, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(dist.num_local_replicas(), 3);
+  EXPECT_EQ(dist.cardinality(), 2);  // the longest pipeline: 3 elements in batches of 2
+  auto it = dist.make_iterator();
+  EXPECT_FALSE(it.fetches_on_replicas());  // finite: the host pulls, to see the end coming
+  auto s0 = it.next();
+  ASSERT_TRUE(s0);
+  EXPECT_EQ((*s0)[0][0].to_vector<int64_t>(), (std::vector<int64_t>{0}));
+  EXPECT_EQ((*s0)[1][0].to_vector<int64_t>(), (std::vector<int64_t>{10, 11}));
+  EXPECT_EQ((*s0)[2][0].to_vector<int64_t>(), (std::vector<int64_t>{20, 21}));
+  EXPECT_EQ(it.last_global_batch_size(), 5);
+  auto s1 = it.next();
+  ASSERT_TRUE(s1);
+  // Replicas 0 and 1 ran out: empty batches shaped like replica 2's.
+  EXPECT_EQ((*s1)[0][0].num_elements(), 0);
+  EXPECT_EQ((*s1)[1][0].num_elements(), 0);
+  EXPECT_EQ((*s1)[2][0].to_vector<int64_t>(), (std::vector<int64_t>{22}));
+  EXPECT_EQ(it.last_global_batch_size(), 1);
+  EXPECT_EQ(it.state().position, 2);  // the furthest pipeline
+  EXPECT_FALSE(it.next());
+  EXPECT_THROW(it.next_on_replica(2), OutOfRange);
+  EXPECT_THROW(it.next_on_replica(3), InvalidArgument);
+}
+
+TEST(DistributeDataset, InfinitePerReplicaPipelinesArePulledByTheirReplicas) {
+  MirroredStrategy strategy(2);
+  auto dist = strategy.distribute_datasets_from_function(
+      [](const InputContext& ctx) {
+        return Dataset::range(100)
+            .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            .repeat()
+            .batch(3);
+      },
+      {.experimental_replication_mode = InputReplicationMode::PER_REPLICA});
+  EXPECT_EQ(dist.cardinality(), Dataset::kInfinite);
+  auto it = dist.make_iterator();
+  ASSERT_TRUE(it.fetches_on_replicas());
+  EXPECT_EQ(it.next_on_replica(1)[0].to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 5}));
+  EXPECT_EQ(it.next_on_replica(0)[0].to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(it.next_on_replica(0)[0].to_vector<int64_t>(), (std::vector<int64_t>{6, 8, 10}));
+  // Not a per-replica dataset: no per-replica pulls.
+  auto global = strategy.experimental_distribute_dataset(Dataset::range(4).repeat().batch(2));
+  auto git = global.make_iterator();
+  EXPECT_FALSE(git.fetches_on_replicas());
+  EXPECT_THROW(git.next_on_replica(0), InvalidArgument);
+}
+
 TEST(Strategy, RunGivesEveryReplicaItsIdAndReduceCombinesThem) {
   MirroredStrategy strategy(3);
   EXPECT_EQ(strategy.num_replicas_in_sync(), 3);

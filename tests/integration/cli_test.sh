@@ -56,5 +56,18 @@ else
   fail "train exited non-zero: $(tail -3 "$tmp/train")"
 fi
 
+# Both input pipelines train (the history says which one ran), and a wrong choice is refused.
+for pipeline in global per-replica; do
+  checks=$((checks + 1))
+  if "$lockstep" train --epochs 1 --steps-per-epoch 20 --replicas 2 --verbose 0 \
+    --input-pipeline "$pipeline" --history "$tmp/p.json" >"$tmp/train" 2>&1; then
+    grep -qF "\"input_pipeline\": \"$pipeline\"" "$tmp/p.json" ||
+      fail "--input-pipeline $pipeline: the history does not say it ran"
+  else
+    fail "--input-pipeline $pipeline exited non-zero: $(tail -3 "$tmp/train")"
+  fi
+done
+expect_error "input-pipeline" train --input-pipeline sideways --verbose 0
+
 echo "$((checks - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -24,11 +24,21 @@
 // which yields per-replica batches; local replica r of step s gets element s * L + r. If the
 // dataset ends inside a step, the remaining replicas get empty batches.
 //
+// From distribute_datasets_from_function(fn, {PER_REPLICA}): fn is called once per local replica
+// (input_pipeline_id = the replica's global id, num_input_pipelines = replicas in sync) and
+// replica r's step s gets element s of its own dataset. When every one of these datasets is
+// infinite (repeat()), fit pulls each replica's element on the replica's thread inside the step
+// (next_on_replica): the input work (shuffling, gathering rows, map functions) is split over the
+// cores instead of running on one host thread that competes with the replicas for them. Finite
+// datasets are pulled by the host instead (next()), so that a step where every pipeline has
+// ended is known before it runs; a replica whose pipeline ended earlier gets empty batches.
+//
 // Iteration runs on the host thread; put prefetch() in the pipeline so the next global batch is
 // prepared while the replicas compute.
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/input_context.h"
@@ -44,9 +54,17 @@ std::vector<Element> split_batch(const Element& batch, int num_slices, int first
 
 class DistributedDataset {
  public:
-  enum class Mode { kSplitGlobalBatches, kSplitWorkerBatches, kPerReplicaBatches };
+  enum class Mode {
+    kSplitGlobalBatches,
+    kSplitWorkerBatches,
+    kPerReplicaBatches,
+    kPerReplicaPipelines
+  };
 
   DistributedDataset(Dataset dataset, Mode mode, int num_local_replicas, int num_replicas_in_sync,
+                     int first_local_replica);
+  // Mode::kPerReplicaPipelines: one dataset per local replica.
+  DistributedDataset(std::vector<Dataset> per_replica, int num_replicas_in_sync,
                      int first_local_replica);
 
   class Iterator {
@@ -55,24 +73,37 @@ class DistributedDataset {
     std::optional<PerReplica<Element>> next();
     // The global batch size of the last step returned (all replicas in sync).
     int64_t last_global_batch_size() const { return last_global_batch_; }
-    IteratorState state() const { return it_.state(); }
+    // Per-replica pipelines that never end: each replica may pull its own elements with
+    // next_on_replica, concurrently with the others.
+    bool fetches_on_replicas() const;
+    // Local replica r's next element (Mode::kPerReplicaPipelines only; from replica r's thread).
+    // Throws OutOfRange if its dataset ended, which fetches_on_replicas() rules out.
+    Element next_on_replica(int local_replica);
+    // The position to resume from. Per-replica pipelines advance together (one element each per
+    // step), so one position serves them all; after uneven ends it is the furthest one.
+    IteratorState state() const;
 
    private:
     friend class DistributedDataset;
-    Iterator(const DistributedDataset& owner, lockstep::Iterator it);
+    Iterator(const DistributedDataset& owner, std::vector<lockstep::Iterator> its);
     const DistributedDataset* owner_;
-    lockstep::Iterator it_;
+    std::vector<lockstep::Iterator> its_;  // one, or one per local replica
     int64_t last_global_batch_ = 0;
   };
 
   Iterator make_iterator() const;
   Iterator make_iterator(const IteratorState& state) const;
-  const Dataset& dataset() const { return dataset_; }
+  // The (first) underlying dataset: local replica 0's with per-replica pipelines.
+  const Dataset& dataset() const { return datasets_.front(); }
+  // Steps until the input ends: Dataset::kInfinite, Dataset::kUnknown, or a count (per-worker
+  // datasets: elements, or elements / local replicas rounded up for kPerReplicaBatches;
+  // per-replica pipelines: the longest).
+  int64_t cardinality() const;
   Mode mode() const { return mode_; }
   int num_local_replicas() const { return num_local_; }
 
  private:
-  Dataset dataset_;
+  std::vector<Dataset> datasets_;
   Mode mode_;
   int num_local_;
   int num_in_sync_;

@@ -40,6 +40,7 @@ class ReplicaPool;
 class SharedMemoryGroup;
 class DistributedDataset;
 struct InputContext;
+struct InputOptions;
 enum class AutoShardPolicy : int;  // distributed_dataset.h
 
 struct StrategyConfig {
@@ -118,8 +119,12 @@ class Strategy : public VariableCreationObserver {
   DistributedDataset experimental_distribute_dataset(const Dataset& dataset,
                                                      AutoShardPolicy policy);
   // Calls fn once per worker with its InputContext; fn's dataset yields per-replica batches.
+  // With options.experimental_replication_mode PER_REPLICA, calls it once per local replica
+  // instead (see distributed_dataset.h).
   DistributedDataset distribute_datasets_from_function(
       const std::function<Dataset(const InputContext&)>& fn);
+  DistributedDataset distribute_datasets_from_function(
+      const std::function<Dataset(const InputContext&)>& fn, const InputOptions& options);
 
   // VariableCreationObserver: records this strategy as the owner of variables created in scope.
   const void* on_variable_created(const std::string& name) override;

@@ -28,6 +28,7 @@
 
 namespace lockstep::distribute {
 class Strategy;
+class DistributedDataset;
 struct SyncStats;  // lockstep/distribute/gradient_sync.h
 }  // namespace lockstep::distribute
 
@@ -124,6 +125,9 @@ class Model : public LayerImpl<Model> {
   void compile(CompileOptions options);
   callbacks::History fit(const Dataset& dataset, FitOptions options = {});
   callbacks::History fit(const Tensor& x, const Tensor& y, FitOptions options = {});
+  // A dataset distributed by this model's strategy (as Keras fits a tf.distribute
+  // DistributedDataset), e.g. per-replica pipelines from distribute_datasets_from_function.
+  callbacks::History fit(const distribute::DistributedDataset& dataset, FitOptions options = {});
   // {"loss": ..., "<metric>": ...}
   std::map<std::string, double> evaluate(const Dataset& dataset, EvaluateOptions options = {});
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,

@@ -1,5 +1,7 @@
 #include "lockstep/distribute/distributed_dataset.h"
 
+#include <algorithm>
+
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/strategy.h"
 
@@ -37,25 +39,119 @@ std::vector<Element> split_batch(const Element& batch, int num_slices, int first
 
 DistributedDataset::DistributedDataset(Dataset dataset, Mode mode, int num_local_replicas,
                                        int num_replicas_in_sync, int first_local_replica)
-    : dataset_(std::move(dataset)),
+    : datasets_{std::move(dataset)},
       mode_(mode),
       num_local_(num_local_replicas),
       num_in_sync_(num_replicas_in_sync),
-      first_local_(first_local_replica) {}
+      first_local_(first_local_replica) {
+  if (mode == Mode::kPerReplicaPipelines) {
+    throw InvalidArgument(
+        "DistributedDataset: per-replica pipelines take one dataset per local replica.");
+  }
+}
 
-DistributedDataset::Iterator::Iterator(const DistributedDataset& owner, lockstep::Iterator it)
-    : owner_(&owner), it_(std::move(it)) {}
+DistributedDataset::DistributedDataset(std::vector<Dataset> per_replica, int num_replicas_in_sync,
+                                       int first_local_replica)
+    : datasets_(std::move(per_replica)),
+      mode_(Mode::kPerReplicaPipelines),
+      num_local_(static_cast<int>(datasets_.size())),
+      num_in_sync_(num_replicas_in_sync),
+      first_local_(first_local_replica) {
+  if (datasets_.empty()) {
+    throw InvalidArgument("DistributedDataset: per-replica pipelines need at least one dataset.");
+  }
+}
+
+int64_t DistributedDataset::cardinality() const {
+  if (mode_ != Mode::kPerReplicaPipelines) {
+    const int64_t n = datasets_.front().cardinality();
+    if (n < 0 || mode_ != Mode::kPerReplicaBatches) return n;
+    return (n + num_local_ - 1) / num_local_;
+  }
+  // The longest pipeline sets the step count (the others get empty batches once they end).
+  int64_t longest = 0;
+  bool any_infinite = false;
+  for (const Dataset& d : datasets_) {
+    const int64_t n = d.cardinality();
+    if (n == Dataset::kUnknown) return Dataset::kUnknown;
+    if (n == Dataset::kInfinite) {
+      any_infinite = true;
+    } else {
+      longest = std::max(longest, n);
+    }
+  }
+  return any_infinite ? Dataset::kInfinite : longest;
+}
+
+DistributedDataset::Iterator::Iterator(const DistributedDataset& owner,
+                                       std::vector<lockstep::Iterator> its)
+    : owner_(&owner), its_(std::move(its)) {}
 
 DistributedDataset::Iterator DistributedDataset::make_iterator() const {
-  return Iterator(*this, dataset_.make_iterator());
+  std::vector<lockstep::Iterator> its;
+  for (const Dataset& d : datasets_) its.push_back(d.make_iterator());
+  return Iterator(*this, std::move(its));
 }
 DistributedDataset::Iterator DistributedDataset::make_iterator(const IteratorState& state) const {
-  return Iterator(*this, dataset_.make_iterator(state));
+  std::vector<lockstep::Iterator> its;
+  for (const Dataset& d : datasets_) its.push_back(d.make_iterator(state));
+  return Iterator(*this, std::move(its));
+}
+
+bool DistributedDataset::Iterator::fetches_on_replicas() const {
+  return owner_->mode_ == Mode::kPerReplicaPipelines &&
+         std::all_of(owner_->datasets_.begin(), owner_->datasets_.end(),
+                     [](const Dataset& d) { return d.cardinality() == Dataset::kInfinite; });
+}
+
+Element DistributedDataset::Iterator::next_on_replica(int local_replica) {
+  if (owner_->mode_ != Mode::kPerReplicaPipelines || local_replica < 0 ||
+      local_replica >= static_cast<int>(its_.size())) {
+    throw InvalidArgument("DistributedDataset::Iterator::next_on_replica(" +
+                          std::to_string(local_replica) +
+                          "): needs per-replica pipelines and a local replica id below " +
+                          std::to_string(its_.size()) + ".");
+  }
+  std::optional<Element> e = its_[static_cast<size_t>(local_replica)].next();
+  if (!e) {
+    throw OutOfRange("The input pipeline of replica " +
+                     std::to_string(owner_->first_local_ + local_replica) +
+                     " ended, but per-replica pipelines pulled on the replicas must be infinite "
+                     "(repeat()).");
+  }
+  return std::move(*e);
+}
+
+IteratorState DistributedDataset::Iterator::state() const {
+  IteratorState s = its_.front().state();
+  for (const lockstep::Iterator& it : its_) s.position = std::max(s.position, it.state().position);
+  return s;
 }
 
 std::optional<PerReplica<Element>> DistributedDataset::Iterator::next() {
   const DistributedDataset& o = *owner_;
   PerReplica<Element> out;
+  if (o.mode_ == Mode::kPerReplicaPipelines) {
+    std::vector<std::optional<Element>> got;
+    for (lockstep::Iterator& it : its_) got.push_back(it.next());
+    auto first = std::find_if(got.begin(), got.end(), [](const auto& e) { return e.has_value(); });
+    if (first == got.end()) return std::nullopt;
+    // For a replica whose pipeline ended before the others': an empty batch shaped like theirs.
+    Element empty;
+    for (const Tensor& t : **first) empty.push_back(t.slice(0, 0));
+    int64_t total = 0;
+    for (auto& e : got) {
+      if (!e) {
+        out.values.push_back(empty);
+        continue;
+      }
+      total += (*e)[0].rank() ? (*e)[0].dim(0) : 1;
+      out.values.push_back(std::move(*e));
+    }
+    last_global_batch_ = total * (o.num_in_sync_ / o.num_local_);
+    return out;
+  }
+  lockstep::Iterator& it_ = its_.front();
   if (o.mode_ == Mode::kSplitGlobalBatches) {
     std::optional<Element> batch = it_.next();
     if (!batch) return std::nullopt;
@@ -121,6 +217,20 @@ DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& data
 
 DistributedDataset Strategy::distribute_datasets_from_function(
     const std::function<Dataset(const InputContext&)>& fn) {
+  return distribute_datasets_from_function(fn, InputOptions{});
+}
+
+DistributedDataset Strategy::distribute_datasets_from_function(
+    const std::function<Dataset(const InputContext&)>& fn, const InputOptions& options) {
+  if (options.experimental_replication_mode == InputReplicationMode::PER_REPLICA) {
+    std::vector<Dataset> per_replica;
+    const int first = worker_index() * num_local_replicas();
+    for (int r = 0; r < num_local_replicas(); ++r) {
+      per_replica.push_back(
+          fn(InputContext{num_replicas_in_sync(), first + r, num_replicas_in_sync()}));
+    }
+    return DistributedDataset(std::move(per_replica), num_replicas_in_sync(), first);
+  }
   InputContext ctx{num_workers(), worker_index(), num_replicas_in_sync()};
   return DistributedDataset(fn(ctx), DistributedDataset::Mode::kPerReplicaBatches,
                             num_local_replicas(), num_replicas_in_sync(),

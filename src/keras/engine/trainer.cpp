@@ -213,6 +213,21 @@ struct Trainer {
 
   // Runs up to `k` train steps per dispatch from `it`; returns the number run (0 at the end).
   int64_t run_train(distribute::DistributedDataset::Iterator& it, int64_t k) {
+    if (it.fetches_on_replicas() && c.sync) {
+      // Per-replica pipelines that never end: each replica pulls its own batches on its own
+      // thread. As tf.distribute does for per-replica input, the global batch is taken as this
+      // replica's batch times the replicas in sync (exact when all batches are full).
+      strategy.run_on_replicas([&](ReplicaContext& ctx) {
+        const int r = ctx.local_replica_id();
+        for (int64_t s = 0; s < k; ++s) {
+          Element e = it.next_on_replica(r);
+          check_element(e);
+          const int64_t b = e[0].rank() ? e[0].dim(0) : 1;
+          train_step(ctx, e, b * ctx.num_replicas_in_sync());
+        }
+      });
+      return k;
+    }
     std::vector<PerReplica<Element>> inputs;
     std::vector<int64_t> global;
     for (int64_t s = 0; s < k; ++s) {
@@ -267,20 +282,31 @@ callbacks::History Model::fit(const Tensor& x, const Tensor& y, FitOptions optio
 
 callbacks::History Model::fit(const Dataset& dataset, FitOptions options) {
   if (!compiled_) throw FailedPrecondition("Model '" + name() + "' must be compiled before fit().");
+  return fit(strategy_->experimental_distribute_dataset(dataset), options);
+}
+
+callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOptions options) {
+  if (!compiled_) throw FailedPrecondition("Model '" + name() + "' must be compiled before fit().");
   if (options.epochs < 0 || options.initial_epoch < 0 || options.steps_per_epoch < 0) {
     throw InvalidArgument("fit: epochs, initial_epoch and steps_per_epoch must be >= 0.");
   }
-  if (options.steps_per_epoch == 0 && dataset.cardinality() == Dataset::kInfinite) {
+  if (options.steps_per_epoch == 0 && dist.cardinality() == Dataset::kInfinite) {
     throw InvalidArgument(
         "fit: the dataset is infinite (repeat()), so steps_per_epoch must be given.");
   }
+  if (dist.num_local_replicas() != strategy_->num_local_replicas()) {
+    throw InvalidArgument("fit: the distributed dataset feeds " +
+                          std::to_string(dist.num_local_replicas()) +
+                          " local replicas, but model '" + name() + "' runs on " +
+                          std::to_string(strategy_->num_local_replicas()) +
+                          ". Distribute it with the strategy the model was built under.");
+  }
   Trainer t(*this);
-  auto dist = strategy_->experimental_distribute_dataset(dataset);
   auto history = std::make_shared<callbacks::History>();
   callbacks::CallbackList cbs(options.callbacks);
   cbs.append(history);
   int64_t steps_hint = options.steps_per_epoch;
-  if (steps_hint == 0 && dataset.cardinality() >= 0) steps_hint = dataset.cardinality();
+  if (steps_hint == 0 && dist.cardinality() >= 0) steps_hint = dist.cardinality();
   if (options.verbose > 0) {
     cbs.append(std::make_shared<callbacks::ProgbarLogger>(options.verbose));
   }
