@@ -30,12 +30,7 @@ class IndexShuffleIterator : public IteratorImpl {
   }
   int64_t next_rows(const Element& dst, int64_t row, int64_t n) override {
     // Draw the batch's indices first, then gather them in one call (which can prefetch ahead).
-    indices_.clear();
-    for (int64_t k = 0; k < n; ++k) {
-      int64_t i = next_index();
-      if (i < 0) break;
-      indices_.push_back(i);
-    }
+    draw_indices(n);
     if (indices_.empty()) return 0;
     ra_->check_rows(dst);
     ra_->gather_rows(indices_, dst, row);
@@ -48,6 +43,41 @@ class IndexShuffleIterator : public IteratorImpl {
   }
 
  private:
+  // next_index() n times (fewer at the end) into indices_, with the same random draws and the
+  // same buffer updates, but the slots are drawn first and prefetched: each read of buffer_[j]
+  // is a random access into a buffer as large as the dataset's index (a cache miss, once per
+  // element), and this way the misses of a batch overlap instead of following one another.
+  void draw_indices(int64_t n) {
+    indices_.clear();
+    slots_.clear();
+    while (static_cast<int64_t>(buffer_.size()) < buffer_size_ && next_input_ < size_) {
+      buffer_.push_back(next_input_++);
+    }
+    // The buffer's length at each draw is known in advance: it stays full while inputs remain
+    // to refill the drawn slot, then shrinks by one per draw.
+    size_t len = buffer_.size();
+    int64_t refills = size_ - next_input_;
+    for (int64_t k = 0; k < n && len > 0; ++k) {
+      const size_t j = static_cast<size_t>(rng_.uniform_int(len));
+      slots_.push_back(j);
+      __builtin_prefetch(buffer_.data() + j);
+      if (refills > 0) {
+        --refills;
+      } else {
+        --len;
+      }
+    }
+    for (size_t j : slots_) {
+      indices_.push_back(buffer_[j]);
+      if (next_input_ < size_) {
+        buffer_[j] = next_input_++;
+      } else {
+        buffer_[j] = buffer_.back();
+        buffer_.pop_back();
+      }
+    }
+  }
+
   int64_t next_index() {
     while (static_cast<int64_t>(buffer_.size()) < buffer_size_ && next_input_ < size_) {
       buffer_.push_back(next_input_++);
@@ -69,6 +99,7 @@ class IndexShuffleIterator : public IteratorImpl {
   Generator rng_;
   std::vector<int64_t> buffer_;
   std::vector<int64_t> indices_;
+  std::vector<size_t> slots_;
   int64_t next_input_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "kernel_util.h"
 
@@ -154,13 +155,25 @@ Tensor categorical_crossentropy_backward(const Tensor& dloss, const Tensor& y_tr
           // dL/dp_j = (dL/dq_j − Σ_i dL/dq_i q_i) / Σp.
           C sum = 0, dot = 0;
           for (int64_t i = 0; i < s.n; ++i) sum += at(p, i);
+          // For float32 and float64, q is kept in the output row between the two passes (one
+          // division per entry instead of two); bfloat16 could not hold it exactly.
+          constexpr bool keep_q = std::is_same_v<T, C>;
           for (int64_t i = 0; i < s.n; ++i) {
             C q = at(p, i) / sum;
+            if constexpr (keep_q) g[base + i * s.inner] = q;
             if (inside_clip(q)) dot += -at(t, i);  // (−t/q)·q
           }
           for (int64_t i = 0; i < s.n; ++i) {
-            C q = at(p, i) / sum;
-            C gq = inside_clip(q) ? -at(t, i) / q : C(0);
+            C q;
+            if constexpr (keep_q) {
+              q = g[base + i * s.inner];
+            } else {
+              q = at(p, i) / sum;
+            }
+            const C ti = at(t, i);
+            // −t/q is −t when t is ±0 (q > 0 inside the clip range): one-hot rows skip the
+            // division for every zero label, with the same bits.
+            C gq = inside_clip(q) ? (ti == 0 ? -ti : -ti / q) : C(0);
             put(i, d * (gq - dot) / sum);
           }
         }

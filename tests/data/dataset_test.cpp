@@ -161,6 +161,23 @@ TEST(Shuffle, IndexPathAndElementPathGiveTheSameOrder) {
   }
 }
 
+TEST(Shuffle, BatchedIndexPathGivesTheElementPathsOrder) {
+  // Batching a random-access shuffle draws a whole batch's slots before reading them; the order
+  // must still be the element path's, while the buffer refills (buffer < size), once it only
+  // shrinks, across epochs, and in the last, partial batch.
+  for (int64_t buffer : {1, 4, 10, 39, 40, 64}) {
+    for (int64_t batch : {1, 3, 7, 40}) {
+      std::vector<int64_t> batched;
+      auto it = Dataset::range(40).shuffle(buffer, 9).repeat(2).batch(batch).make_iterator();
+      while (auto e = it.next()) {
+        for (int64_t v : (*e)[0].to_vector<int64_t>()) batched.push_back(v);
+      }
+      EXPECT_EQ(batched, scalars(generator_range(40).shuffle(buffer, 9).repeat(2)))
+          << "buffer " << buffer << ", batch " << batch;
+    }
+  }
+}
+
 TEST(Shuffle, ReshuffleEachIterationChangesTheOrderEachEpoch) {
   V two = scalars(Dataset::range(20).shuffle(20, 9).repeat(2));
   ASSERT_EQ(two.size(), 40u);

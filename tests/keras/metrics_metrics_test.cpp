@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "lockstep/keras/metrics.h"
 
@@ -103,6 +105,33 @@ TEST(Accuracy, ComparesElementwise) {
   Accuracy m;
   m.update_state(f32({1, 2, 3, 4}, {4}), f32({1, 2, 0, 4}, {4}));
   EXPECT_DOUBLE_EQ(m.result(), 0.75);
+}
+
+// tf.argmax's rules, against a reference written here: the first of tied maxima, and the first
+// NaN when a row has one (so a NaN prediction matches a label only at the NaN's position).
+TEST(CategoricalAccuracy, ArgmaxTakesTheFirstMaximumOrTheFirstNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::vector<float>> rows = {
+      {0.1f, 0.7f, 0.2f, 0.7f},  {0.3f, nan, 0.9f, nan},     {nan, 0.5f, 0.1f, 0.2f},
+      {0.2f, 0.1f, 0.9f, 0.95f}, {-1.f, -0.5f, -2.f, -0.5f}, {0.25f, 0.25f, 0.25f, 0.25f}};
+  auto reference_argmax = [](const std::vector<float>& r) {
+    for (size_t j = 0; j < r.size(); ++j)
+      if (std::isnan(r[j])) return j;
+    return static_cast<size_t>(std::max_element(r.begin(), r.end()) - r.begin());
+  };
+  for (size_t label = 0; label < 4; ++label) {
+    std::vector<float> t, p;
+    double expected = 0;
+    for (const auto& r : rows) {
+      for (size_t j = 0; j < 4; ++j) t.push_back(j == label ? 1.0f : 0.0f);
+      p.insert(p.end(), r.begin(), r.end());
+      expected += reference_argmax(r) == label ? 1.0 : 0.0;
+    }
+    CategoricalAccuracy m;
+    const int64_t n = static_cast<int64_t>(rows.size());
+    m.update_state(f32(t, {n, 4}), f32(p, {n, 4}));
+    EXPECT_DOUBLE_EQ(m.result(), expected / static_cast<double>(n)) << "label " << label;
+  }
 }
 
 TEST(TopKCategoricalAccuracy, CountsTargetsAmongTheKHighestScores) {

@@ -21,12 +21,22 @@ int64_t samples_of(const Tensor& t, int class_axis_rank) {
                         y_pred.describe() + ".");
 }
 
+// The first index of the largest value; with a NaN in the row, the first NaN's (tf.argmax).
 int64_t argmax(const float* p, int64_t n) {
+  // Branch-free select (the comparisons are data-dependent, so a branch mispredicts on about
+  // every other row), then a NaN check that almost never fires.
+  float m = p[0];
   int64_t best = 0;
+  bool nan = std::isnan(p[0]);
   for (int64_t j = 1; j < n; ++j) {
-    if (std::isnan(p[best])) break;
-    if (p[j] > p[best] || std::isnan(p[j])) best = j;
+    const bool greater = p[j] > m;
+    m = greater ? p[j] : m;
+    best = greater ? j : best;
+    nan |= std::isnan(p[j]);
   }
+  if (!nan) return best;
+  for (int64_t j = 0; j < n; ++j)
+    if (std::isnan(p[j])) return j;
   return best;
 }
 

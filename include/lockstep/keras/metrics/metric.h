@@ -88,8 +88,9 @@ void Metric::accumulate_rows(int64_t rows, int64_t samples, const Tensor& sample
       v += value(j) * wj;
       ws += wj;
     }
-    total_ += v / static_cast<double>(per);
-    count_ += ws / static_cast<double>(per);
+    // x / 1.0 is x: one-row samples (the usual case) skip two divisions per row.
+    total_ += per == 1 ? v : v / static_cast<double>(per);
+    count_ += per == 1 ? ws : ws / static_cast<double>(per);
   }
 }
 
