@@ -112,7 +112,8 @@ LOCKSTEP_TARGET_CLONES void relu_grad_widen(const uint16_t* dy, const uint16_t* 
 void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                           Activation activation, const Tensor& y) {
   if (activation == Activation::relu && y.dtype() == DType::bfloat16 &&
-      (kernel.dtype() == DType::float32 || bf16_matmul_computes_in_f32())) {
+      (kernel.dtype() == DType::float32 ||
+       bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), kernel.dim(1)))) {
     Tensor y32(y.shape(), DType::float32);
     detail::gemm_into(x, kernel, bias, false, false, Activation::none, y32);
     round_relu_into(y32.data<float>(), reinterpret_cast<uint16_t*>(y.data<bfloat16>()),
@@ -183,8 +184,10 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
   if (dbias.defined()) check_buffer(dbias, Shape{kernel.dim(1)}, kernel.dtype(), op, "dbias");
 
   Tensor dz = dy;
+  // The forward's choice for this layer's shape (bf16_matmul_computes_in_f32).
   const bool bf16_in_f32 = dy.dtype() == DType::bfloat16 &&
-                           (kernel.dtype() == DType::float32 || bf16_matmul_computes_in_f32());
+                           (kernel.dtype() == DType::float32 ||
+                            bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), kernel.dim(1)));
   if (activation == Activation::relu && bf16_in_f32) {
     dz = Tensor(dy.shape(), DType::float32);
     relu_grad_widen(reinterpret_cast<const uint16_t*>(dy.data<bfloat16>()),

@@ -1,8 +1,13 @@
 #include "lockstep/ops/matmul.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "lockstep/ops/shape_ops.h"
 
@@ -16,6 +21,11 @@ namespace {
 struct MatmulDims {
   int64_t m, k, n;
 };
+
+void gemm_bf16_via_f32(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
+                       Activation act, const Tensor& out);
+void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
+                 Activation act, const Tensor& out);
 
 std::string flags(bool ta, bool tb) {
   return std::string(" (transpose_a=") + (ta ? "true" : "false") +
@@ -113,26 +123,6 @@ void gemm_f64(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, boo
   }
 }
 
-// How bfloat16 operands are multiplied: oneDNN's bfloat16 kernels, or "store bfloat16, compute
-// float32" (widen the operands, run the float32 kernel, round the result). Both accumulate in
-// float32; the products of bfloat16 values are exact in float32, so the two differ only in
-// summation order. Without AMX the bfloat16 dot product (vdpbf16ps) runs at half the float32 FMA
-// rate and oneDNN's bfloat16 matmul measured ~2x slower than float32 on the seed model's and the
-// wide MLP's shapes, while widening costs O(mk + kn + mn) next to the O(mkn) product: float32
-// compute wins on every shape we train. With AMX (oneDNN dispatches to avx512_core_amx by itself)
-// bfloat16 tiles run many times the float32 rate, so the bfloat16 kernels are chosen. The choice
-// depends on the machine only, never on timings, so runs stay bit-for-bit reproducible.
-// LOCKSTEP_BF16_MATMUL=bf16|f32 overrides it (benchmarks, tests).
-bool bf16_compute_in_f32() {
-  static const bool in_f32 = [] {
-    const char* env = std::getenv("LOCKSTEP_BF16_MATMUL");
-    if (env != nullptr && std::string(env) == "bf16") return false;
-    if (env != nullptr && std::string(env) == "f32") return true;
-    return dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
-  }();
-  return in_f32;
-}
-
 // A float32 view of a bfloat16 operand (widened), or the float32 operand itself.
 Tensor as_f32(const Tensor& t) {
   if (!t.defined() || t.dtype() == DType::float32) return t;
@@ -151,8 +141,65 @@ Tensor widen_to_f32(const Tensor& t) {
 }
 }  // namespace detail
 
-bool bf16_matmul_computes_in_f32() {
-  return bf16_compute_in_f32();
+namespace {
+Bf16MatmulMode mode_from_environment() {
+  const char* env = std::getenv("LOCKSTEP_BF16_MATMUL");
+  const std::string v = env ? env : "";
+  if (v == "bf16") return Bf16MatmulMode::kBfloat16Kernels;
+  if (v == "f32") return Bf16MatmulMode::kFloat32Compute;
+  return Bf16MatmulMode::kAuto;
+}
+std::atomic<Bf16MatmulMode>& mode_flag() {
+  static std::atomic<Bf16MatmulMode> mode{mode_from_environment()};
+  return mode;
+}
+}  // namespace
+
+void set_bf16_matmul_mode(Bf16MatmulMode mode) {
+  mode_flag().store(mode);
+}
+Bf16MatmulMode bf16_matmul_mode() {
+  return mode_flag().load();
+}
+
+bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
+  switch (bf16_matmul_mode()) {
+    case Bf16MatmulMode::kFloat32Compute:
+      return true;
+    case Bf16MatmulMode::kBfloat16Kernels:
+      return false;
+    case Bf16MatmulMode::kAuto:
+      break;
+  }
+  // One measurement per shape for the whole process, under a lock: replicas that reach a new
+  // shape together wait for the first one's answer, so all of them use the same kernel.
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, bool> chosen;
+  std::lock_guard lock(mu);
+  auto [it, fresh] = chosen.try_emplace({m, k, n, ta, tb}, true);
+  if (!fresh) return it->second;
+  // Zero operands (no denormals, no NaN); the kernels' speed does not depend on the values.
+  Tensor a = Tensor::zeros(ta ? Shape{k, m} : Shape{m, k}, DType::bfloat16);
+  Tensor b = Tensor::zeros(tb ? Shape{n, k} : Shape{k, n}, DType::bfloat16);
+  Tensor out = Tensor::zeros({m, n}, DType::bfloat16);
+  auto best_seconds = [&](bool via_f32) {
+    double best = 1e30;
+    for (int rep = 0; rep < 7; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (via_f32) {
+        gemm_bf16_via_f32(a, b, Tensor(), ta, tb, Activation::none, out);
+      } else {
+        gemm_onednn(a, b, Tensor(), ta, tb, Activation::none, out);
+      }
+      const double dt =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rep >= 2) best = std::min(best, dt);  // the first runs create and warm the kernels
+    }
+    return best;
+  };
+  const double f32 = best_seconds(true), bf16 = best_seconds(false);
+  it->second = !(bf16 < 0.9 * f32);
+  return it->second;
 }
 
 const char* activation_name(Activation act) {
@@ -187,17 +234,34 @@ void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bo
                         out.dtype() == DType::bfloat16;
   const bool mixed =
       a.dtype() != b.dtype() || (a.dtype() == DType::float32 && out.dtype() == DType::bfloat16);
-  if (any_bf16 && (bf16_compute_in_f32() || mixed)) {
-    Tensor a32 = as_f32(a), b32 = as_f32(b), bias32 = as_f32(bias);
-    if (out.dtype() == DType::float32) {
-      gemm_into(a32, b32, bias32, ta, tb, act, out);
-      return;
-    }
-    Tensor out32({m, n}, DType::float32);
-    gemm_into(a32, b32, bias32, ta, tb, act, out32);
-    float_to_bfloat16(out32.data<float>(), out.data<bfloat16>(), static_cast<size_t>(m * n));
+  if (any_bf16 && (mixed || bf16_matmul_computes_in_f32(m, k, n, ta, tb))) {
+    gemm_bf16_via_f32(a, b, bias, ta, tb, act, out);
     return;
   }
+  gemm_onednn(a, b, bias, ta, tb, act, out);
+}
+
+}  // namespace detail
+
+namespace {
+// "Store bfloat16, compute float32": widened operands, the float32 kernel, the result rounded.
+void gemm_bf16_via_f32(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
+                       Activation act, const Tensor& out) {
+  Tensor a32 = as_f32(a), b32 = as_f32(b), bias32 = as_f32(bias);
+  if (out.dtype() == DType::float32) {
+    gemm_onednn(a32, b32, bias32, ta, tb, act, out);
+    return;
+  }
+  Tensor out32(out.shape(), DType::float32);
+  gemm_onednn(a32, b32, bias32, ta, tb, act, out32);
+  float_to_bfloat16(out32.data<float>(), out.data<bfloat16>(),
+                    static_cast<size_t>(out.num_elements()));
+}
+
+// oneDNN's matmul on the operands' own dtypes (float32 or bfloat16 kernels).
+void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
+                 Activation act, const Tensor& out) {
+  const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
   onednn::Key key("matmul");
   key.add(m)
       .add(k)
@@ -245,8 +309,7 @@ void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bo
                   {DNNL_ARG_DST, out.raw_data()}});
   }
 }
-
-}  // namespace detail
+}  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
   MatmulDims d = check_matmul(a, b, transpose_a, transpose_b, "matmul");

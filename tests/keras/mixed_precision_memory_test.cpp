@@ -3,6 +3,8 @@
 // here from the shapes. Under mixed_bfloat16 the hidden activations take half the bytes.
 #include <gtest/gtest.h>
 
+#include "testing/bf16_matmul_mode.h"
+
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/keras.h"
 #include "lockstep/ops/matmul.h"
@@ -55,29 +57,52 @@ TEST(StepMemory, Float32TapeHoldsTheFloat32Activations) {
   EXPECT_GE(m.step_peak, m.saved_for_backward);
 }
 
+constexpr size_t kParams =
+    (kIn * kHidden + kHidden) + (kHidden * kHidden + kHidden) + (kHidden * kClasses + kClasses);
+
+// "Store bfloat16, compute float32": the weights' rounded copies are persistent (kept by the
+// optimizer), so the tape holds the bfloat16 activations only.
 TEST(StepMemory, MixedBfloat16HalvesTheActivations) {
+  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
   const mixed_precision::StepMemory fp = measure("float32");
   const mixed_precision::StepMemory mp = measure("mixed_bfloat16");
   EXPECT_EQ(mp.saved_for_backward, expected_saved(2));
   // Everything but the float32 probabilities is halved.
   const size_t probabilities = kBatch * kClasses * 4;
   EXPECT_EQ(2 * (mp.saved_for_backward - probabilities), fp.saved_for_backward - probabilities);
-  if (ops::bf16_matmul_computes_in_f32()) {
-    const size_t params =
-        (kIn * kHidden + kHidden) + (kHidden * kHidden + kHidden) + (kHidden * kClasses + kClasses);
-    EXPECT_EQ(mp.rounded_weight_copies, params * 4);
-  }
+  EXPECT_EQ(mp.rounded_weight_copies, kParams * 4);
+}
+
+// oneDNN's bfloat16 kernels: each layer casts its weights to bfloat16 in the step (Keras'
+// autocast), and the tape keeps those copies next to the bfloat16 activations; no persistent
+// rounded copies.
+TEST(StepMemory, MixedBfloat16WithBfloat16KernelsHalvesTheActivations) {
+  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kBfloat16Kernels);
+  const mixed_precision::StepMemory mp = measure("mixed_bfloat16");
+  const size_t kernels = kIn * kHidden + kHidden * kHidden + kHidden * kClasses;
+  EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + kernels * 2);
+  EXPECT_EQ(mp.rounded_weight_copies, 0u);
 }
 
 // The CLI's models keep the output layer float32 (Keras' idiom for softmax): it takes the last
 // hidden activations in bfloat16 as they are, so the tape holds no float32 copy of them; its own
 // output (the logits) is float32.
 TEST(StepMemory, Float32OutputLayerKeepsNoFloat32CopyOfTheHiddenActivations) {
-  const mixed_precision::StepMemory fp = measure("float32", true);
-  const mixed_precision::StepMemory mp = measure("mixed_bfloat16", true);
-  EXPECT_EQ(fp.saved_for_backward, expected_saved(4));
   const size_t logits_f32_extra = kBatch * kClasses * 2;  // the logits stay float32
-  EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + logits_f32_extra);
+  {
+    lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
+    const mixed_precision::StepMemory fp = measure("float32", true);
+    const mixed_precision::StepMemory mp = measure("mixed_bfloat16", true);
+    EXPECT_EQ(fp.saved_for_backward, expected_saved(4));
+    EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + logits_f32_extra);
+  }
+  {
+    // The two bfloat16 layers' kernels, cast in the step; the float32 output layer uses its own.
+    lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kBfloat16Kernels);
+    const mixed_precision::StepMemory mp = measure("mixed_bfloat16", true);
+    const size_t hidden_kernels = kIn * kHidden + kHidden * kHidden;
+    EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + logits_f32_extra + hidden_kernels * 2);
+  }
 }
 
 }  // namespace

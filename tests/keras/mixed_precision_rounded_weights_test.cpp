@@ -4,6 +4,8 @@
 // reach the variable, against float64 loops on the rounded operands.
 #include <gtest/gtest.h>
 
+#include "testing/bf16_matmul_mode.h"
+
 #include <cmath>
 #include <random>
 
@@ -58,7 +60,12 @@ void expect_close_to(const Tensor& y, const std::vector<double>& ref) {
   }
 }
 
-TEST(MixedPrecisionRoundedWeights, AssignedWeightsAreUsedByTheNextCall) {
+class MixedDenseBothKernels : public ::testing::TestWithParam<ops::Bf16MatmulMode> {};
+
+// Under either way of multiplying bfloat16 operands (the gradients come out float32 in both:
+// widened float32 products, or oneDNN's bfloat16 kernels writing float32).
+TEST_P(MixedDenseBothKernels, AssignedWeightsAreUsedByTheNextCall) {
+  lockstep::testing::Bf16MatmulModeGuard mode(GetParam());
   PolicyGuard guard("mixed_bfloat16");
   layers::Dense dense({.units = 6});
   Tensor x = random_tensor({5, 9}, 1);
@@ -73,7 +80,8 @@ TEST(MixedPrecisionRoundedWeights, AssignedWeightsAreUsedByTheNextCall) {
   expect_close_to(dense(x), reference_linear(x, zero, b2));
 }
 
-TEST(MixedPrecisionRoundedWeights, ALayerUsedTwiceGetsTheSumOfBothGradients) {
+TEST_P(MixedDenseBothKernels, ALayerUsedTwiceGetsTheSumOfBothGradients) {
+  lockstep::testing::Bf16MatmulModeGuard mode(GetParam());
   PolicyGuard guard("mixed_bfloat16");
   layers::Dense dense({.units = 3});
   Tensor x1 = random_tensor({4, 7}, 4), x2 = random_tensor({6, 7}, 5);
@@ -95,8 +103,17 @@ TEST(MixedPrecisionRoundedWeights, ALayerUsedTwiceGetsTheSumOfBothGradients) {
   for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(g[1].data<float>()[j], 10.0, 1e-5);
 }
 
+INSTANTIATE_TEST_SUITE_P(Modes, MixedDenseBothKernels,
+                         ::testing::Values(ops::Bf16MatmulMode::kBfloat16Kernels,
+                                           ops::Bf16MatmulMode::kFloat32Compute),
+                         [](const auto& info) {
+                           return info.param == ops::Bf16MatmulMode::kBfloat16Kernels
+                                      ? std::string("Bfloat16Kernels")
+                                      : std::string("Float32Compute");
+                         });
+
 TEST(MixedPrecisionRoundedWeights, AfterFitTheCachedCopyIsTheRoundedKernel) {
-  if (!ops::bf16_matmul_computes_in_f32()) GTEST_SKIP() << "bfloat16 matmuls use oneDNN here";
+  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
   PolicyGuard guard("mixed_bfloat16");
   set_random_seed(3);
   Tensor x = random_tensor({64, 8}, 6);

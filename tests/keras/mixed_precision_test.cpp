@@ -10,6 +10,8 @@
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/keras.h"
+#include "lockstep/ops/matmul.h"
+#include "testing/bf16_matmul_mode.h"
 
 namespace lockstep::keras {
 namespace {
@@ -58,8 +60,8 @@ TEST(MixedPrecisionPolicy, UnknownNameIsInvalidArgumentListingTheValidOnes) {
     mp::Policy("mixed_float16");
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_THAT(e.what(), testing::HasSubstr("\"float32\", \"mixed_bfloat16\", \"bfloat16\""));
-    EXPECT_THAT(e.what(), testing::HasSubstr("mixed_float16"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("\"float32\", \"mixed_bfloat16\", \"bfloat16\""));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("mixed_float16"));
   }
   EXPECT_THROW(mp::set_global_policy("fp16"), InvalidArgument);
   EXPECT_EQ(mp::global_policy().name(), "float32");
@@ -129,11 +131,16 @@ TEST(MixedPrecisionDense, GradientsReachingTheOptimizerAreFloat32) {
 
 // Forward and backward of act(x·kernel + bias) in bfloat16 (float32 accumulation) against float64
 // loops on the unrounded float32 inputs: the error includes rounding the operands to bfloat16.
-// Shapes cover the seed model's layers and a wide layer.
-class Bf16Linear : public testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+// Shapes cover the seed model's layers and a wide layer, each with both ways of multiplying
+// bfloat16 operands (oneDNN's bfloat16 kernels, and widening to float32), whichever the machine
+// would pick.
+class Bf16Linear : public ::testing::TestWithParam<
+                       std::tuple<std::tuple<int64_t, int64_t, int64_t>, ops::Bf16MatmulMode>> {};
 
 TEST_P(Bf16Linear, ForwardAndBackwardMatchFloat64WithinBf16Tolerance) {
-  auto [batch, in, out] = GetParam();
+  auto [shape, mode] = GetParam();
+  auto [batch, in, out] = shape;
+  lockstep::testing::Bf16MatmulModeGuard guard(mode);
   Tensor x32 = random_tensor({batch, in}, 10);
   Tensor k32 = random_tensor({in, out}, 11, 1.0 / std::sqrt(static_cast<double>(in)));
   Tensor b32 = random_tensor({out}, 12, 0.1);
@@ -185,10 +192,20 @@ TEST_P(Bf16Linear, ForwardAndBackwardMatchFloat64WithinBf16Tolerance) {
   EXPECT_EQ(bias.dtype(), DType::float32);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Linear,
-                         testing::Values(std::make_tuple(128, 784, 128),
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Bf16Linear,
+    ::testing::Combine(::testing::Values(std::make_tuple(128, 784, 128),
                                          std::make_tuple(128, 128, 10),
-                                         std::make_tuple(64, 512, 512)));
+                                         std::make_tuple(64, 512, 512)),
+                       ::testing::Values(ops::Bf16MatmulMode::kBfloat16Kernels,
+                                         ops::Bf16MatmulMode::kFloat32Compute)),
+    [](const auto& info) {
+      const auto& shape = std::get<0>(info.param);
+      return std::to_string(std::get<0>(shape)) + "x" + std::to_string(std::get<1>(shape)) + "x" +
+             std::to_string(std::get<2>(shape)) +
+             (std::get<1>(info.param) == ops::Bf16MatmulMode::kBfloat16Kernels ? "_bf16_kernels"
+                                                                               : "_f32_compute");
+    });
 
 // A short fit of a small classifier under `policy`: 4 separable Gaussian blobs in 8 dimensions,
 // 80 Adam steps. Returns the history and checks the variables stayed float32.
@@ -222,7 +239,7 @@ callbacks::History fit_blobs(const std::string& policy) {
   return history;
 }
 
-class MixedPrecisionTraining : public testing::TestWithParam<std::string> {};
+class MixedPrecisionTraining : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MixedPrecisionTraining, FitLowersTheLossAndKeepsFloat32Weights) {
   auto history = fit_blobs(GetParam());
@@ -234,7 +251,7 @@ TEST_P(MixedPrecisionTraining, FitLowersTheLossAndKeepsFloat32Weights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, MixedPrecisionTraining,
-                         testing::Values("float32", "mixed_bfloat16"));
+                         ::testing::Values("float32", "mixed_bfloat16"));
 
 // Same data, seed and batches: bfloat16 rounding perturbs the trajectory only slightly.
 TEST(MixedPrecisionTrainingVsFloat32, LossTracksTheFloat32RunWithinFivePercent) {

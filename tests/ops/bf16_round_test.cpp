@@ -4,6 +4,8 @@
 // bfloat16::round_from_float / operator float, the cast pair, and the all-bfloat16 linear.
 #include <gtest/gtest.h>
 
+#include "testing/bf16_matmul_mode.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -177,7 +179,7 @@ void expect_bits_equal(const Tensor& a, const Tensor& b) {
 // give exactly what the all-bfloat16 linear gives when bfloat16 matmuls compute in float32; the
 // kernel and bias gradients come out float32 and equal the float32 products before rounding.
 TEST(MixedLinear, MatchesTheAllBfloat16LinearWhenComputingInFloat32) {
-  if (!ops::bf16_matmul_computes_in_f32()) GTEST_SKIP() << "bfloat16 matmuls use oneDNN here";
+  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
   Tensor x = ops::cast(random_f32({37, 50}, 1), DType::bfloat16);
   Tensor k32 = ops::round_to_bfloat16(random_f32({50, 23}, 2));
   Tensor b32 = ops::round_to_bfloat16(random_f32({23}, 3));

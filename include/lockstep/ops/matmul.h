@@ -24,10 +24,21 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out, bool trans
 struct MatmulGrads {
   Tensor da, db;
 };
-// True when bfloat16 operands are multiplied by widening them to float32 and running the float32
-// kernel (machines without AMX, where the bfloat16 dot product is slower than float32 FMA; see
-// LOCKSTEP_BF16_MATMUL in matmul.cpp). Depends on the machine and the environment only.
-bool bf16_matmul_computes_in_f32();
+// How matmuls of bfloat16 operands run: with oneDNN's bfloat16 kernels, or "store bfloat16,
+// compute float32" (widen the operands, run the float32 kernel, round the result). Which is
+// faster depends on the CPU and the shape: the bfloat16 dot product (vdpbf16ps) runs at twice the
+// float32 FMA rate on AMD Zen 4, at half of it on Intel cores without AMX, and AMX tiles run many
+// times faster still. kAuto (the default) measures both kernels once per shape, the first time a
+// shape is multiplied, and keeps the faster for the rest of the process (the bfloat16 kernels
+// only when at least 10% faster, so that close calls do not flip between runs). The other two
+// force one path, for reproducibility across machines and for tests. The environment variable
+// LOCKSTEP_BF16_MATMUL=auto|bf16|f32 sets the starting mode.
+enum class Bf16MatmulMode { kAuto, kFloat32Compute, kBfloat16Kernels };
+void set_bf16_matmul_mode(Bf16MatmulMode mode);
+Bf16MatmulMode bf16_matmul_mode();
+// True when a bfloat16 op(a)[m, k] · op(b)[k, n] is computed by widening to float32.
+bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool transpose_a = false,
+                                 bool transpose_b = false);
 
 MatmulGrads matmul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, bool transpose_a,
                             bool transpose_b, bool need_da = true, bool need_db = true);

@@ -1,4 +1,5 @@
 #include "lockstep/keras/layers/core.h"
+#include "lockstep/ops/shape_ops.h"
 
 #include <algorithm>
 
@@ -22,11 +23,11 @@ KerasTensor Input(const Shape& shape, DType dtype, const std::string& name) {
 namespace layers {
 
 namespace {
-// act(x·kernel + bias) with a bfloat16 x and float32 weights, computed in float32 (the matmul
-// widens x) and written as `out`: the Dense layers of mixed_bfloat16 on machines whose bfloat16
-// matmuls compute in float32 (out bfloat16, `kernel` / `bias` the variables' bfloat16-rounded
-// copies, see Variable::bfloat16_rounded) and float32 layers fed bfloat16 activations (out
-// float32, the variables' values). Recorded as one op whose inputs are x and the variables'
+// act(x·kernel + bias) with a bfloat16 x and float32 variables, written as `out`: the Dense
+// layers of mixed_bfloat16 (out bfloat16; `kernel` / `bias` either the variables' bfloat16-rounded
+// float32 copies, see Variable::bfloat16_rounded, multiplied in float32, or their bfloat16 casts
+// for oneDNN's bfloat16 kernels) and float32 layers fed bfloat16 activations (out float32, the
+// variables' values). Recorded as one op whose inputs are x and the variables'
 // values: the rounding's gradient is the identity, so the op's kernel and bias gradients are the
 // variables', and they go straight into the tape's destinations (the all-reduce buffer). Compared
 // with a round_to_bfloat16 node per weight, or autocasting x to float32 for a float32 layer, this
@@ -132,15 +133,22 @@ Tensor Dense::call(const Tensor& inputs, bool) {
   }
   Tensor y;
   if (x.dtype() == DType::bfloat16 && f32_weights && kind != lockstep::Activation::gelu &&
-      (compute == DType::float32 ||
-       (compute == DType::bfloat16 && ops::bf16_matmul_computes_in_f32()))) {
-    // float32 compute on bfloat16 activations, see dense_linear. Under mixed_bfloat16 the weights
-    // are multiplied as bfloat16 values (their cached rounded copies; activations stay bfloat16,
-    // the float32 gradients reach the variables unrounded); a float32 layer keeps its weights.
-    const bool round = compute == DType::bfloat16;
-    Tensor kernel = round ? kernel_.bfloat16_rounded() : kernel_.raw_value();
-    Tensor bias;
-    if (options_.use_bias) bias = round ? bias_.bfloat16_rounded() : bias_.raw_value();
+      (compute == DType::float32 || compute == DType::bfloat16)) {
+    // bfloat16 activations, float32 variables, see dense_linear. A float32 layer keeps its
+    // weights. Under mixed_bfloat16 the weights are multiplied as bfloat16 values: their cached
+    // rounded float32 copies when this shape computes in float32, else bfloat16 casts for
+    // oneDNN's bfloat16 kernels (ops::bf16_matmul_computes_in_f32 picks the faster). Either way
+    // the activations stay bfloat16 and the gradients reach the variables in float32.
+    Tensor kernel = kernel_.raw_value(), bias = options_.use_bias ? bias_.raw_value() : Tensor();
+    if (compute == DType::bfloat16) {
+      if (ops::bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), options_.units)) {
+        kernel = kernel_.bfloat16_rounded();
+        if (bias.defined()) bias = bias_.bfloat16_rounded();
+      } else {
+        kernel = ops::cast(kernel, DType::bfloat16);
+        if (bias.defined()) bias = ops::cast(bias, DType::bfloat16);
+      }
+    }
     y = dense_linear(x, kernel_, bias_, kernel, bias, kind, compute);
   } else {
     Tensor kernel = autocast(kernel_.value());
