@@ -23,6 +23,7 @@
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/keras.h"
+#include "lockstep/ops/matmul.h"
 
 namespace lockstep {
 namespace {
@@ -96,6 +97,31 @@ void run(const std::string& name, bool wide, int64_t batch, int steps, int round
   std::printf("  saved for backward, mixed / float32: %.3f\n",
               static_cast<double>(mem[1].saved_for_backward) /
                   static_cast<double>(mem[0].saved_for_backward));
+  // The kernels the automatic choice picked for the first layer's shape, and the activations
+  // alone: with oneDNN's bfloat16 kernels the tape also keeps each layer's bfloat16 weight cast
+  // (for its input gradient); store-bf16-compute-f32 keeps persistent rounded float32 copies
+  // instead, outside the tape, so its "saved for backward" is the activations only.
+  const int64_t hidden = wide ? 2048 : 128;
+  std::printf("  first layer [%ld x 784] x [784 x %ld] under mixed_bfloat16: %s\n",
+              static_cast<long>(batch), static_cast<long>(hidden),
+              ops::bf16_matmul_computes_in_f32(batch, 784, hidden)
+                  ? "store bfloat16, compute float32"
+                  : "oneDNN bfloat16 kernels");
+  {
+    const ops::Bf16MatmulMode before = ops::bf16_matmul_mode();
+    ops::set_bf16_matmul_mode(ops::Bf16MatmulMode::kFloat32Compute);
+    Setup f32_compute = make(wide, policies[1]);
+    const auto m = keras::mixed_precision::measure_step_memory(*f32_compute.model, x, y, loss);
+    ops::set_bf16_matmul_mode(before);
+    std::printf(
+        "  activations alone (mixed_bfloat16 with store-bf16-compute-f32): %zu B, / float32: "
+        "%.3f; bfloat16 weight casts on the tape with oneDNN's kernels: %zu B\n",
+        m.saved_for_backward,
+        static_cast<double>(m.saved_for_backward) / static_cast<double>(mem[0].saved_for_backward),
+        mem[1].saved_for_backward > m.saved_for_backward
+            ? mem[1].saved_for_backward - m.saved_for_backward
+            : size_t{0});
+  }
   for (int p = 0; p < 2; ++p) step(setups[p], x, y, loss);  // warm-up (oneDNN primitives, slots)
   if (!profile.empty()) {
     const int p = profile == policies[0] ? 0 : 1;
