@@ -111,7 +111,7 @@ def configs_for(args, model, steps, epochs):
     n = cores()
     out = [lockstep_config(args, model, 1, steps=steps, epochs=epochs),
            lockstep_config(args, model, n, steps=steps, epochs=epochs)]
-    if model == "mlp" and args.bf16:
+    if model in ("mlp", "wide") and args.bf16:
         out += [lockstep_config(args, model, 1, "mixed_bfloat16", steps, epochs),
                 lockstep_config(args, model, n, "mixed_bfloat16", steps, epochs)]
     if model == "mlp":
