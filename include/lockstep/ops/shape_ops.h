@@ -32,7 +32,7 @@ std::vector<Tensor> concat_backward(const Tensor& dy, const std::vector<int64_t>
 Tensor cast(const Tensor& x, DType dtype);
 Tensor cast_backward(const Tensor& dy, DType x_dtype);
 // float32 -> float32 rounded to bfloat16 values (round to nearest even, NaN stays NaN): bit for
-// bit cast(cast(x, bfloat16), float32), in one pass. Used by mixed_bfloat16 layers on machines
+// bit cast(cast(x, bfloat16), float32), in one pass. Used by mixed_bfloat16 layers for shapes
 // whose bfloat16 matmuls compute in float32 (bf16_matmul_computes_in_f32): the weights get
 // bfloat16 precision without a bfloat16 copy that every matmul would widen again. Its gradient is
 // the identity (like the cast pair's, whose float32 gradient would be rounded to bfloat16 instead).
