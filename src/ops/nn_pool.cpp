@@ -2,17 +2,50 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
+
+#include "lockstep/core/cpu_dispatch.h"
 
 #include "kernel_util.h"
 
 namespace lockstep::ops {
 namespace {
 
+// Channels are innermost (NHWC) and contiguous: for each output position the window is scanned
+// in row-major order and every channel's running maximum is updated with a select, so the channel
+// loop vectorises and there is no data-dependent branch. The running maxima live in the output
+// (they are input values, exact in T) and their positions in `idx`. Ties keep the first position;
+// a NaN wins over numbers and the first NaN is kept (as before: `v > best || (v is NaN and best
+// is not)`).
+// One window position's channels against the running maxima. The float32 version is built for
+// AVX-512 too (the float and int64 selects vectorise with masks there, not with SSE2).
 template <typename T>
-void max_pool_loops(const T* x, T* y, int64_t* idx, int64_t n, int64_t h, int64_t w, int64_t c,
-                    const WindowGeometry& gh, const WindowGeometry& gw, int64_t ph, int64_t pw,
-                    int64_t sh, int64_t sw) {
+void update_maxima(const T* __restrict xr, T* __restrict best, int64_t* __restrict at, int64_t base,
+                   int64_t c) {
   using C = detail::compute_t<T>;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const C v = detail::load(xr[ch]);
+    const C b = detail::load(best[ch]);
+    const bool take = (v > b) | ((v != v) & (b == b));
+    best[ch] = take ? xr[ch] : best[ch];
+    at[ch] = take ? base + ch : at[ch];
+  }
+}
+
+LOCKSTEP_TARGET_CLONES void update_maxima_f32(const float* __restrict xr, float* __restrict best,
+                                              int64_t* __restrict at, int64_t base, int64_t c) {
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const float v = xr[ch], b = best[ch];
+    const bool take = (v > b) | ((v != v) & (b == b));
+    best[ch] = take ? v : b;
+    at[ch] = take ? base + ch : at[ch];
+  }
+}
+
+template <typename T>
+void max_pool_loops(const T* __restrict x, T* __restrict y, int64_t* __restrict idx, int64_t n,
+                    int64_t h, int64_t w, int64_t c, const WindowGeometry& gh,
+                    const WindowGeometry& gw, int64_t ph, int64_t pw, int64_t sh, int64_t sw) {
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t oh = 0; oh < gh.out; ++oh) {
       int64_t h0 = oh * sh - gh.pad_before;
@@ -20,22 +53,24 @@ void max_pool_loops(const T* x, T* y, int64_t* idx, int64_t n, int64_t h, int64_
       for (int64_t ow = 0; ow < gw.out; ++ow) {
         int64_t w0 = ow * sw - gw.pad_before;
         int64_t w_begin = std::max<int64_t>(w0, 0), w_end = std::min(w0 + pw, w);
-        int64_t out = ((b * gh.out + oh) * gw.out + ow) * c;
+        const int64_t out = ((b * gh.out + oh) * gw.out + ow) * c;
+        T* yo = y + out;
+        int64_t* io = idx + out;
+        const int64_t first = ((b * h + h_begin) * w + w_begin) * c;
         for (int64_t ch = 0; ch < c; ++ch) {
-          int64_t best_at = ((b * h + h_begin) * w + w_begin) * c + ch;
-          C best = detail::load(x[best_at]);
-          for (int64_t i = h_begin; i < h_end; ++i) {
-            for (int64_t j = w_begin; j < w_end; ++j) {
-              int64_t at = ((b * h + i) * w + j) * c + ch;
-              C v = detail::load(x[at]);
-              if (v > best || (v != v && best == best)) {
-                best = v;
-                best_at = at;
-              }
+          yo[ch] = x[first + ch];
+          io[ch] = first + ch;
+        }
+        for (int64_t i = h_begin; i < h_end; ++i) {
+          for (int64_t j = w_begin; j < w_end; ++j) {
+            const int64_t base = ((b * h + i) * w + j) * c;
+            if (base == first) continue;
+            if constexpr (std::is_same_v<T, float>) {
+              update_maxima_f32(x + base, yo, io, base, c);
+            } else {
+              update_maxima(x + base, yo, io, base, c);
             }
           }
-          y[out + ch] = x[best_at];
-          idx[out + ch] = best_at;
         }
       }
     }

@@ -126,6 +126,24 @@ TEST(MaxPool2D, NaNPropagates) {
   EXPECT_TRUE(std::isnan(max_pool2d(x, {}).output.item()));
 }
 
+// Per channel of one 2x2 window (NHWC, 3 channels): channel 0 has a tie (the first position
+// wins), channel 1 two NaNs (the first NaN wins), channel 2 its maximum last.
+TEST(MaxPool2D, TiesKeepTheFirstPositionAndTheFirstNaNWinsPerChannel) {
+  const float nan = std::nanf("");
+  // Positions (row-major over the window) 0..3, channels interleaved.
+  Tensor x = Tensor::from_vector<float>({1, 0, 1,    //
+                                         7, nan, 2,  //
+                                         7, 5, 3,    //
+                                         2, nan, 9},
+                                        {1, 2, 2, 3});
+  MaxPool2DResult r = max_pool2d(x, {});
+  const std::vector<int64_t> at = r.argmax.to_vector<int64_t>();
+  EXPECT_EQ(at, (std::vector<int64_t>{1 * 3 + 0, 1 * 3 + 1, 3 * 3 + 2}));
+  EXPECT_EQ(r.output.data<float>()[0], 7.0f);
+  EXPECT_TRUE(std::isnan(r.output.data<float>()[1]));
+  EXPECT_EQ(r.output.data<float>()[2], 9.0f);
+}
+
 TEST(MaxPool2D, RejectsWrongRankNamingTheShape) {
   try {
     max_pool2d(Tensor({3, 7, 7}));
