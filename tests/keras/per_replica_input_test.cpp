@@ -18,24 +18,17 @@
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategies.h"
 #include "lockstep/keras.h"
+#include "testing/classification_data.h"
 
 namespace lockstep::keras {
 namespace {
 
 constexpr int64_t kInputs = 20, kHidden = 16, kClasses = 4;
 
-struct Data {
-  Tensor x, y;  // float32 [n, kInputs], one-hot float32 [n, kClasses]
-};
+using Data = lockstep::testing::ClassificationData;
 
 Data random_data(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  std::uniform_int_distribution<int> label(0, kClasses - 1);
-  std::vector<float> x(static_cast<size_t>(n * kInputs)), y(static_cast<size_t>(n * kClasses));
-  for (float& v : x) v = pixel(rng);
-  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i * kClasses + label(rng))] = 1.0f;
-  return {Tensor::from_vector(x, {n, kInputs}), Tensor::from_vector(y, {n, kClasses})};
+  return lockstep::testing::random_classification(n, kInputs, kClasses, seed);
 }
 
 // Rows `rows` of t, in that order (the reference's global batches).

@@ -15,6 +15,7 @@
 
 #include "lockstep/distribute/strategies.h"
 #include "lockstep/keras.h"
+#include "testing/classification_data.h"
 
 namespace lockstep::keras {
 namespace {
@@ -25,18 +26,10 @@ constexpr int64_t kInputs = 784, kHidden = 128, kClasses = 10;
 constexpr int64_t kExamples = 5 * 60 + 37, kGlobalBatch = 60;
 constexpr int kEpochs = 5;
 
-struct Data {
-  Tensor x, y;  // float32 [n, 784] in [0, 1), one-hot float32 [n, 10]
-};
+using Data = lockstep::testing::ClassificationData;
 
 Data random_data(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  std::uniform_int_distribution<int> label(0, kClasses - 1);
-  std::vector<float> x(static_cast<size_t>(n * kInputs)), y(static_cast<size_t>(n * kClasses));
-  for (float& v : x) v = pixel(rng);
-  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i * kClasses + label(rng))] = 1.0f;
-  return {Tensor::from_vector(x, {n, kInputs}), Tensor::from_vector(y, {n, kClasses})};
+  return lockstep::testing::random_classification(n, kInputs, kClasses, seed);
 }
 
 // Glorot-uniform-like kernels and small non-zero biases, from a fixed seed, in model.weights()

@@ -1,0 +1,28 @@
+#pragma once
+// A random classification set for training tests: n examples of `inputs` float32 features
+// uniform in [0, 1) and one-hot float32 labels over `classes`, from a fixed seed (all features
+// drawn first, then the labels, row by row).
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "lockstep/core/tensor.h"
+
+namespace lockstep::testing {
+
+struct ClassificationData {
+  Tensor x, y;  // float32 [n, inputs], one-hot float32 [n, classes]
+};
+
+inline ClassificationData random_classification(int64_t n, int64_t inputs, int64_t classes,
+                                                uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> label(0, classes - 1);
+  std::vector<float> x(static_cast<size_t>(n * inputs)), y(static_cast<size_t>(n * classes));
+  for (float& v : x) v = pixel(rng);
+  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i * classes + label(rng))] = 1.0f;
+  return {Tensor::from_vector(x, {n, inputs}), Tensor::from_vector(y, {n, classes})};
+}
+
+}  // namespace lockstep::testing
