@@ -8,15 +8,12 @@
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/keras.h"
 #include "lockstep/ops/matmul.h"
+#include "testing/policy_guard.h"
 
 namespace lockstep::keras {
 namespace {
 
-class PolicyGuard {
- public:
-  explicit PolicyGuard(const std::string& name) { mixed_precision::set_global_policy(name); }
-  ~PolicyGuard() { mixed_precision::set_global_policy("float32"); }
-};
+using lockstep::testing::PolicyGuard;
 
 constexpr int64_t kBatch = 32, kIn = 64, kHidden = 256, kClasses = 10;
 

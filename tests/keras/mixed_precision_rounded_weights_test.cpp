@@ -13,15 +13,12 @@
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/keras.h"
 #include "lockstep/ops/matmul.h"
+#include "testing/policy_guard.h"
 
 namespace lockstep::keras {
 namespace {
 
-class PolicyGuard {
- public:
-  explicit PolicyGuard(const std::string& name) { mixed_precision::set_global_policy(name); }
-  ~PolicyGuard() { mixed_precision::set_global_policy("float32"); }
-};
+using lockstep::testing::PolicyGuard;
 
 Tensor random_tensor(const Shape& shape, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -12,6 +12,7 @@
 #include "lockstep/keras.h"
 #include "lockstep/ops/matmul.h"
 #include "testing/bf16_matmul_mode.h"
+#include "testing/policy_guard.h"
 
 namespace lockstep::keras {
 namespace {
@@ -19,11 +20,7 @@ namespace {
 namespace mp = mixed_precision;
 
 // The policy is process-wide: every test restores float32 so other suites are unaffected.
-class PolicyGuard {
- public:
-  explicit PolicyGuard(const std::string& name) { mp::set_global_policy(name); }
-  ~PolicyGuard() { mp::set_global_policy("float32"); }
-};
+using lockstep::testing::PolicyGuard;
 
 Tensor random_tensor(const Shape& shape, uint64_t seed, double scale = 1.0) {
   std::mt19937_64 rng(seed);

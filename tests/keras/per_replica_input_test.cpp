@@ -45,10 +45,7 @@ Tensor take_rows(const Tensor& t, const std::vector<int64_t>& rows) {
 std::vector<Tensor> initial_weights(uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](Shape shape, float limit) {
-    std::uniform_real_distribution<float> d(-limit, limit);
-    std::vector<float> v(static_cast<size_t>(shape.num_elements()));
-    for (float& e : v) e = d(rng);
-    return Tensor::from_vector(v, shape);
+    return lockstep::testing::uniform_tensor(rng, shape, limit);
   };
   return {uniform({kInputs, kHidden}, 0.4f), uniform({kHidden}, 0.05f),
           uniform({kHidden, kClasses}, 0.5f), uniform({kClasses}, 0.05f)};

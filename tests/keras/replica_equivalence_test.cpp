@@ -37,10 +37,7 @@ Data random_data(int64_t n, uint64_t seed) {
 std::vector<Tensor> initial_weights(uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](Shape shape, float limit) {
-    std::uniform_real_distribution<float> d(-limit, limit);
-    std::vector<float> v(static_cast<size_t>(shape.num_elements()));
-    for (float& e : v) e = d(rng);
-    return Tensor::from_vector(v, shape);
+    return lockstep::testing::uniform_tensor(rng, shape, limit);
   };
   return {uniform({kInputs, kHidden}, std::sqrt(6.0f / (kInputs + kHidden))),
           uniform({kHidden}, 0.05f),

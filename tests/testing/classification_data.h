@@ -25,4 +25,13 @@ inline ClassificationData random_classification(int64_t n, int64_t inputs, int64
   return {Tensor::from_vector(x, {n, inputs}), Tensor::from_vector(y, {n, classes})};
 }
 
+// A tensor of `shape` uniform in [-limit, limit), drawn from `rng` (initial weights for tests
+// that set them themselves).
+inline Tensor uniform_tensor(std::mt19937_64& rng, const Shape& shape, float limit) {
+  std::uniform_real_distribution<float> d(-limit, limit);
+  std::vector<float> v(static_cast<size_t>(shape.num_elements()));
+  for (float& e : v) e = d(rng);
+  return Tensor::from_vector(v, shape);
+}
+
 }  // namespace lockstep::testing
