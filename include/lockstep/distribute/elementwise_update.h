@@ -1,0 +1,42 @@
+#pragma once
+// ElementwiseUpdate: what the replicated training step needs from an optimizer. The strategy sums
+// the replicas' gradients and owns the variables' buffers; the optimizer (a Keras optimizer
+// implements this) supplies the rule that turns (variable, summed gradient, slots) into their next
+// values, one contiguous run of elements at a time. Keeping the rule elementwise is what lets the
+// step split the update into blocks that any thread may run, and run again.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "lockstep/autodiff/variable.h"
+
+namespace lockstep::distribute {
+
+class ElementwiseUpdate {
+ public:
+  virtual ~ElementwiseUpdate() = default;
+
+  // Binds the update to the step's variables, in the step's order (index i below is vars[i]).
+  virtual void bind(const std::vector<Variable>& vars) = 0;
+  // The per-element state kept for variable i (float32, shaped like it: Adam's m and v), in the
+  // order apply() receives them. The step double-buffers these with the variable.
+  virtual std::vector<Variable> slot_variables(size_t i) const = 0;
+  // True when the rule needs each summed gradient's squared L2 norm first (clipping by norm).
+  virtual bool wants_gradient_norms() const { return false; }
+  // Once per update, before any apply(), on one thread. `squared_norms[i]` = ||g_i||² of the
+  // summed gradient (float64, in a fixed order) when wants_gradient_norms(), else empty. A
+  // variable no replica produced a gradient for gets a zero gradient (as the sum of nothing).
+  virtual void begin_update(std::span<const double> squared_norms) = 0;
+  // The rule on elements [offset, offset + n) of variable i, in place on copies the step made: w
+  // (the variable), g (the summed gradient; may be overwritten), slots (slot_variables(i)'s
+  // elements) and, when not nullptr, rounded (to receive round_to_bfloat16_values of the new
+  // w). Called concurrently for disjoint or identical ranges; must depend on nothing but these
+  // elements and what begin_update() computed.
+  virtual void apply(size_t i, int64_t offset, float* w, float* g, std::span<float* const> slots,
+                     size_t n, float* rounded) const = 0;
+  // Once per update, after every apply(), on one thread (e.g. iterations += 1).
+  virtual void end_update() = 0;
+};
+
+}  // namespace lockstep::distribute
