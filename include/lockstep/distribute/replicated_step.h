@@ -139,7 +139,7 @@ class ReplicatedStep {
 
   // Elements per update chunk: small enough that a chunk of the sum, the weights and the slots
   // stay in L1/L2 between the sum and the update and that a straggling chunk is cheap to re-run.
-  static constexpr int64_t kChunk = 8192;
+  static constexpr int64_t kChunk = 2048;
 
  private:
   struct Slot;
@@ -167,6 +167,9 @@ class ReplicatedStep {
     int accumulator = 0;  // the one read
   };
   void sum_chunk(const Chunk& c, const ChunkInputs& in, float* out) const;
+  // The gradient of the only replica that has one for this chunk, when the sum is just that and
+  // the update does not write it; else nullptr.
+  const float* sole_gradient(const Chunk& c, const ChunkInputs& in) const;
   void all_reduce_across_workers();
 
   Strategy& strategy_;

@@ -89,6 +89,7 @@ struct ReplicatedStep::Scratch {
   std::vector<float> g, w, rounded;
   std::vector<std::vector<float>> slots;
   std::vector<float*> slot_ptrs;
+  std::vector<const float*> slot_in;
   const Chunk* chunk = nullptr;
   bool has_rounded = false;
 };
@@ -148,20 +149,27 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
         std::memcpy(g, s.summed_.data<float>() + c.flat, n * sizeof(float));
         break;
       case ChunkMode::kApply:
-        s.sum_chunk(c, in, g);
+        if (const float* only = s.sole_gradient(c, in); only != nullptr) {
+          // One replica's gradient is the sum: read it where it is (apply() does not write it).
+          g = const_cast<float*>(only);
+        } else {
+          s.sum_chunk(c, in, g);
+        }
         break;
     }
     const size_t i = c.var;
-    std::memcpy(sc.w.data(), s.cur_w_[i] + c.offset, n * sizeof(float));
     const auto& cur_slots = s.cur_s_[i];
     for (size_t k = 0; k < cur_slots.size(); ++k) {
-      std::memcpy(sc.slots[k].data(), cur_slots[k] + c.offset, n * sizeof(float));
+      sc.slot_in[k] = cur_slots[k] + c.offset;
       sc.slot_ptrs[k] = sc.slots[k].data();
     }
     sc.has_rounded = s.next_r_[i] != nullptr;
-    s.update_.apply(i, c.offset, sc.w.data(), g,
-                    std::span<float* const>(sc.slot_ptrs.data(), cur_slots.size()), n,
-                    sc.has_rounded ? sc.rounded.data() : nullptr);
+    // Out of place, into this thread's scratch: the current values stay as they were, so a
+    // second run of this chunk computes the same bits.
+    s.update_.apply(i, c.offset, s.cur_w_[i] + c.offset, g,
+                    std::span<const float* const>(sc.slot_in.data(), cur_slots.size()),
+                    sc.w.data(), std::span<float* const>(sc.slot_ptrs.data(), cur_slots.size()),
+                    n, sc.has_rounded ? sc.rounded.data() : nullptr);
     return &sc;
   }
 
@@ -238,6 +246,7 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
     sc->rounded.resize(kChunk);
     sc->slots.assign(max_slots_, std::vector<float>(kChunk));
     sc->slot_ptrs.assign(max_slots_, nullptr);
+    sc->slot_in.assign(max_slots_, nullptr);
     scratch_.push_back(std::move(sc));
   }
   const ChunkMode modes[4] = {ChunkMode::kAccumulate, ChunkMode::kSum, ChunkMode::kApplyFromSum,
@@ -394,6 +403,17 @@ void ReplicatedStep::apply_deferred_sums() {
     for (Entry& e : entries) cross->all_reduce(e.total, ReduceOp::SUM);
   }
   for (Entry& e : entries) (*e.apply)(e.total);
+}
+
+const float* ReplicatedStep::sole_gradient(const Chunk& c, const ChunkInputs& in) const {
+  if (in.with_accumulator || update_.rewrites_gradient()) return nullptr;
+  const float* only = nullptr;
+  for (const Slot* s : committed_[in.parity]) {
+    if (!s->run.defined_[c.var]) continue;
+    if (only != nullptr) return nullptr;
+    only = s->run.flat_.data<float>() + c.flat;
+  }
+  return only;
 }
 
 void ReplicatedStep::sum_chunk(const Chunk& c, const ChunkInputs& in, float* out) const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
@@ -350,6 +351,10 @@ bool Optimizer::wants_gradient_norms() const {
   return options_.clipnorm.has_value() || options_.global_clipnorm.has_value();
 }
 
+bool Optimizer::rewrites_gradient() const {
+  return options_.clipvalue.has_value() || wants_gradient_norms();
+}
+
 void Optimizer::begin_update(std::span<const double> squared_norms) {
   update_info_ = StepInfo{};
   update_info_.step = iterations() + 1;
@@ -375,8 +380,22 @@ void Optimizer::begin_update(std::span<const double> squared_norms) {
   }
 }
 
-void Optimizer::apply(size_t i, int64_t /*offset*/, float* w, float* g,
-                      std::span<float* const> slots, size_t n, float* rounded) const {
+void Optimizer::update_step_out(const float* var, const float* grad,
+                                std::span<const float* const> slots, float* var_out,
+                                std::span<float* const> slots_out, size_t n, const StepInfo& info,
+                                float* rounded) const {
+  if (var_out != var) std::memcpy(var_out, var, n * sizeof(float));
+  for (size_t s = 0; s < slots.size(); ++s) std::memcpy(slots_out[s], slots[s], n * sizeof(float));
+  if (rounded == nullptr) {
+    update_step(var_out, grad, slots_out, n, info);
+  } else {
+    update_step_rounded(var_out, grad, slots_out, n, info, rounded);
+  }
+}
+
+void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
+                      std::span<const float* const> slots, float* w_out,
+                      std::span<float* const> slots_out, size_t n, float* rounded) const {
   const int k = bound_[i];
   const float scale = bound_scale_[i];
   if (options_.clipvalue) {
@@ -386,15 +405,13 @@ void Optimizer::apply(size_t i, int64_t /*offset*/, float* w, float* g,
     for (size_t j = 0; j < n; ++j) g[j] *= scale;
   }
   if (decay_[static_cast<size_t>(k)] != 0) {
+    // Decoupled weight decay first (w <- w - w * wd * lr), then the rule on the decayed weights.
     const float wd_lr =
         static_cast<float>(options_.weight_decay.value_or(0.0) * update_info_.learning_rate);
-    for (size_t j = 0; j < n; ++j) w[j] -= w[j] * wd_lr;
+    for (size_t j = 0; j < n; ++j) w_out[j] = w[j] - w[j] * wd_lr;
+    w = w_out;
   }
-  if (rounded == nullptr) {
-    update_step(w, g, slots, n, update_info_);
-  } else {
-    update_step_rounded(w, g, slots, n, update_info_, rounded);
-  }
+  update_step_out(w, g, slots, w_out, slots_out, n, update_info_, rounded);
 }
 
 }  // namespace lockstep::keras::optimizers

@@ -150,9 +150,11 @@ class Optimizer : public distribute::ElementwiseUpdate {
   void bind(const std::vector<Variable>& vars) override;
   std::vector<Variable> slot_variables(size_t i) const override;
   bool wants_gradient_norms() const override;
+  bool rewrites_gradient() const override;
   void begin_update(std::span<const double> squared_norms) override;
-  void apply(size_t i, int64_t offset, float* w, float* g, std::span<float* const> slots, size_t n,
-             float* rounded) const override;
+  void apply(size_t i, int64_t offset, const float* w, float* g,
+             std::span<const float* const> slots, float* w_out, std::span<float* const> slots_out,
+             size_t n, float* rounded) const override;
   void end_update() override { finish_step(); }
 
  protected:
@@ -173,6 +175,14 @@ class Optimizer : public distribute::ElementwiseUpdate {
   // may override it to round inside its own loop.
   virtual void update_step_rounded(float* var, const float* grad, std::span<float* const> slots,
                                    size_t n, const StepInfo& info, float* rounded) const;
+  // The rule out of place: reads var and slots, writes var_out and slots_out (var_out may be
+  // var itself; nothing else overlaps), and round_to_bfloat16_values(var_out) to rounded unless
+  // it is nullptr. The default copies and runs update_step(_rounded) in place; an optimizer may
+  // override it to read and write in one pass.
+  virtual void update_step_out(const float* var, const float* grad,
+                               std::span<const float* const> slots, float* var_out,
+                               std::span<float* const> slots_out, size_t n, const StepInfo& info,
+                               float* rounded) const;
 
   const CommonOptions& common() const { return options_; }
 
