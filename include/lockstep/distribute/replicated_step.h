@@ -23,6 +23,8 @@
 // replica to run at once; a task that calls one throws CollectiveInTask, and the step then runs
 // its replicas as a gang — one thread each, as Strategy::run does — from then on. The sum and the
 // update stay tasks.
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,6 +41,8 @@
 namespace lockstep::distribute {
 
 class Strategy;
+class BackgroundReducer;
+class ReplicatedStep;
 
 // Accumulated since the step was created (read between steps).
 struct SyncStats {
@@ -69,6 +73,12 @@ class ReplicaRun {
   void set_gradients(const std::vector<Tensor>& grads);
   // The RunState made by the step's factory (nullptr without one).
   RunState* state() const { return state_.get(); }
+  // Overlap of the cross-worker sum with the backward pass (DDP's bucket hooks): when true, the
+  // replica function reports each gradient as soon as it is final with gradient_ready()
+  // (GradientTape::set_gradient_ready_callback), and buckets of finished gradients start crossing
+  // workers while backward goes on.
+  bool overlaps_communication() const { return overlap_; }
+  void gradient_ready(size_t variable, const Tensor& gradient);
 
  private:
   friend class ReplicatedStep;
@@ -84,6 +94,9 @@ class ReplicaRun {
   }
 
   int replica_ = 0;
+  ReplicatedStep* step_ = nullptr;
+  bool overlap_ = false;
+  std::vector<int> bucket_ready_;  // per bucket: its gradients this run has reported
   Tensor flat_;
   std::vector<Tensor> views_;
   std::vector<char> defined_;
@@ -142,6 +155,7 @@ class ReplicatedStep {
   static constexpr int64_t kChunk = 2048;
 
  private:
+  friend class ReplicaRun;
   struct Slot;
   struct Chunk {
     size_t var;
@@ -158,6 +172,14 @@ class ReplicatedStep {
   void release(Slot* s);
   void run_replicas(ReplicaFn fn);
   void apply_deferred_sums();
+  // Overlap (one local replica, several workers): see ReplicaRun::overlaps_communication.
+  struct Bucket {
+    size_t first_var = 0, end_var = 0;  // variables [first_var, end_var)
+    int64_t begin = 0, end = 0;         // their flat elements
+  };
+  void make_buckets();
+  void bucket_ready(ReplicaRun& run, size_t bucket);
+  void wait_for_buckets();
   void prepare_buffers();
   void run_chunks(ChunkMode mode);
   // What a chunk phase reads of the step's state, fixed when the phase starts.
@@ -204,6 +226,16 @@ class ReplicatedStep {
   Tensor accumulator_[2];
   int acc_current_ = 0;
   bool acc_valid_ = false;
+  std::vector<Bucket> buckets_;       // buckets_[0] holds the last variables
+  std::vector<size_t> bucket_of_;     // variable -> bucket
+  bool overlap_step_ = false;         // this step overlaps (set before the replica phase)
+  std::unique_ptr<std::atomic<uint32_t>[]> bucket_claimed_;
+  std::vector<char> bucket_filled_;   // guarded by bucket_mu_
+  size_t buckets_enqueued_ = 0;       // guarded by bucket_mu_
+  std::mutex bucket_mu_;
+  std::condition_variable bucket_cv_;
+  std::unique_ptr<BackgroundReducer> reducer_;
+  bool overlap_accumulator_ = false;  // the accumulator joins the buckets this step
   Tensor summed_;  // the all-reduced sum (several workers, or norms needed)
   std::vector<bfloat16> summed_bf16_;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // per pool thread

@@ -85,6 +85,7 @@ class Strategy : public VariableCreationObserver {
   const CommunicationOptions& communication_options() const { return config_.communication; }
   // The communicator between workers (one rank per process), or nullptr with one worker.
   Communicator* cross_worker() const { return config_.cross_worker.get(); }
+  const std::shared_ptr<Communicator>& cross_worker_shared() const { return config_.cross_worker; }
   // Threads that run training-step tasks (see StrategyConfig::num_threads).
   int num_threads() const { return num_threads_; }
   // The pool that runs training-step tasks (created on first use).

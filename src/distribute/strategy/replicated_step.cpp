@@ -6,6 +6,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/task_cancellation.h"
+#include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/task_pool.h"
 
@@ -33,6 +34,8 @@ void add_into(float* __restrict out, const float* __restrict src, int64_t n) {
 
 void ReplicaRun::reset(int replica) {
   replica_ = replica;
+  overlap_ = step_->overlap_step_;
+  std::fill(bucket_ready_.begin(), bucket_ready_.end(), 0);
   std::fill(defined_.begin(), defined_.end(), 0);
   locals_.clear();
   commits_.clear();
@@ -59,6 +62,18 @@ void ReplicaRun::set_gradients(const std::vector<Tensor>& grads) {
     if (g.raw_data() != views_[i].raw_data()) views_[i].copy_from(g);
     defined_[i] = 1;
   }
+}
+
+void ReplicaRun::gradient_ready(size_t variable, const Tensor& gradient) {
+  if (!overlap_) return;
+  if (gradient.defined() && gradient.raw_data() != views_[variable].raw_data()) {
+    views_[variable].copy_from(gradient);
+  }
+  defined_[variable] = gradient.defined() ? 1 : 0;
+  const size_t b = step_->bucket_of_[variable];
+  const ReplicatedStep::Bucket& bucket = step_->buckets_[b];
+  if (++bucket_ready_[b] == static_cast<int>(bucket.end_var - bucket.first_var))
+    step_->bucket_ready(*this, b);
 }
 
 void ReplicaRun::commit() {
@@ -236,8 +251,9 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
       chunks_.push_back({i, off, total_ + off, std::min(kChunk, n - off)});
     total_ += n;
   }
-  accumulator_[0] = Tensor({total_}, DType::float32);
-  accumulator_[1] = Tensor({total_}, DType::float32);
+  accumulator_[0] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+  accumulator_[1] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+  make_buckets();
   const int threads = strategy_.num_threads();
   for (int t = 0; t < threads; ++t) {
     auto sc = std::make_unique<Scratch>();
@@ -265,6 +281,89 @@ ReplicatedStep::~ReplicatedStep() {
   wait_for_stragglers();
 }
 
+void ReplicatedStep::make_buckets() {
+  // Groups of consecutive variables of about bytes_per_pack, formed from the last variable
+  // backwards (the order backward produces them); the first at most 1 MiB so that communication
+  // starts early (DDP's first_bucket_bytes).
+  const size_t pack = strategy_.communication_options().bytes_per_pack
+                          ? strategy_.communication_options().bytes_per_pack
+                          : size_t{25} << 20;
+  bucket_of_.assign(vars_.size(), 0);
+  int64_t end = total_;
+  size_t end_var = vars_.size();
+  while (end_var > 0) {
+    const size_t limit = buckets_.empty() ? std::min(pack, size_t{1} << 20) : pack;
+    size_t first = end_var;
+    int64_t begin = end;
+    do {
+      --first;
+      begin -= vars_[first].num_elements();
+    } while (first > 0 && static_cast<size_t>(end - begin + vars_[first - 1].num_elements()) *
+                                  sizeof(float) <=
+                              limit);
+    for (size_t v = first; v < end_var; ++v) bucket_of_[v] = buckets_.size();
+    buckets_.push_back({first, end_var, begin, end});
+    end_var = first;
+    end = begin;
+  }
+  bucket_claimed_ = std::make_unique<std::atomic<uint32_t>[]>(buckets_.size());
+  bucket_filled_.assign(buckets_.size(), 0);
+}
+
+void ReplicatedStep::bucket_ready(ReplicaRun& run, size_t b) {
+  // The first run of the (only local) replica to finish a bucket ships it; every run computes
+  // the same bits, so which one does not matter.
+  if (bucket_claimed_[b].exchange(1, std::memory_order_acq_rel) != 0) return;
+  const Bucket& bucket = buckets_[b];
+  int64_t flat = bucket.begin;
+  for (size_t v = bucket.first_var; v < bucket.end_var; ++v) {
+    const int64_t n = vars_[v].num_elements();
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    float* d = summed_.data<float>() + flat;
+    if (run.defined_[v]) {
+      std::memcpy(d, run.flat_.data<float>() + flat, bytes);
+      if (overlap_accumulator_) add_into(d, accumulator_[acc_current_].data<float>() + flat, n);
+    } else if (overlap_accumulator_) {
+      std::memcpy(d, accumulator_[acc_current_].data<float>() + flat, bytes);
+    } else {
+      std::memset(d, 0, bytes);
+    }
+    flat += n;
+  }
+  // Buckets enter the communication thread in bucket order on every worker (collectives must
+  // match), whichever run filled them.
+  std::lock_guard lock(bucket_mu_);
+  bucket_filled_[b] = 1;
+  const bool bf16 = strategy_.communication_options().gradient_dtype == DType::bfloat16;
+  while (buckets_enqueued_ < buckets_.size() && bucket_filled_[buckets_enqueued_]) {
+    const Bucket& q = buckets_[buckets_enqueued_];
+    const size_t n = static_cast<size_t>(q.end - q.begin);
+    if (bf16) {
+      const float* src = summed_.data<float>() + q.begin;
+      bfloat16* out = summed_bf16_.data() + q.begin;
+      for (size_t i = 0; i < n; ++i) out[i] = bfloat16(src[i]);
+      reducer_->enqueue_compressed(out, n);
+    } else {
+      reducer_->enqueue(summed_.data<float>() + q.begin, n, DType::float32, ReduceOp::SUM);
+    }
+    ++buckets_enqueued_;
+  }
+  bucket_cv_.notify_all();
+}
+
+void ReplicatedStep::wait_for_buckets() {
+  {
+    std::unique_lock lock(bucket_mu_);
+    bucket_cv_.wait(lock, [this] { return buckets_enqueued_ == buckets_.size(); });
+  }
+  reducer_->wait();
+  if (strategy_.communication_options().gradient_dtype == DType::bfloat16) {
+    float* s = summed_.data<float>();
+    for (size_t i = 0, n = static_cast<size_t>(total_); i < n; ++i)
+      s[i] = static_cast<float>(summed_bf16_[i]);
+  }
+}
+
 void ReplicatedStep::wait_for_stragglers() {
   strategy_.task_pool().wait_for_runs_before(UINT64_MAX);
 }
@@ -281,6 +380,8 @@ ReplicatedStep::Slot* ReplicatedStep::acquire() {
       off += v.num_elements();
     }
     r.defined_.assign(vars_.size(), 0);
+    r.step_ = this;
+    r.bucket_ready_.assign(buckets_.size(), 0);
     if (make_state_) r.state_ = make_state_();
     free_.push_back(s.get());
     slots_all_.push_back(std::move(s));
@@ -332,7 +433,6 @@ void ReplicatedStep::run_replicas(ReplicaFn fn) {
       pool.run(*phase);
       // Per-replica state (random streams, moving statistics) changes once, in replica order.
       for (Slot* s : committed) s->run.commit();
-      apply_deferred_sums();
       return;
     } catch (const CollectiveInTask&) {
       for (Slot*& s : committed) {
@@ -359,7 +459,6 @@ void ReplicatedStep::run_replicas(ReplicaFn fn) {
     committed[static_cast<size_t>(r)] = slot;
   });
   for (Slot* s : committed) s->run.commit();
-  apply_deferred_sums();
 }
 
 void ReplicatedStep::apply_deferred_sums() {
@@ -389,9 +488,9 @@ void ReplicatedStep::apply_deferred_sums() {
   if (Communicator* cross = strategy_.cross_worker()) {
     // Every worker must sum the same values: a worker whose replicas all had empty slices has
     // none to offer, which the others cannot fill in.
-    const int64_t mine = static_cast<int64_t>(entries.size());
-    const int64_t most = cross->all_reduce_value(mine, ReduceOp::MAX);
-    const int64_t fewest = -cross->all_reduce_value(-mine, ReduceOp::MAX);
+    int64_t counts[2] = {static_cast<int64_t>(entries.size()), -static_cast<int64_t>(entries.size())};
+    cross->all_reduce(counts, 2, DType::int64, ReduceOp::MAX);
+    const int64_t most = counts[0], fewest = -counts[1];
     if (most != fewest) {
       throw FailedPrecondition(
           "ReplicatedStep: the workers' replicas produced different numbers of statistics to sum "
@@ -474,6 +573,24 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   TaskPool& pool = strategy_.task_pool();
   step_first_phase_ = pool.stats().phases + 1;
   parity_ = 1 - parity_;
+  // Overlap the cross-worker sum with backward when one local replica feeds it (several local
+  // replicas sum after their phase; see docs/distributed.md).
+  const bool overlapped = apply && !gang_ && num_local_ == 1 && strategy_.num_workers() > 1 &&
+                          buckets_.size() > 1;
+  if (overlapped) {
+    // The buckets are written during the replica phase: nothing of the previous step may read
+    // the sum any more.
+    pool.wait_for_runs_before(step_first_phase_);
+    if (!summed_.defined()) summed_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+    if (strategy_.communication_options().gradient_dtype == DType::bfloat16)
+      summed_bf16_.resize(static_cast<size_t>(total_));
+    if (!reducer_) reducer_ = std::make_unique<BackgroundReducer>(strategy_.cross_worker_shared());
+    for (size_t b = 0; b < buckets_.size(); ++b) bucket_claimed_[b].store(0);
+    std::fill(bucket_filled_.begin(), bucket_filled_.end(), 0);
+    buckets_enqueued_ = 0;
+    overlap_accumulator_ = acc_valid_;
+    overlap_step_ = true;
+  }
   run_replicas(std::move(fn));
 
   const auto t0 = Clock::now();
@@ -486,6 +603,14 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   }
 
   const bool workers = strategy_.num_workers() > 1;
+  if (overlap_step_) {
+    const auto tc = Clock::now();
+    wait_for_buckets();  // what is left of the communication after backward
+    stats_.cross_worker_seconds += seconds_since(tc);
+    overlap_step_ = false;
+  }
+  // After the buckets: the communicator has one user at a time.
+  apply_deferred_sums();
   if (!apply) {
     run_chunks(ChunkMode::kAccumulate);
     acc_current_ = 1 - acc_current_;
@@ -494,11 +619,13 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
     prepare_buffers();
     if (workers || update_.wants_gradient_norms()) {
       if (!summed_.defined()) summed_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
-      run_chunks(ChunkMode::kSum);
-      if (workers) {
-        const auto tc = Clock::now();
-        all_reduce_across_workers();
-        stats_.cross_worker_seconds += seconds_since(tc);
+      if (!overlapped) {
+        run_chunks(ChunkMode::kSum);
+        if (workers) {
+          const auto tc = Clock::now();
+          all_reduce_across_workers();
+          stats_.cross_worker_seconds += seconds_since(tc);
+        }
       }
       std::vector<double> norms;
       if (update_.wants_gradient_norms()) {

@@ -181,6 +181,12 @@ struct Trainer {
     check_task_cancelled();
     Tensor per_example = c.loss->call(y, y_pred);
     Tensor scaled = distribute::compute_average_loss(per_example, global_batch * accumulation);
+    // Multi-worker: buckets of finished gradients start crossing workers while the backward pass
+    // is still computing the others.
+    if (run.overlaps_communication()) {
+      tape.set_gradient_ready_callback(
+          [&run](size_t i, const Tensor& g) { run.gradient_ready(i, g); });
+    }
     // Straight into the run's gradient buffers: no copy.
     run.set_gradients(tape.gradient(scaled, c.trainable, run.gradient_buffers()));
     st.loss_sum = sum_of(per_example);
