@@ -2,6 +2,7 @@
 // knobs a user needs, reporting Keras' progress bar and the final test loss and accuracy.
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -69,6 +70,10 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   auto owned = make_strategy(a, resolver);
   distribute::Strategy& strategy = *owned;
   int replicas = strategy.num_replicas_in_sync();
+  if (a.global_batch_size == 0 && a.batch_size > std::numeric_limits<int64_t>::max() / replicas) {
+    throw InvalidArgument("--batch-size " + std::to_string(a.batch_size) + " times " +
+                          std::to_string(replicas) + " replicas overflows the global batch size.");
+  }
   int64_t global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.batch_size * replicas;
   const CoreDivision division = resolver.core_division();
   if (a.verbose > 0) {
@@ -94,9 +99,12 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   auto& [x_test, y_test] = data.second;
   int64_t steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : x_train.dim(0) / global_batch;
   if (steps <= 0) {
-    throw InvalidArgument("--global-batch-size " + std::to_string(global_batch) +
-                          " is larger than the training set (" + std::to_string(x_train.dim(0)) +
-                          " examples).");
+    throw InvalidArgument(
+        (a.global_batch_size > 0
+             ? "--global-batch-size " + std::to_string(global_batch)
+             : "The global batch (--batch-size " + std::to_string(a.batch_size) + " x " +
+                   std::to_string(replicas) + " replicas = " + std::to_string(global_batch) + ")") +
+        " is larger than the training set (" + std::to_string(x_train.dim(0)) + " examples).");
   }
   // auto: one pipeline per replica when the replicas of this host occupy every core (a host
   // pipeline thread would take time from one of them), else one global pipeline prefetched on a
