@@ -35,8 +35,8 @@
 // workers (2 workers x 1 replica resume as 1 worker x 2 replicas: the input position counts steps
 // of the same global batches, or of per-replica pipelines identified by global replica id);
 // another number of replicas in sync throws InvalidArgument naming the layout the backup was
-// written with, before anything is restored. The model must be built (keras::Input) before fit so that its weights exist to
-// restore into.
+// written with, before anything is restored. The model must be built (keras::Input) before fit
+// so that its weights exist to restore into.
 #include <string>
 
 #include "lockstep/keras/callbacks/callback.h"
