@@ -226,17 +226,17 @@ class ReplicatedStep {
   Tensor accumulator_[2];
   int acc_current_ = 0;
   bool acc_valid_ = false;
-  std::vector<Bucket> buckets_;       // buckets_[0] holds the last variables
-  std::vector<size_t> bucket_of_;     // variable -> bucket
-  bool overlap_step_ = false;         // this step overlaps (set before the replica phase)
+  std::vector<Bucket> buckets_;    // buckets_[0] holds the last variables
+  std::vector<size_t> bucket_of_;  // variable -> bucket
+  bool overlap_step_ = false;      // this step overlaps (set before the replica phase)
   std::unique_ptr<std::atomic<uint32_t>[]> bucket_claimed_;
-  std::vector<char> bucket_filled_;   // guarded by bucket_mu_
-  size_t buckets_enqueued_ = 0;       // guarded by bucket_mu_
+  std::vector<char> bucket_filled_;  // guarded by bucket_mu_
+  size_t buckets_enqueued_ = 0;      // guarded by bucket_mu_
   std::mutex bucket_mu_;
   std::condition_variable bucket_cv_;
   std::unique_ptr<BackgroundReducer> reducer_;
   bool overlap_accumulator_ = false;  // the accumulator joins the buckets this step
-  Tensor summed_;  // the all-reduced sum (several workers, or norms needed)
+  Tensor summed_;                     // the all-reduced sum (several workers, or norms needed)
   std::vector<bfloat16> summed_bf16_;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // per pool thread
   size_t max_slots_ = 0;

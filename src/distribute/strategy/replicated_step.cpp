@@ -182,9 +182,9 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     // Out of place, into this thread's scratch: the current values stay as they were, so a
     // second run of this chunk computes the same bits.
     s.update_.apply(i, c.offset, s.cur_w_[i] + c.offset, g,
-                    std::span<const float* const>(sc.slot_in.data(), cur_slots.size()),
-                    sc.w.data(), std::span<float* const>(sc.slot_ptrs.data(), cur_slots.size()),
-                    n, sc.has_rounded ? sc.rounded.data() : nullptr);
+                    std::span<const float* const>(sc.slot_in.data(), cur_slots.size()), sc.w.data(),
+                    std::span<float* const>(sc.slot_ptrs.data(), cur_slots.size()), n,
+                    sc.has_rounded ? sc.rounded.data() : nullptr);
     return &sc;
   }
 
@@ -298,9 +298,9 @@ void ReplicatedStep::make_buckets() {
     do {
       --first;
       begin -= vars_[first].num_elements();
-    } while (first > 0 && static_cast<size_t>(end - begin + vars_[first - 1].num_elements()) *
-                                  sizeof(float) <=
-                              limit);
+    } while (first > 0 &&
+             static_cast<size_t>(end - begin + vars_[first - 1].num_elements()) * sizeof(float) <=
+                 limit);
     for (size_t v = first; v < end_var; ++v) bucket_of_[v] = buckets_.size();
     buckets_.push_back({first, end_var, begin, end});
     end_var = first;
@@ -488,7 +488,8 @@ void ReplicatedStep::apply_deferred_sums() {
   if (Communicator* cross = strategy_.cross_worker()) {
     // Every worker must sum the same values: a worker whose replicas all had empty slices has
     // none to offer, which the others cannot fill in.
-    int64_t counts[2] = {static_cast<int64_t>(entries.size()), -static_cast<int64_t>(entries.size())};
+    int64_t counts[2] = {static_cast<int64_t>(entries.size()),
+                         -static_cast<int64_t>(entries.size())};
     cross->all_reduce(counts, 2, DType::int64, ReduceOp::MAX);
     const int64_t most = counts[0], fewest = -counts[1];
     if (most != fewest) {
@@ -575,8 +576,8 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   parity_ = 1 - parity_;
   // Overlap the cross-worker sum with backward when one local replica feeds it (several local
   // replicas sum after their phase; see docs/distributed.md).
-  const bool overlapped = apply && !gang_ && num_local_ == 1 && strategy_.num_workers() > 1 &&
-                          buckets_.size() > 1;
+  const bool overlapped =
+      apply && !gang_ && num_local_ == 1 && strategy_.num_workers() > 1 && buckets_.size() > 1;
   if (overlapped) {
     // The buckets are written during the replica phase: nothing of the previous step may read
     // the sum any more.

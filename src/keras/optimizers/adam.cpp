@@ -64,9 +64,9 @@ LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_up
 // adam_update reading (w, m, v) and writing (wo, mo, vo): the training step's out-of-place form
 // (the old values stay readable by a concurrent run of the same chunk). wo may be w.
 LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update_out(
-    const float* w, const float* __restrict g, const float* __restrict m,
-    const float* __restrict v, float* wo, float* __restrict mo, float* __restrict vo,
-    float* rounded, size_t n, float alpha, float one_minus_b1, float one_minus_b2, float eps) {
+    const float* w, const float* __restrict g, const float* __restrict m, const float* __restrict v,
+    float* wo, float* __restrict mo, float* __restrict vo, float* rounded, size_t n, float alpha,
+    float one_minus_b1, float one_minus_b2, float eps) {
   if (rounded == nullptr) {
     for (size_t i = 0; i < n; ++i) {
       const float gi = g[i];
