@@ -83,7 +83,7 @@ class ReplicaRun {
  private:
   friend class ReplicatedStep;
   friend class ReplicaContext;
-  void reset(int replica);
+  void reset(int replica, bool overlap);
   void commit();
   void* find_local(const void* shared) const;
   void add_local(const void* shared, std::shared_ptr<void> copy, std::function<void()> commit);

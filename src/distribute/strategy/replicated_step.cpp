@@ -32,9 +32,9 @@ void add_into(float* __restrict out, const float* __restrict src, int64_t n) {
 
 // ---- ReplicaRun
 
-void ReplicaRun::reset(int replica) {
+void ReplicaRun::reset(int replica, bool overlap) {
   replica_ = replica;
-  overlap_ = step_->overlap_step_;
+  overlap_ = overlap;
   std::fill(bucket_ready_.begin(), bucket_ready_.end(), 0);
   std::fill(defined_.begin(), defined_.end(), 0);
   locals_.clear();
@@ -111,14 +111,15 @@ struct ReplicatedStep::Scratch {
 
 class ReplicatedStep::ReplicaPhase : public TaskPhase {
  public:
-  ReplicaPhase(ReplicatedStep& step, ReplicaFn fn) : step_(step), fn_(std::move(fn)) {}
+  ReplicaPhase(ReplicatedStep& step, ReplicaFn fn, bool overlap)
+      : step_(step), fn_(std::move(fn)), overlap_(overlap) {}
   int num_tasks() const override { return step_.num_local_; }
   int kind() const override { return 0; }
   void* run(int replica, int /*thread*/) override {
     Slot* slot = step_.acquire();
     try {
       check_task_cancelled();
-      slot->run.reset(replica);
+      slot->run.reset(replica, overlap_);
       ReplicaContext ctx(step_.strategy_, replica, nullptr, step_.strategy_.cross_worker(),
                          &slot->run);
       ReplicaContextScope context(&ctx);
@@ -138,6 +139,7 @@ class ReplicatedStep::ReplicaPhase : public TaskPhase {
  private:
   ReplicatedStep& step_;
   ReplicaFn fn_;
+  bool overlap_;  // this step's, fixed for every run (a late backup run may start after the step)
 };
 
 class ReplicatedStep::ChunkPhase : public TaskPhase {
@@ -419,14 +421,15 @@ void ReplicatedStep::run_replicas(ReplicaFn fn) {
     ReplicaPhase* phase = nullptr;
     for (auto& [p, seq] : replica_phases_) {
       if (seq + kPhaseRetention <= now) {
-        p = std::make_unique<ReplicaPhase>(*this, fn);
+        p = std::make_unique<ReplicaPhase>(*this, fn, overlap_step_);
         phase = p.get();
         seq = now + 1;
         break;
       }
     }
     if (phase == nullptr) {
-      replica_phases_.emplace_back(std::make_unique<ReplicaPhase>(*this, fn), now + 1);
+      replica_phases_.emplace_back(std::make_unique<ReplicaPhase>(*this, fn, overlap_step_),
+                                   now + 1);
       phase = replica_phases_.back().first.get();
     }
     try {
@@ -440,13 +443,23 @@ void ReplicatedStep::run_replicas(ReplicaFn fn) {
         s = nullptr;
       }
       gang_ = true;
+      if (overlap_step_) {
+        // A collective in the forward pass comes before any gradient: no bucket has left.
+        std::lock_guard lock(bucket_mu_);
+        if (buckets_enqueued_ != 0) {
+          throw Internal(
+              "ReplicatedStep: a replica function called a collective after gradients had "
+              "started crossing workers; call collectives before the backward pass.");
+        }
+        overlap_step_ = false;
+      }
     }
   }
   // Gang: every replica at once, one thread each, with the local communicator.
   strategy_.run_on_replicas([&](ReplicaContext& ctx) {
     const int r = ctx.local_replica_id();
     Slot* slot = acquire();
-    slot->run.reset(r);
+    slot->run.reset(r, false);
     ReplicaContext mine(strategy_, r, &ctx.local_communicator(), strategy_.cross_worker(),
                         &slot->run);
     ReplicaContextScope context(&mine);

@@ -167,7 +167,8 @@ uint64_t TaskPool::run(TaskPhase& phase) {
   rec.failed.store(false, std::memory_order_relaxed);
   rec.error = nullptr;
   rec.error_task = INT_MAX;
-  rec.active.store(1, std::memory_order_relaxed);  // the caller
+  // The caller; fetch_add, not store: a helper that saw the old phase may be backing off.
+  rec.active.fetch_add(1, std::memory_order_seq_cst);
   rec.sequence.store(seq, std::memory_order_seq_cst);
   if (n == 0) {
     rec.leave();
