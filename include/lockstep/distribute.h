@@ -6,7 +6,7 @@
 #include "lockstep/distribute/failure.h"
 #include "lockstep/distribute/gradient_sync.h"
 #include "lockstep/distribute/input_context.h"
-#include "lockstep/distribute/mpi_communicator.h"
+#include "lockstep/distribute/mpi_context.h"
 #include "lockstep/distribute/multi_worker_strategy.h"
 #include "lockstep/distribute/per_replica.h"
 #include "lockstep/distribute/replica_context.h"

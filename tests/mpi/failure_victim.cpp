@@ -11,9 +11,9 @@
 #include <span>
 #include <vector>
 
+#include "distribute/collectives/mpi_communicator.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/failure.h"
-#include "lockstep/distribute/mpi_communicator.h"
 
 int main(int argc, char** argv) {
   using namespace lockstep::distribute;

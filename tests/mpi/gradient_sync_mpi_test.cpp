@@ -4,6 +4,7 @@
 // the documented order, and, for the bfloat16 cross-worker dtype, this file's own bfloat16
 // rounding (round to nearest even, in double arithmetic, independent of lockstep's).
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cfenv>
 #include <cmath>

@@ -4,8 +4,8 @@
 #include <mutex>
 
 #include "lockstep/autodiff/functions.h"
-#include "lockstep/distribute/replica_pool.h"
 #include "lockstep/distribute/shared_memory_group.h"
+#include "replica_pool.h"
 
 namespace lockstep::distribute {
 
