@@ -72,8 +72,9 @@ else()
   set(LOCKSTEP_PC_LIBS_PRIVATE "")
 endif()
 # prefix is found from the .pc file's own location, so the file stays right wherever the tree is
-# installed or moved to.
-if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+# installed or moved to. Under /usr (the Debian package) it is simply /usr, which pkg-config then
+# leaves out of the flags as a system directory.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR CMAKE_INSTALL_PREFIX STREQUAL "/usr")
   set(LOCKSTEP_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
 else()
   file(RELATIVE_PATH _up ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig
