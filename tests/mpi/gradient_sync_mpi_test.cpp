@@ -1,5 +1,5 @@
-// GradientSynchronizer across workers (issue 6's hierarchical all-reduce, issue 7's bfloat16
-// gradients across workers), under mpirun with LOCKSTEP_DEVICES=cpu:L local replicas per worker.
+// GradientSynchronizer across workers (the hierarchical all-reduce, and bfloat16 gradients across
+// workers), under mpirun with LOCKSTEP_DEVICES=cpu:L local replicas per worker.
 // The expected sums are computed here from the replicas' closed-form gradients: float32 sums in
 // the documented order, and, for the bfloat16 cross-worker dtype, this file's own bfloat16
 // rounding (round to nearest even, in double arithmetic, independent of lockstep's).

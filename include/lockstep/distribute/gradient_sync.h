@@ -8,9 +8,9 @@
 // the whole sum in S without an all-gather. Across workers, local replica 0 then all-reduces S
 // over the workers (one collective per bucket of `bucket_bytes`) while the others wait.
 //
-// The caller then updates only its own block of the flat parameter space (owned_range), as
-// DESIGN.md's "reduce-scatter, update the slice, all-gather" — the all-gather being implicit
-// because the variables are shared memory — and must barrier before variables are read again.
+// The caller then updates only its own block of the flat parameter space (owned_range): a
+// reduce-scatter, update the slice, all-gather — the all-gather being implicit because the
+// variables are shared memory — and must barrier before variables are read again.
 //
 // stats() reports, as seen by local replica 0, the accumulated wall time of the local
 // reduce-scatter and of the cross-worker all-reduce (two steady_clock reads per phase and step).
