@@ -1,5 +1,5 @@
 #include "lockstep/ops/linear.h"
-#include "lockstep/core/cpu_dispatch.h"
+#include "core/cpu_dispatch.h"
 
 #include <cstring>
 #include <string>

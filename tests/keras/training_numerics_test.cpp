@@ -1,4 +1,4 @@
-// Issue 4, acceptance 2: training numerics against an independent float64 reference.
+// Training numerics against an independent float64 reference.
 //
 // The reference below is written from Keras' definitions with plain loops and never calls
 // Lockstep's ops: the MLP's forward and hand-written backward, Keras' categorical cross-entropy

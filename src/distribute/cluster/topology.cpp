@@ -9,7 +9,7 @@
 namespace lockstep {
 namespace {
 
-// The one process-wide "current cluster" (STYLE.md: keep such state in one well-defined place).
+// The one process-wide "current cluster": such state is kept in one well-defined place, here.
 std::mutex cluster_mutex;
 std::optional<ConnectedCluster> current_cluster;
 
