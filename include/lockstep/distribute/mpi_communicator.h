@@ -17,14 +17,15 @@
 //
 // Collectives are non-blocking MPI calls (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Iallgather,
 // MPI_Ibcast, MPI_Ibarrier) polled with MPI_Test until done or until timeout_seconds pass, so a
-// lost peer cannot hang the others. Exception: with timeout_seconds 0 (wait forever) all-reduces
-// call the blocking MPI_Allreduce, whose algorithms are faster in Open MPI (nothing to poll for).
+// lost peer cannot hang the others. The poll spins only briefly and then sleeps between polls, so
+// a rank that waits for a slower one does not hold a core the slower one (or anyone else) needs.
 // On timeout (or a transport error) the communicator asks every peer, on a second duplicated
 // communicator, which collective it is in; peers that do not answer within a short grace period are
-// reported as lost, with pid and host (exchanged at construction):
-//   Unavailable: worker rank 1 (pid 1234 on host node-a) did not join all_reduce #57
-//   (float32[101770], SUM) within 10 s; it has exited (no such process).
-// See docs/distributed.md ("Collectives") for launching so that survivors can report.
+// reported as lost, with world rank, pid and host (exchanged at construction), grouped by host
+// when a whole host is silent:
+//   Unavailable: world rank 0: world rank 1 (pid 1234 on host node-a) stopped answering: it did
+//   not join all_reduce #57 (float32[101770], SUM) within 10 s; it is stopped (process state T).
+// See docs/distributed.md ("Failures and timeouts") for launching so that survivors can report.
 #include <mpi.h>
 
 #include <memory>
@@ -35,6 +36,10 @@
 #include "lockstep/distribute/collective.h"
 
 namespace lockstep::distribute {
+
+namespace detail {
+class QueryResponder;
+}
 
 class MpiContext {
  public:
@@ -61,6 +66,10 @@ class MpiContext {
   // process must call it.
   std::shared_ptr<Communicator> world(const CommunicationOptions& options = {}) const;
 
+  // The host name of every process of the job, indexed by world rank: an all-gather over
+  // MPI_COMM_WORLD when active() (collective: every process must call it), else this host alone.
+  std::vector<std::string> world_hosts() const;
+
   // Finalises MPI if this context initialised it (idempotent). After a collective failure MPI is
   // deliberately not finalised: MPI_Finalize would wait for the lost peer. Call abort_job() then.
   void finalize();
@@ -85,13 +94,14 @@ MpiContext& mpi_initialize(int* argc = nullptr, char*** argv = nullptr);
 class MpiCommunicator final : public Communicator {
  public:
   struct Peer {
+    int world_rank = 0;  // in MPI_COMM_WORLD, which is what mpirun and users call the rank
     int pid = 0;
     std::string host;
   };
 
   // Collective over `comm`: duplicates it twice (one for data, one for failure diagnosis, so that
   // diagnosis messages can never match a collective), sets MPI_ERRORS_RETURN on both, and exchanges
-  // every rank's pid and host name. MPI must be active.
+  // every rank's world rank, pid and host name. MPI must be active.
   explicit MpiCommunicator(MPI_Comm comm, const CommunicationOptions& options = {});
   ~MpiCommunicator() override;
 
@@ -117,13 +127,12 @@ class MpiCommunicator final : public Communicator {
   void do_all_reduce_compressed(bfloat16* buf, size_t count) override;
 
  private:
-  struct PendingReply;
   void check_usable() const;
   void wait(MPI_Request* request);
   void all_reduce_in_packs(void* buf, size_t count, size_t element_size, MPI_Datatype type,
                            MPI_Op op);
-  void serve_queries();
   [[noreturn]] void fail(const std::string& cause);
+  std::string describe_lost(const std::vector<char>& answered) const;
   size_t pack_elements(size_t element_size) const;
 
   MPI_Comm data_ = MPI_COMM_NULL;
@@ -132,7 +141,7 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   std::vector<Peer> peers_;
   std::vector<float> widened_send_, widened_recv_;  // bfloat16 scratch, reused
-  std::vector<std::unique_ptr<PendingReply>> replies_;
+  std::unique_ptr<detail::QueryResponder> responder_;
   bool broken_ = false;
   bool error_is_deadline_ = false;
   std::string error_;
