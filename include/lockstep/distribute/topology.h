@@ -19,6 +19,9 @@ struct Topology {
   int num_workers = 1;
   int task_id = 0;  // this process's index among num_workers (ClusterResolver::worker_index)
   std::vector<DeviceSpec> local_devices;
+  // The host name of every worker, indexed by worker, when the launcher let initialize_system find
+  // out (MPI: an all-gather of host names); empty otherwise.
+  std::vector<std::string> worker_hosts;
 
   int num_local_replicas() const { return static_cast<int>(local_devices.size()); }
   // num_workers x num_local_replicas().
@@ -27,9 +30,16 @@ struct Topology {
   //   1 worker (this is worker 0), 2 local replicas, 2 replicas in sync
   //     /job:worker/task:0/device:cpu:0  cores 0
   //     /job:worker/task:0/device:cpu:1  cores 1
+  // With several workers whose hosts are known, the hosts and their workers follow the first line:
+  //   2 workers (this is worker 0), 2 local replicas, 4 in sync
+  //     2 hosts, 1 worker per host, 2 replicas per worker
+  //     host ls-host-a: worker 0
+  //     host ls-host-b: worker 1
+  //     /job:worker/task:0/device:cpu:0  cores 0
+  //     ...
   std::string to_string() const;
-  // {"num_workers", "task_id", "num_replicas_in_sync", "local_devices": [{"name", "kind",
-  //  "index", "cores"}]}
+  // {"num_workers", "task_id", "num_replicas_in_sync", "worker_hosts" (when known),
+  //  "local_devices": [{"name", "kind", "index", "cores"}]}
   nlohmann::json to_json() const;
 };
 
@@ -55,7 +65,8 @@ std::optional<ConnectedCluster> connected_cluster();
 void disconnect_from_cluster();
 
 // Builds the Topology of the resolver's cluster (validated as connect_to_cluster does, but without
-// recording it).
+// recording it). Under an MPI launcher with several workers it also learns every worker's host
+// (Topology::worker_hosts): that initialises MPI and is collective, so every worker must call it.
 Topology initialize_system(const ClusterResolver& resolver);
 
 }  // namespace lockstep

@@ -439,11 +439,11 @@ void MpiCommunicator::do_all_reduce_compressed(bfloat16* buf, size_t count) {
   all_reduce_in_packs(buf, count, sizeof(bfloat16), wire.type, wire.sum);
 }
 
-// Without a deadline (timeout_seconds 0: wait forever) the blocking MPI_Allreduce serves: Open
-// MPI's blocking algorithms (coll/tuned) were faster here than the non-blocking ones (libnbc) —
-// 25 vs 38 us for the seed model's 407 KB between 2 ranks, 3.8 vs 6.9 ms for 23 MB
-// (bench/mpi_allreduce_bench) — and there is nothing to poll for. With a deadline the
-// non-blocking call is polled so that a lost peer is reported instead of waited for.
+// Always the non-blocking MPI_Iallreduce, waited for by wait(), also without a deadline. Open MPI's
+// blocking MPI_Allreduce (coll/tuned) is a little faster on an idle machine (25 vs 38 us for the
+// seed model's 407 KB between 2 ranks) but busy-polls inside Open MPI for as long as the slowest
+// rank takes; with one co-runner process beside `mpirun -np 2` on 2 cores that spinning rank holds
+// a core its peer needs (docs/distributed.md, "Waiting without spinning").
 // In place, in packs of at most bytes_per_pack (one call even for count 0, so every rank takes
 // part in the same number of collectives).
 void MpiCommunicator::all_reduce_in_packs(void* buf, size_t count, size_t element_size,
@@ -452,15 +452,10 @@ void MpiCommunicator::all_reduce_in_packs(void* buf, size_t count, size_t elemen
   for (size_t begin = 0; begin < count || (count == 0 && begin == 0); begin += pack) {
     void* at = static_cast<std::byte*>(buf) + begin * element_size;
     const int n = static_cast<int>(std::min(pack, count - begin));
-    if (options().timeout_seconds <= 0) {
-      const int rc = MPI_Allreduce(MPI_IN_PLACE, at, n, type, op, data_);
-      if (rc != MPI_SUCCESS) fail("MPI_Allreduce: " + mpi_error_text(rc));
-    } else {
-      MPI_Request request;
-      const int rc = MPI_Iallreduce(MPI_IN_PLACE, at, n, type, op, data_, &request);
-      if (rc != MPI_SUCCESS) fail("MPI_Iallreduce: " + mpi_error_text(rc));
-      wait(&request);
-    }
+    MPI_Request request;
+    const int rc = MPI_Iallreduce(MPI_IN_PLACE, at, n, type, op, data_, &request);
+    if (rc != MPI_SUCCESS) fail("MPI_Iallreduce: " + mpi_error_text(rc));
+    wait(&request);
     if (count == 0) break;
   }
 }
