@@ -128,7 +128,9 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void check_usable() const;
-  void wait(MPI_Request* request);
+  // Polls `request` (a collective moving about `bytes` per rank) until done, failing at the
+  // deadline.
+  void wait(MPI_Request* request, size_t bytes);
   void all_reduce_in_packs(void* buf, size_t count, size_t element_size, MPI_Datatype type,
                            MPI_Op op);
   [[noreturn]] void fail(const std::string& cause);

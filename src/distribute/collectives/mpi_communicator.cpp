@@ -284,10 +284,10 @@ size_t MpiCommunicator::pack_elements(size_t element_size) const {
   return std::min(n, static_cast<size_t>(INT_MAX));
 }
 
-void MpiCommunicator::wait(MPI_Request* request) {
+void MpiCommunicator::wait(MPI_Request* request, size_t bytes) {
   const double timeout = options().timeout_seconds;
   detail::WaitRegistration registration(timeout);
-  detail::PollBackoff backoff;
+  detail::PollBackoff backoff(detail::PollBackoff::spin_for_bytes(bytes));
   for (;;) {
     int done = 0;
     const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
@@ -455,7 +455,7 @@ void MpiCommunicator::all_reduce_in_packs(void* buf, size_t count, size_t elemen
     MPI_Request request;
     const int rc = MPI_Iallreduce(MPI_IN_PLACE, at, n, type, op, data_, &request);
     if (rc != MPI_SUCCESS) fail("MPI_Iallreduce: " + mpi_error_text(rc));
-    wait(&request);
+    wait(&request, static_cast<size_t>(n) * element_size);
     if (count == 0) break;
   }
 }
@@ -485,7 +485,7 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t cou
   const int rc =
       MPI_Ireduce_scatter(send, recv, counts.data(), mpi_type(dtype), mpi_op(op), data_, &request);
   if (rc != MPI_SUCCESS) fail("MPI_Ireduce_scatter: " + mpi_error_text(rc));
-  wait(&request);
+  wait(&request, count * dtype_size(dtype));
   if (op == ReduceOp::MEAN) detail::divide_in_place(recv, mine.size(), dtype, size_);
 }
 
@@ -502,7 +502,7 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, size_t count_p
   MPI_Request request;
   const int rc = MPI_Iallgather(source, n, MPI_BYTE, recv, n, MPI_BYTE, data_, &request);
   if (rc != MPI_SUCCESS) fail("MPI_Iallgather: " + mpi_error_text(rc));
-  wait(&request);
+  wait(&request, bytes * static_cast<size_t>(size_));
 }
 
 void MpiCommunicator::do_broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -515,7 +515,7 @@ void MpiCommunicator::do_broadcast(void* buf, size_t count, DType dtype, int roo
     const int rc = MPI_Ibcast(static_cast<std::byte*>(buf) + begin, static_cast<int>(n), MPI_BYTE,
                               root, data_, &request);
     if (rc != MPI_SUCCESS) fail("MPI_Ibcast: " + mpi_error_text(rc));
-    wait(&request);
+    wait(&request, n);
     if (bytes == 0) break;
   }
 }
@@ -525,7 +525,7 @@ void MpiCommunicator::do_barrier() {
   MPI_Request request;
   const int rc = MPI_Ibarrier(data_, &request);
   if (rc != MPI_SUCCESS) fail("MPI_Ibarrier: " + mpi_error_text(rc));
-  wait(&request);
+  wait(&request, 0);
 }
 
 }  // namespace lockstep::distribute

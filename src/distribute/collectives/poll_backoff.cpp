@@ -21,7 +21,13 @@ void cpu_relax() {
 
 }  // namespace
 
-PollBackoff::PollBackoff() : start_(Clock::now()) {}
+PollBackoff::PollBackoff(std::chrono::nanoseconds spin) : start_(Clock::now()), spin_(spin) {}
+
+std::chrono::nanoseconds PollBackoff::spin_for_bytes(size_t bytes) {
+  const auto transfer = std::chrono::nanoseconds(
+      static_cast<int64_t>(static_cast<double>(bytes) / kSpinBandwidth * 1e9));
+  return std::clamp<std::chrono::nanoseconds>(transfer, kSpin, kMaxSpin);
+}
 
 PollBackoff::~PollBackoff() {
   if (saved_timer_slack_ >= 0) {
@@ -36,7 +42,7 @@ double PollBackoff::waited_seconds() const {
 bool PollBackoff::pause() {
   ++polls_;
   const Clock::duration waited = Clock::now() - start_;
-  if (waited < kSpin) {
+  if (waited < spin_) {
     cpu_relax();
     return (polls_ & 255) == 0;
   }
