@@ -108,6 +108,7 @@ std::string Topology::to_string() const {
   if (num_workers > 1 && static_cast<int>(worker_hosts.size()) == num_workers) {
     write_hosts(out, *this);
   }
+  if (core_division.local_workers > 1) out << core_division.to_string() << "\n";
   for (const DeviceSpec& device : local_devices) {
     out << "  " << device.name() << "  cores " << cluster_internal::join_ints(device.cores) << "\n";
   }
@@ -125,7 +126,13 @@ nlohmann::json Topology::to_json() const {
   nlohmann::json json = {{"num_workers", num_workers},
                          {"task_id", task_id},
                          {"num_replicas_in_sync", num_replicas_in_sync()},
-                         {"local_devices", devices}};
+                         {"local_devices", devices},
+                         {"core_division",
+                          {{"local_workers", core_division.local_workers},
+                           {"local_worker", core_division.local_worker},
+                           {"visible_cores", core_division.visible_cores},
+                           {"cores", core_division.cores},
+                           {"description", core_division.to_string()}}}};
   if (!worker_hosts.empty()) json["worker_hosts"] = worker_hosts;
   return json;
 }
@@ -150,7 +157,8 @@ Topology initialize_system(const ClusterResolver& resolver) {
   const ConnectedCluster cluster = validated_cluster(resolver);
   Topology topology{.num_workers = cluster.num_workers,
                     .task_id = cluster.worker_index,
-                    .local_devices = resolver.local_devices()};
+                    .local_devices = resolver.local_devices(),
+                    .core_division = resolver.core_division()};
   // Only the launcher's processes know where the others run: ask them (MPI's world is the job's
   // workers in rank order, which MultiWorkerMirroredStrategy checks against the resolver).
   if (cluster.num_workers > 1 && resolver.rpc_layer() == "mpi") {
