@@ -18,20 +18,25 @@
 //
 // Collectives are non-blocking MPI calls (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Iallgather,
 // MPI_Ibcast, MPI_Ibarrier) polled with MPI_Test until done or until timeout_seconds pass, so a
-// lost peer cannot hang the others. Exception: with timeout_seconds 0 (wait forever) all-reduces
-// call the blocking MPI_Allreduce, whose algorithms are faster in Open MPI (nothing to poll for).
+// lost peer cannot hang the others. The poll spins only briefly and then sleeps between polls, so
+// a rank that waits for a slower one does not hold a core the slower one (or anyone else) needs.
 // On timeout (or a transport error) the communicator asks every peer, on a second duplicated
 // communicator, which collective it is in; peers that do not answer within a short grace period are
-// reported as lost, with pid and host (exchanged at construction):
-//   Unavailable: worker rank 1 (pid 1234 on host node-a) did not join all_reduce #57
-//   (float32[101770], SUM) within 10 s; it has exited (no such process).
-// See docs/distributed.md ("Collectives") for launching so that survivors can report.
+// reported as lost, with world rank, pid and host (exchanged at construction), grouped by host
+// when a whole host is silent:
+//   Unavailable: world rank 0: world rank 1 (pid 1234 on host node-a) stopped answering: it did
+//   not join all_reduce #57 (float32[101770], SUM) within 10 s; it is stopped (process state T).
+// See docs/distributed.md ("Failures and timeouts") for launching so that survivors can report.
 #include <memory>
 #include <string_view>
 
 #include "lockstep/distribute/collective.h"
 
 namespace lockstep::distribute {
+
+namespace detail {
+class QueryResponder;
+}
 
 class MpiContext {
  public:
@@ -57,6 +62,10 @@ class MpiContext {
   // MPI_COMM_WORLD when active(), else a one-rank shared-memory communicator. Collective: every
   // process must call it.
   std::shared_ptr<Communicator> world(const CommunicationOptions& options = {}) const;
+
+  // The host name of every process of the job, indexed by world rank: an all-gather over
+  // MPI_COMM_WORLD when active() (collective: every process must call it), else this host alone.
+  std::vector<std::string> world_hosts() const;
 
   // Finalises MPI if this context initialised it (idempotent). After a collective failure MPI is
   // deliberately not finalised: MPI_Finalize would wait for the lost peer. Call abort_job() then.

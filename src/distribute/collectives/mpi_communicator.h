@@ -14,16 +14,21 @@
 
 namespace lockstep::distribute {
 
+namespace detail {
+class QueryResponder;
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   struct Peer {
+    int world_rank = 0;  // in MPI_COMM_WORLD, which is what mpirun and users call the rank
     int pid = 0;
     std::string host;
   };
 
   // Collective over `comm`: duplicates it twice (one for data, one for failure diagnosis, so that
   // diagnosis messages can never match a collective), sets MPI_ERRORS_RETURN on both, and exchanges
-  // every rank's pid and host name. MPI must be active.
+  // every rank's world rank, pid and host name. MPI must be active.
   explicit MpiCommunicator(MPI_Comm comm, const CommunicationOptions& options = {});
   ~MpiCommunicator() override;
 
@@ -49,13 +54,14 @@ class MpiCommunicator final : public Communicator {
   void do_all_reduce_compressed(bfloat16* buf, size_t count) override;
 
  private:
-  struct PendingReply;
   void check_usable() const;
-  void wait(MPI_Request* request);
+  // Polls `request` (a collective moving about `bytes` per rank) until done, failing at the
+  // deadline.
+  void wait(MPI_Request* request, size_t bytes);
   void all_reduce_in_packs(void* buf, size_t count, size_t element_size, MPI_Datatype type,
                            MPI_Op op);
-  void serve_queries();
   [[noreturn]] void fail(const std::string& cause);
+  std::string describe_lost(const std::vector<char>& answered) const;
   size_t pack_elements(size_t element_size) const;
 
   MPI_Comm data_ = MPI_COMM_NULL;
@@ -64,7 +70,7 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   std::vector<Peer> peers_;
   std::vector<float> widened_send_, widened_recv_;  // bfloat16 scratch, reused
-  std::vector<std::unique_ptr<PendingReply>> replies_;
+  std::unique_ptr<detail::QueryResponder> responder_;
   bool broken_ = false;
   bool error_is_deadline_ = false;
   std::string error_;
