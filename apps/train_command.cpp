@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "lockstep/distribute/cpu_cores.h"
 #include "lockstep/lockstep.h"
+#include "models/vit.h"
 #if __has_include("lockstep/keras/layers/convolutional.h")
 #include "lockstep/keras/layers/convolutional.h"
 #endif
@@ -59,6 +60,8 @@ std::vector<keras::LayerArg> build_layers(const std::string& name) {
         keras::layers::Conv2D({.filters = 32, .kernel_size = {3, 3}, .activation = "relu"}));
     layers.push_back(keras::layers::MaxPooling2D());
     layers.push_back(keras::layers::Flatten());
+  } else if (name == "vit") {
+    layers.push_back(models::vit_encoder());
   } else {
     layers.push_back(keras::layers::Dense({.units = 128, .activation = "relu"}));
   }
@@ -253,8 +256,9 @@ std::function<int()> add_train_command(CLI::App& app) {
                   "Steps each replica runs per dispatch")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--model", a->model,
-                  "mlp (the seed model, 784-128-10), wide (784-2048-2048-10) or conv")
-      ->check(CLI::IsMember({"mlp", "wide", "conv"}));
+                  "mlp (the seed model, 784-128-10), wide (784-2048-2048-10), conv or vit (a "
+                  "vision transformer: 4x4 patches, width 64, 4 heads, 4 blocks)")
+      ->check(CLI::IsMember({"mlp", "wide", "conv", "vit"}));
   cmd->add_option("--gradient-dtype", a->gradient_dtype,
                   "Multi-worker: dtype gradients cross workers in; bfloat16 halves the bytes "
                   "(docs/distributed.md)")
