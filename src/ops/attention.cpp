@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lockstep/core/cpu_dispatch.h"
 #include "lockstep/ops/masked_softmax.h"
@@ -99,41 +102,47 @@ StridedBatch heads(const Tensor& t, int64_t b0, int64_t n, int64_t H) {
           .cs = 1};
 }
 
-// A dense [n, H, rows, cols] buffer as n × H matrices.
-StridedBatch dense(const Tensor& t, int64_t n, int64_t H, int64_t rows, int64_t cols) {
+// The block's transposed scores (or probabilities, or their gradients): n × H matrices [S, T],
+// each row padded to `ld` >= T elements (a multiple of 16) so that the softmax over s, a column of
+// these matrices, runs on whole vectors of 16 queries.
+StridedBatch scores_t(const Tensor& t, int64_t n, const Dims& d, int64_t ld) {
   return {.data = t.raw_data(),
           .dtype = t.dtype(),
           .b0 = n,
-          .b1 = H,
-          .rows = rows,
-          .cols = cols,
-          .s0 = H * rows * cols,
-          .s1 = rows * cols,
-          .rs = cols,
+          .b1 = d.H,
+          .rows = d.S,
+          .cols = d.T,
+          .s0 = d.H * d.S * ld,
+          .s1 = d.S * ld,
+          .rs = ld,
           .cs = 1};
+}
+
+int64_t padded(int64_t t) {
+  return (t + 15) / 16 * 16;
 }
 
 bool masking(const Plan& p) {
   return p.causal || p.mask.has_value();
 }
 
-// Writes `value` at the dropped positions of the block's rows [n, H, T, S] (examples b0...).
+// Writes `value` at the dropped positions of the block's transposed scores (examples b0...).
 template <typename A>
-void set_dropped(A* rows, const Plan& p, int64_t b0, int64_t n, A value) {
+void set_dropped(A* scores, const Plan& p, int64_t b0, int64_t n, int64_t ld, A value) {
   const Dims& d = p.d;
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
-      for (int64_t t = 0; t < d.T; ++t) {
-        A* row = rows + ((b * d.H + h) * d.T + t) * d.S;
+      for (int64_t s = 0; s < d.S; ++s) {
+        A* row = scores + ((b * d.H + h) * d.S + s) * ld;  // scores[., t] for key s
         if (p.causal) {
-          for (int64_t s = t + 1; s < d.S; ++s) row[s] = value;
+          for (int64_t t = 0; t < std::min(s, d.T); ++t) row[t] = value;  // s > t
         }
         if (p.mask) {
           const auto& st = p.mask->strides;
-          const uint8_t* keep = p.mask->data() + (b0 + b) * st[0] + h * st[1] + t * st[2];
-          const int64_t ss = st[3];
-          for (int64_t s = 0; s < d.S; ++s) {
-            if (!keep[s * ss]) row[s] = value;
+          const uint8_t* keep = p.mask->data() + (b0 + b) * st[0] + h * st[1] + s * st[3];
+          const int64_t ts = st[2];
+          for (int64_t t = 0; t < d.T; ++t) {
+            if (!keep[t * ts]) row[t] = value;
           }
         }
       }
@@ -141,59 +150,132 @@ void set_dropped(A* rows, const Plan& p, int64_t b0, int64_t n, A value) {
   }
 }
 
-// Row softmax in place over [rows, n].
-void softmax_rows(const Tensor& scores, int64_t rows, int64_t n) {
+// GCC vector extensions: 16 lanes (one AVX-512 register in the x86-64-v4 clone, four SSE ones in
+// the baseline clone), passed by reference (by value they would change the baseline ABI).
+typedef float F16 __attribute__((vector_size(64)));
+typedef int32_t I16 __attribute__((vector_size(64)));
+
+inline void load16(F16& v, const float* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+inline void store16(float* p, const F16& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// e^x for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a polynomial for e^r, scaled by
+// 2^n through the exponent bits; ~1 ulp), exactly 0 below -87 (where float32's e^x would be
+// denormal) so that dropped scores get probability 0.
+inline void exp_nonpositive(F16& x) {
+  const F16 lo = F16{} - 87.0f;
+  const I16 under = x < lo;
+  x = under ? lo : x;
+  const F16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const F16 r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  F16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const I16 scale = (__builtin_convertvector(n, I16) + 127) << 23;
+  x = (F16)((I16)(p * (F16)scale) & ~under);
+}
+
+// Softmax over each column of `count` matrices [rows, ld] (ld a multiple of 16), in place: the
+// max, the exponentials and their sum run down the columns, 16 at a time, with no reduction
+// across lanes.
+LOCKSTEP_TARGET_CLONES void softmax_columns_f32(float* __restrict x, int64_t count, int64_t rows,
+                                                int64_t ld) {
+  F16 v, m, sum;
+  for (int64_t c = 0; c < count; ++c, x += rows * ld) {
+    for (int64_t j = 0; j < ld; j += 16) {
+      load16(m, x + j);
+      for (int64_t r = 1; r < rows; ++r) {
+        load16(v, x + r * ld + j);
+        m = v > m ? v : m;
+      }
+      sum = F16{};
+      for (int64_t r = 0; r < rows; ++r) {
+        load16(v, x + r * ld + j);
+        v -= m;
+        exp_nonpositive(v);
+        sum += v;
+        store16(x + r * ld + j, v);
+      }
+      const F16 inv = 1.0f / sum;
+      for (int64_t r = 0; r < rows; ++r) {
+        load16(v, x + r * ld + j);
+        store16(x + r * ld + j, v * inv);
+      }
+    }
+  }
+}
+
+// dP <- P ⊙ (dP − Σ_rows P ⊙ dP) down each column, likewise.
+LOCKSTEP_TARGET_CLONES void softmax_grad_columns_f32(const float* __restrict p,
+                                                     float* __restrict dp, int64_t count,
+                                                     int64_t rows, int64_t ld) {
+  F16 a, g, dot;
+  for (int64_t c = 0; c < count; ++c, p += rows * ld, dp += rows * ld) {
+    for (int64_t j = 0; j < ld; j += 16) {
+      dot = F16{};
+      for (int64_t r = 0; r < rows; ++r) {
+        load16(a, p + r * ld + j);
+        load16(g, dp + r * ld + j);
+        dot += a * g;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        load16(a, p + r * ld + j);
+        load16(g, dp + r * ld + j);
+        store16(dp + r * ld + j, a * (g - dot));
+      }
+    }
+  }
+}
+
+template <bool GRAD>
+void columns_f64(const double* p, double* x, int64_t count, int64_t rows, int64_t ld) {
+  std::vector<double> acc(static_cast<size_t>(ld)), m(static_cast<size_t>(ld));
+  for (int64_t c = 0; c < count; ++c, p += rows * ld, x += rows * ld) {
+    if (GRAD) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j)
+          acc[static_cast<size_t>(j)] += p[r * ld + j] * x[r * ld + j];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j)
+          x[r * ld + j] = p[r * ld + j] * (x[r * ld + j] - acc[static_cast<size_t>(j)]);
+    } else {
+      std::copy(x, x + ld, m.begin());
+      for (int64_t r = 1; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j)
+          m[static_cast<size_t>(j)] = std::max(m[static_cast<size_t>(j)], x[r * ld + j]);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j)
+          acc[static_cast<size_t>(j)] +=
+              (x[r * ld + j] = std::exp(x[r * ld + j] - m[static_cast<size_t>(j)]));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j) x[r * ld + j] /= acc[static_cast<size_t>(j)];
+    }
+  }
+}
+
+void softmax_columns(const Tensor& scores, int64_t count, int64_t rows, int64_t ld) {
   if (scores.dtype() == DType::float64) {
-    double* x = scores.data<double>();
-    for (int64_t r = 0; r < rows; ++r, x += n) {
-      double m = x[0];
-      for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
-      double sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - m));
-      for (int64_t i = 0; i < n; ++i) x[i] /= sum;
-    }
-    return;
-  }
-  onednn::Key key("attention_softmax");
-  key.add(rows).add(n);
-  auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
-    auto md = onednn::plain_desc(dnnl::memory::dims{rows, n}, DType::float32);
-    dnnl::softmax_forward::primitive_desc pd(
-        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, 1), onednn::engine());
-    return onednn::Primitive(dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
-  });
-  prim.execute({{DNNL_ARG_SRC, scores.raw_data()}, {DNNL_ARG_DST, scores.raw_data()}});
-}
-
-// dP <- P ⊙ (dP − rowsum(P ⊙ dP)) over [rows, n], in float32 with 16 partial sums (the order the
-// AVX-512 clone vectorises); float64 exactly as written.
-LOCKSTEP_TARGET_CLONES void softmax_grad_rows_f32(const float* __restrict p, float* __restrict dp,
-                                                  int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r, p += n, dp += n) {
-    float part[16] = {};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      for (int j = 0; j < 16; ++j) part[j] += p[i + j] * dp[i + j];
-    }
-    float dot = 0;
-    for (; i < n; ++i) dot += p[i] * dp[i];
-    for (int j = 0; j < 16; ++j) dot += part[j];
-    for (i = 0; i < n; ++i) dp[i] = p[i] * (dp[i] - dot);
+    columns_f64<false>(nullptr, scores.data<double>(), count, rows, ld);
+  } else {
+    softmax_columns_f32(scores.data<float>(), count, rows, ld);
   }
 }
 
-void softmax_grad_rows(const Tensor& probs, const Tensor& dprobs, int64_t rows, int64_t n) {
+void softmax_grad_columns(const Tensor& probs, const Tensor& dprobs, int64_t count, int64_t rows,
+                          int64_t ld) {
   if (probs.dtype() == DType::float64) {
-    const double* p = probs.data<double>();
-    double* dp = dprobs.data<double>();
-    for (int64_t r = 0; r < rows; ++r, p += n, dp += n) {
-      double dot = 0;
-      for (int64_t i = 0; i < n; ++i) dot += p[i] * dp[i];
-      for (int64_t i = 0; i < n; ++i) dp[i] = p[i] * (dp[i] - dot);
-    }
-    return;
+    columns_f64<true>(probs.data<double>(), dprobs.data<double>(), count, rows, ld);
+  } else {
+    softmax_grad_columns_f32(probs.data<float>(), dprobs.data<float>(), count, rows, ld);
   }
-  softmax_grad_rows_f32(probs.data<float>(), dprobs.data<float>(), rows, n);
 }
 
 // The block's float32 (or float64) buffer in the operands' dtype: itself, or rounded to bfloat16
@@ -204,20 +286,20 @@ const Tensor& in_operand_dtype(const Tensor& acc, const Tensor& low, int64_t cou
   return low;
 }
 
-// Scores and probabilities of examples [b0, b0 + n) into `probs` ([n, H, T, S], acc dtype).
+// Probabilities of examples [b0, b0 + n), transposed, into `probs` ([n, H, S, ld], acc dtype).
 void block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_t b0, int64_t n,
-                         const Tensor& probs) {
+                         int64_t ld, const Tensor& probs) {
   const Dims& d = p.d;
-  detail::batched_gemm(heads(q, b0, n, d.H), heads(k, b0, n, d.H).t(),
-                       dense(probs, n, d.H, d.T, d.S), p.scale);
+  detail::batched_gemm(heads(k, b0, n, d.H), heads(q, b0, n, d.H).t(), scores_t(probs, n, d, ld),
+                       p.scale);
   if (masking(p)) {
     if (p.acc == DType::float64) {
-      set_dropped(probs.data<double>(), p, b0, n, kMaskedScore);
+      set_dropped(probs.data<double>(), p, b0, n, ld, kMaskedScore);
     } else {
-      set_dropped(probs.data<float>(), p, b0, n, static_cast<float>(kMaskedScore));
+      set_dropped(probs.data<float>(), p, b0, n, ld, static_cast<float>(kMaskedScore));
     }
   }
-  softmax_rows(probs, n * d.H * d.T, d.S);
+  softmax_columns(probs, n * d.H, d.S, ld);
 }
 
 }  // namespace
@@ -226,7 +308,7 @@ int64_t attention_block_examples(int64_t heads, int64_t t, int64_t s) {
   if (int64_t forced = block_override().load(); forced > 0) return forced;
   // About 192 KiB of float32 scores per block: the scores, their gradient and the bfloat16 copies
   // stay in the core's L2 between the matmul that writes them and the ones that read them.
-  const int64_t per_example = std::max<int64_t>(1, heads * t * s * 4);
+  const int64_t per_example = std::max<int64_t>(1, heads * s * padded(t) * 4);
   return std::max<int64_t>(1, (192 * 1024) / per_example);
 }
 
@@ -242,14 +324,15 @@ Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tenso
   Tensor out({d.B, d.T, d.H, d.Dv}, query.dtype());
   if (out.num_elements() == 0) return out;
   if (d.S == 0) return Tensor::zeros(out.shape(), out.dtype());  // no keys: empty sums
-  const int64_t block = std::min(p.block, d.B);
-  Tensor probs({block * d.H * d.T * d.S}, p.acc);
+  const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
+  // Zeros: the padding columns then hold finite values through the softmax.
+  Tensor probs = Tensor::zeros({block * d.H * d.S * ld}, p.acc);
   Tensor low = p.dtype == DType::bfloat16 ? Tensor(probs.shape(), DType::bfloat16) : Tensor();
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
-    block_probabilities(p, query, key, b0, n, probs);
-    const Tensor& pv = in_operand_dtype(probs, low, n * d.H * d.T * d.S);
-    detail::batched_gemm(dense(pv, n, d.H, d.T, d.S), heads(value, b0, n, d.H),
+    block_probabilities(p, query, key, b0, n, ld, probs);
+    const Tensor& pv = in_operand_dtype(probs, low, n * d.H * d.S * ld);
+    detail::batched_gemm(scores_t(pv, n, d, ld).t(), heads(value, b0, n, d.H),
                          heads(out, b0, n, d.H));
   }
   return out;
@@ -280,39 +363,40 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
   if (need_dquery) g.dquery = Tensor(query.shape(), query.dtype());
   if (need_dkey) g.dkey = Tensor(key.shape(), key.dtype());
   if (need_dvalue) g.dvalue = Tensor(value.shape(), value.dtype());
-  const int64_t block = std::min(p.block, d.B);
-  const int64_t block_elems = block * d.H * d.T * d.S;
-  Tensor probs({block_elems}, p.acc), dprobs({block_elems}, p.acc);
+  const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
+  const int64_t block_elems = block * d.H * d.S * ld;
+  Tensor probs = Tensor::zeros({block_elems}, p.acc), dprobs = Tensor::zeros({block_elems}, p.acc);
   const bool bf16 = p.dtype == DType::bfloat16;
   Tensor low_p = bf16 ? Tensor({block_elems}, DType::bfloat16) : Tensor();
   Tensor low_ds = bf16 ? Tensor({block_elems}, DType::bfloat16) : Tensor();
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
-    const int64_t count = n * d.H * d.T * d.S;
-    block_probabilities(p, query, key, b0, n, probs);
-    if (need_dvalue) {
+    const int64_t count = n * d.H * d.S * ld;
+    block_probabilities(p, query, key, b0, n, ld, probs);
+    if (need_dvalue) {  // dV = Pᵀ · dO
       const Tensor& pv = in_operand_dtype(probs, low_p, count);
-      detail::batched_gemm(dense(pv, n, d.H, d.T, d.S).t(), heads(doutput, b0, n, d.H),
+      detail::batched_gemm(scores_t(pv, n, d, ld), heads(doutput, b0, n, d.H),
                            heads(g.dvalue, b0, n, d.H));
     }
     if (!need_dquery && !need_dkey) continue;
-    detail::batched_gemm(heads(doutput, b0, n, d.H), heads(value, b0, n, d.H).t(),
-                         dense(dprobs, n, d.H, d.T, d.S));
-    softmax_grad_rows(probs, dprobs, n * d.H * d.T, d.S);
+    // dPᵀ = V · dOᵀ
+    detail::batched_gemm(heads(value, b0, n, d.H), heads(doutput, b0, n, d.H).t(),
+                         scores_t(dprobs, n, d, ld));
+    softmax_grad_columns(probs, dprobs, n * d.H, d.S, ld);
     if (masking(p)) {
       if (p.acc == DType::float64) {
-        set_dropped(dprobs.data<double>(), p, b0, n, 0.0);
+        set_dropped(dprobs.data<double>(), p, b0, n, ld, 0.0);
       } else {
-        set_dropped(dprobs.data<float>(), p, b0, n, 0.0f);
+        set_dropped(dprobs.data<float>(), p, b0, n, ld, 0.0f);
       }
     }
     const Tensor& ds = in_operand_dtype(dprobs, low_ds, count);
-    if (need_dquery) {
-      detail::batched_gemm(dense(ds, n, d.H, d.T, d.S), heads(key, b0, n, d.H),
+    if (need_dquery) {  // dQ = scale · dScores · K
+      detail::batched_gemm(scores_t(ds, n, d, ld).t(), heads(key, b0, n, d.H),
                            heads(g.dquery, b0, n, d.H), p.scale);
     }
-    if (need_dkey) {
-      detail::batched_gemm(dense(ds, n, d.H, d.T, d.S).t(), heads(query, b0, n, d.H),
+    if (need_dkey) {  // dK = scale · dScoresᵀ · Q
+      detail::batched_gemm(scores_t(ds, n, d, ld), heads(query, b0, n, d.H),
                            heads(g.dkey, b0, n, d.H), p.scale);
     }
   }

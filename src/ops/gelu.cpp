@@ -68,21 +68,22 @@ Tensor gelu_forward(const Tensor& x, bool approximate) {
   return y;
 }
 
-Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool approximate) {
+void gelu_backward_into(const Tensor& dy, const Tensor& x, const Tensor& dx, bool approximate) {
   const char* op = approximate ? "gelu_tanh_backward" : "gelu_backward";
   detail::check_floating(dy, op, "dy");
   detail::check_floating(x, op, "x");
   detail::check_same_dtype(dy, x, op);
   detail::check_same_shape(dy, x, op);
-  Tensor dx(dy.shape(), dy.dtype());
+  detail::check_same_dtype(dy, dx, op);
+  detail::check_same_shape(dy, dx, op);
   const int64_t n = dy.num_elements();
-  if (n == 0) return dx;
+  if (n == 0) return;
   if (dy.dtype() == DType::float64) {
     const double* d = dy.data<double>();
     const double* xs = x.data<double>();
     double* out = dx.data<double>();
     for (int64_t i = 0; i < n; ++i) out[i] = d[i] * gelu_derivative(xs[i], approximate);
-    return dx;
+    return;
   }
   onednn::Key key("gelu_backward");
   key.add(approximate).add(n).add(dy.dtype());
@@ -95,9 +96,17 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool approximate) {
         dnnl::eltwise_backward(pd),
         {{DNNL_ARG_SRC, md}, {DNNL_ARG_DIFF_DST, md}, {DNNL_ARG_DIFF_SRC, md}});
   });
+  // dx may alias dy (linear's backward passes one buffer): oneDNN then gets a copy of dy.
+  const Tensor upstream = dx.raw_data() == dy.raw_data() ? dy.clone() : dy;
   prim.execute({{DNNL_ARG_SRC, x.raw_data()},
-                {DNNL_ARG_DIFF_DST, dy.raw_data()},
+                {DNNL_ARG_DIFF_DST, upstream.raw_data()},
                 {DNNL_ARG_DIFF_SRC, dx.raw_data()}});
+}
+
+Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool approximate) {
+  detail::check_defined(dy, approximate ? "gelu_tanh_backward" : "gelu_backward", "dy");
+  Tensor dx(dy.shape(), dy.dtype());
+  gelu_backward_into(dy, x, dx, approximate);
   return dx;
 }
 
