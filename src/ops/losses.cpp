@@ -122,6 +122,82 @@ Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool
   return loss;
 }
 
+namespace {
+void check_softmax_operands(const Tensor& y_true, const Tensor& logits, const Tensor& p,
+                            const char* op) {
+  check_pair(y_true, p, op);
+  if (!(logits.shape() == p.shape()) || logits.dtype() != p.dtype() || p.rank() != 2) {
+    throw InvalidArgument(std::string(op) + ": expected logits and probabilities of one rank-2 " +
+                          "shape and dtype. Received: logits " + logits.describe() +
+                          ", probabilities " + p.describe() + ".");
+  }
+}
+}  // namespace
+
+Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits, const Tensor& p) {
+  const char* op = "softmax_crossentropy";
+  check_softmax_operands(y_true, logits, p, op);
+  const int64_t rows = p.dim(0), n = p.dim(1);
+  Tensor loss(Shape{rows}, p.dtype());
+  with_type(p.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* z = logits.data<T>();
+    const T* pp = p.data<T>();
+    T* l = loss.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* tr = t + r * n;
+      const T* zr = z + r * n;
+      const T* pr = pp + r * n;
+      int64_t j = 0;
+      bool finite = true;
+      for (int64_t k = 0; k < n; ++k) {
+        finite = finite && std::isfinite(static_cast<double>(detail::load(pr[k])));
+        if (detail::load(pr[k]) > detail::load(pr[j])) j = k;
+      }
+      if (!finite || n == 0) {
+        l[r] = detail::store<T>(std::numeric_limits<C>::quiet_NaN());
+        continue;
+      }
+      const C lse = detail::load(zr[j]) - std::log(detail::load(pr[j]));
+      C total = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const C tk = detail::load(tr[k]);
+        if (tk != 0) total += tk * (lse - detail::load(zr[k]));
+      }
+      l[r] = detail::store<T>(total);
+    }
+  });
+  return loss;
+}
+
+Tensor softmax_crossentropy_backward(const Tensor& dloss, const Tensor& y_true, const Tensor& p) {
+  const char* op = "softmax_crossentropy_backward";
+  check_pair(y_true, p, op);
+  check_dloss(dloss, p, 1, op);
+  const int64_t rows = p.dim(0), n = p.dim(1);
+  Tensor dz(p.shape(), p.dtype());
+  with_type(p.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* pp = p.data<T>();
+    const T* dl = dloss.data<T>();
+    T* g = dz.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const C d = detail::load(dl[r]);
+      C tsum = 0;
+      for (int64_t k = 0; k < n; ++k) tsum += detail::load(t[r * n + k]);
+      for (int64_t k = 0; k < n; ++k) {
+        g[r * n + k] =
+            detail::store<T>(d * (detail::load(pp[r * n + k]) * tsum - detail::load(t[r * n + k])));
+      }
+    }
+  });
+  return dz;
+}
+
 Tensor categorical_crossentropy_backward(const Tensor& dloss, const Tensor& y_true,
                                          const Tensor& y_pred, bool from_logits, int axis) {
   const char* op = "categorical_crossentropy_backward";
