@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/losses.h"
 #include "lockstep/keras/activations.h"
 #include "lockstep/keras/losses.h"
@@ -90,6 +91,29 @@ TEST(SoftmaxLogits, SparseCategoricalCrossentropyToo) {
       losses::SparseCategoricalCrossentropy().call(Tensor::from_vector<int64_t>({0, 1}, {2}), p);
   const std::vector<double> want = reference(z, labels(), /*clipped=*/false);
   for (int r = 0; r < 2; ++r) EXPECT_NEAR(loss.data<float>()[r], want[r], 1e-5 * want[r]);
+}
+
+// Row 0's true class has probability 0 in float32: the probability path would clip it and pass no
+// gradient; from the logits the gradient is p − y, here −1 at the true class. Against p − y
+// computed in float64 here (the mean over the 2 rows halves it).
+TEST(SoftmaxLogits, AnUnderflowedProbabilityKeepsItsGradient) {
+  const Tensor z = logits(), y = labels();
+  GradientTape tape;
+  tape.watch(z);
+  Tensor loss = losses::CategoricalCrossentropy()(y, activations::get("softmax")(z));
+  const std::vector<Tensor> g = tape.gradient(loss, {z});
+  ASSERT_EQ(g[0].shape(), z.shape());
+  for (int64_t r = 0; r < 2; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t k = 0; k < 3; ++k) m = std::max(m, double{z.data<float>()[r * 3 + k]});
+    for (int64_t k = 0; k < 3; ++k) s += std::exp(z.data<float>()[r * 3 + k] - m);
+    for (int64_t k = 0; k < 3; ++k) {
+      const double p = std::exp(z.data<float>()[r * 3 + k] - m) / s;
+      const double want = (p - y.data<float>()[r * 3 + k]) / 2;
+      EXPECT_NEAR(g[0].data<float>()[r * 3 + k], want, 1e-6) << "row " << r << " class " << k;
+    }
+  }
+  EXPECT_NEAR(g[0].data<float>()[0], -0.5, 1e-6);  // not 0, as clipping would give
 }
 
 // The gradient reaching the logits through a softmax output and the loss, against central
