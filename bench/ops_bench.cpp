@@ -64,11 +64,11 @@ class OneDnnSeedStep {
     using dt = dnnl::memory::data_type;
     const dt a = bf16 ? dt::bf16 : dt::f32;
     const int64_t b = 128, in = 784, hid = 128, out = 10;
-    add({b, in}, false, a, {in, hid}, false, a, a);     // h = x · W1
-    add({b, hid}, false, a, {hid, out}, false, a, a);   // y = h · W2
+    add({b, in}, false, a, {in, hid}, false, a, a);       // h = x · W1
+    add({b, hid}, false, a, {hid, out}, false, a, a);     // y = h · W2
     add({hid, b}, true, a, {b, out}, false, a, dt::f32);  // dW2 = hᵀ · dy
-    add({b, out}, false, a, {out, hid}, true, a, a);    // dh = dy · W2ᵀ
-    add({in, b}, true, a, {b, hid}, false, a, dt::f32);  // dW1 = xᵀ · dh
+    add({b, out}, false, a, {out, hid}, true, a, a);      // dh = dy · W2ᵀ
+    add({in, b}, true, a, {b, hid}, false, a, dt::f32);   // dW1 = xᵀ · dh
   }
   void run() {
     for (auto& m : matmuls_) m.prim.execute(stream_, m.args);
@@ -88,9 +88,10 @@ class OneDnnSeedStep {
     dnnl::memory::desc wd(wei, wt, tb ? tag::ba : tag::ab);
     dnnl::memory::desc dd({src[0], wei[1]}, dst_t, tag::ab);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(sd, wd, dd), engine_);
-    Matmul m{dnnl::matmul(pd), {{DNNL_ARG_SRC, filled(sd)},
-                                {DNNL_ARG_WEIGHTS, filled(wd)},
-                                {DNNL_ARG_DST, dnnl::memory(dd, engine_)}}};
+    Matmul m{dnnl::matmul(pd),
+             {{DNNL_ARG_SRC, filled(sd)},
+              {DNNL_ARG_WEIGHTS, filled(wd)},
+              {DNNL_ARG_DST, dnnl::memory(dd, engine_)}}};
     matmuls_.push_back(std::move(m));
   }
   // Small nonzero values (zeros could take faster paths in the FMA units of some CPUs).

@@ -101,15 +101,24 @@ Options parse(int argc, char** argv) {
     const std::string a = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument(a + ": expected a value");
     const std::string v = argv[++i];
-    if (a == "--model") o.model = v;
-    else if (a == "--threads") o.threads = std::stoi(v);
-    else if (a == "--global-batch") o.global_batch = std::stoll(v);
-    else if (a == "--epochs") o.epochs = std::stoi(v);
-    else if (a == "--steps-per-epoch") o.steps_per_epoch = std::stoll(v);
-    else if (a == "--seed") o.seed = std::stoull(v);
-    else if (a == "--data-dir") o.data_dir = v;
-    else if (a == "--out") o.out = v;
-    else throw std::invalid_argument("unknown option " + a);
+    if (a == "--model")
+      o.model = v;
+    else if (a == "--threads")
+      o.threads = std::stoi(v);
+    else if (a == "--global-batch")
+      o.global_batch = std::stoll(v);
+    else if (a == "--epochs")
+      o.epochs = std::stoi(v);
+    else if (a == "--steps-per-epoch")
+      o.steps_per_epoch = std::stoll(v);
+    else if (a == "--seed")
+      o.seed = std::stoull(v);
+    else if (a == "--data-dir")
+      o.data_dir = v;
+    else if (a == "--out")
+      o.out = v;
+    else
+      throw std::invalid_argument("unknown option " + a);
   }
   if (o.out.empty()) throw std::invalid_argument("--out is required");
   if (o.threads < 1 || o.global_batch < 1 || o.epochs < 1)
@@ -152,12 +161,9 @@ int run(const Options& o) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
-  nlohmann::json out = {{"seconds_per_epoch", times},
-                        {"global_batch_size", o.global_batch},
-                        {"steps_per_epoch", steps},
-                        {"loss", loss.item<double>()},
-                        {"peak_rss_kb", usage.ru_maxrss},
-                        {"torch_threads", o.threads},
+  nlohmann::json out = {{"seconds_per_epoch", times},      {"global_batch_size", o.global_batch},
+                        {"steps_per_epoch", steps},        {"loss", loss.item<double>()},
+                        {"peak_rss_kb", usage.ru_maxrss},  {"torch_threads", o.threads},
                         {"blas_threads", blas ? blas : ""}};
   std::ofstream(o.out) << out.dump() << "\n";
   return 0;

@@ -150,21 +150,30 @@ Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits, const Te
       const T* tr = t + r * n;
       const T* zr = z + r * n;
       const T* pr = pp + r * n;
+      // Branch-free (selects, no data-dependent jumps: the largest probability moves between
+      // classes from row to row): the first largest p_j, and Σ p_k · 0, which is zero exactly
+      // when every p_k is finite (inf · 0 and NaN · 0 are NaN).
       int64_t j = 0;
-      bool finite = true;
+      C best = n > 0 ? detail::load(pr[0]) : C(0), finite_zero = 0;
       for (int64_t k = 0; k < n; ++k) {
-        finite = finite && std::isfinite(static_cast<double>(detail::load(pr[k])));
-        if (detail::load(pr[k]) > detail::load(pr[j])) j = k;
+        const C v = detail::load(pr[k]);
+        finite_zero += v * C(0);
+        const bool larger = v > best;
+        best = larger ? v : best;
+        j = larger ? k : j;
       }
-      if (!finite || n == 0) {
+      if (n == 0 || finite_zero != C(0)) {
         l[r] = detail::store<T>(std::numeric_limits<C>::quiet_NaN());
         continue;
       }
-      const C lse = detail::load(zr[j]) - std::log(detail::load(pr[j]));
+      const C lse = detail::load(zr[j]) - std::log(best);
       C total = 0;
       for (int64_t k = 0; k < n; ++k) {
+        // Classes without weight are skipped (a selected sum, not a branch): their logit may be
+        // -inf, whose 0 · inf would be NaN.
         const C tk = detail::load(tr[k]);
-        if (tk != 0) total += tk * (lse - detail::load(zr[k]));
+        const C term = tk * (lse - detail::load(zr[k]));
+        total = tk != C(0) ? total + term : total;
       }
       l[r] = detail::store<T>(total);
     }
