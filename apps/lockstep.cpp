@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "flag_checks.h"
 #include "lockstep/core/error.h"
 
 int main(int argc, char** argv) {
@@ -19,6 +20,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const lockstep::apps::FlagError& e) {
+    // Already a sentence naming the flag, the allowed range and the value.
+    std::cerr << "lockstep: " << e.what() << "\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     // Scripts rely on one line on stderr and a non-zero code.
     std::cerr << "lockstep: " << e.what() << " (see lockstep --help)\n";

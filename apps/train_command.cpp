@@ -2,17 +2,17 @@
 // knobs a user needs, reporting Keras' progress bar and the final test loss and accuracy.
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flag_checks.h"
 #include "lockstep/distribute/cpu_cores.h"
 #include "lockstep/lockstep.h"
-#if __has_include("lockstep/keras/layers/convolutional.h")
-#include "lockstep/keras/layers/convolutional.h"
-#endif
+#include "models.h"
 
 namespace lockstep::apps {
 namespace {
@@ -46,60 +46,51 @@ Element preprocess(const Element& batch) {
   return {images.reshape({-1, 784}), one_hot(batch[1].to(DType::int64), 10)};
 }
 
-// The seed model (mlp) and two benchmark models: a compute-bound wide MLP and a small convnet.
-std::vector<keras::LayerArg> build_layers(const std::string& name) {
-  std::vector<keras::LayerArg> layers = {keras::Input({784}, DType::uint8),
-                                         keras::layers::Rescaling(1.0 / 255)};
-  if (name == "wide") {
-    layers.push_back(keras::layers::Dense({.units = 2048, .activation = "relu"}));
-    layers.push_back(keras::layers::Dense({.units = 2048, .activation = "relu"}));
-  } else if (name == "conv") {
-    layers.push_back(keras::layers::Reshape({28, 28, 1}));
-    layers.push_back(
-        keras::layers::Conv2D({.filters = 32, .kernel_size = {3, 3}, .activation = "relu"}));
-    layers.push_back(keras::layers::MaxPooling2D());
-    layers.push_back(keras::layers::Flatten());
-  } else {
-    layers.push_back(keras::layers::Dense({.units = 128, .activation = "relu"}));
-  }
-  // The output layer stays float32 under mixed precision (Keras' idiom for softmax outputs).
-  layers.push_back(
-      keras::layers::Dense({.units = 10, .activation = "softmax", .dtype = "float32"}));
-  return layers;
-}
-
-std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
+// The strategy for the cluster `resolver` describes, resolved as `lockstep devices` resolves it.
+std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a,
+                                                    const ClusterResolver& resolver) {
   // Under mpirun (or srun with PMI) every process is one worker of the job.
   if (has_mpi_environment(Environment::process())) {
     return std::make_unique<distribute::MultiWorkerMirroredStrategy>(
+        resolver,
         distribute::CommunicationOptions{
             .timeout_seconds = a.timeout,
             .bytes_per_pack = static_cast<size_t>(a.bytes_per_pack),
-            .gradient_dtype = a.gradient_dtype == "bfloat16" ? DType::bfloat16 : DType::float32},
-        LocalDeviceOptions{.num_replicas = a.replicas});
+            .gradient_dtype = a.gradient_dtype == "bfloat16" ? DType::bfloat16 : DType::float32});
   }
-  if (a.replicas > 0) return std::make_unique<distribute::MirroredStrategy>(a.replicas);
-  try {
-    AcceleratorClusterResolver resolver;
-    connect_to_cluster(resolver);
-    initialize_system(resolver);
-    return std::make_unique<distribute::AcceleratorStrategy>(resolver);
-  } catch (const NotFound&) {
-    return nullptr;  // the default strategy
-  }
+  connect_to_cluster(resolver);
+  initialize_system(resolver);
+  return std::make_unique<distribute::AcceleratorStrategy>(resolver);
 }
 
-int run_train(const TrainArgs& a) {
+int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   // Layers read the global policy when they are constructed: set it before the model is built.
   keras::mixed_precision::set_global_policy(a.precision);
   keras::set_random_seed(a.seed);
-  auto owned = make_strategy(a);
-  distribute::Strategy& strategy = owned ? *owned : distribute::get_strategy();
+  auto owned = make_strategy(a, resolver);
+  distribute::Strategy& strategy = *owned;
   int replicas = strategy.num_replicas_in_sync();
+  if (a.global_batch_size == 0 && a.batch_size > std::numeric_limits<int64_t>::max() / replicas) {
+    throw InvalidArgument("--batch-size " + std::to_string(a.batch_size) + " times " +
+                          std::to_string(replicas) + " replicas overflows the global batch size.");
+  }
   int64_t global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.batch_size * replicas;
+  const CoreDivision division = resolver.core_division();
   if (a.verbose > 0) {
-    std::cout << "num_replicas_in_sync: " << replicas << " - global batch: " << global_batch
-              << "\n";
+    std::cout << "num_replicas_in_sync: " << replicas << " - global batch: " << global_batch;
+    if (division.local_workers > 1) std::cout << " - cores: " << division.to_string();
+    std::cout << "\n";
+  }
+  // Per-replica pipelines batch global / replicas examples each, so they need a global batch the
+  // replicas divide; the global pipeline splits any batch (tf.distribute's rebatching: 250 over 4
+  // replicas is 63, 63, 63, 61), with the loss of every step divided by its global batch.
+  const bool even = global_batch % replicas == 0;
+  if (a.input_pipeline == "per-replica" && !even) {
+    throw InvalidArgument("--input-pipeline per-replica needs a global batch that the " +
+                          std::to_string(replicas) + " replicas in sync divide, got " +
+                          std::to_string(global_batch) +
+                          "; use --input-pipeline global (or auto), which splits uneven batches "
+                          "over the replicas.");
   }
 
   datasets::TrainTest data = a.dataset == "mnist" ? datasets::mnist::load_data(a.data_dir)
@@ -108,18 +99,21 @@ int run_train(const TrainArgs& a) {
   auto& [x_test, y_test] = data.second;
   int64_t steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : x_train.dim(0) / global_batch;
   if (steps <= 0) {
-    throw InvalidArgument("--global-batch-size " + std::to_string(global_batch) +
-                          " is larger than the training set (" + std::to_string(x_train.dim(0)) +
-                          " examples).");
+    throw InvalidArgument(
+        (a.global_batch_size > 0
+             ? "--global-batch-size " + std::to_string(global_batch)
+             : "The global batch (--batch-size " + std::to_string(a.batch_size) + " x " +
+                   std::to_string(replicas) + " replicas = " + std::to_string(global_batch) + ")") +
+        " is larger than the training set (" + std::to_string(x_train.dim(0)) + " examples).");
   }
   // auto: one pipeline per replica when the replicas of this host occupy every core (a host
   // pipeline thread would take time from one of them), else one global pipeline prefetched on a
   // spare core. Under mpirun the host's replicas are those of every local rank.
-  const int local_ranks =
-      has_mpi_environment(Environment::process()) ? MpiClusterResolver().local_size() : 1;
+  // An uneven global batch takes the global pipeline (see above).
+  const int local_ranks = division.local_workers;
   const bool per_replica =
       a.input_pipeline == "per-replica" ||
-      (a.input_pipeline == "auto" &&
+      (a.input_pipeline == "auto" && even &&
        strategy.num_local_replicas() * local_ranks >= static_cast<int>(available_cores().size()));
   std::optional<distribute::DistributedDataset> train_input;
   if (per_replica) {
@@ -146,12 +140,16 @@ int run_train(const TrainArgs& a) {
                                                      .prefetch(Dataset::AUTOTUNE));
   }
   if (a.verbose > 0) {
-    std::cout << "input pipeline: " << (per_replica ? "one per replica" : "global, prefetched")
-              << "\n";
+    std::cout << "input pipeline: " << (per_replica ? "one per replica" : "global, prefetched");
+    if (!even) {
+      std::cout << " (" << global_batch << " examples split unevenly over " << replicas
+                << " replicas)";
+    }
+    std::cout << "\n";
   }
 
   auto scope = strategy.scope();
-  keras::Sequential model(build_layers(a.model));
+  keras::Sequential model(build_model_layers(a.model));
   if (!a.load_weights.empty()) model.load_weights(a.load_weights);
   model.compile({.optimizer = keras::optimizers::Adam(),
                  .loss = keras::losses::CategoricalCrossentropy(),
@@ -226,43 +224,40 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--dataset", a->dataset, "fashion_mnist or mnist")
       ->check(CLI::IsMember({"fashion_mnist", "mnist"}));
   cmd->add_option("--data-dir", a->data_dir, "Directory of the four IDX files");
-  cmd->add_option("--epochs", a->epochs, "Epochs")->check(CLI::PositiveNumber);
-  cmd->add_option("--batch-size", a->batch_size, "Batch size per replica")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--global-batch-size", a->global_batch_size,
-                  "Global batch size (overrides --batch-size)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--steps-per-epoch", a->steps_per_epoch, "Steps per epoch (default: a full pass)")
-      ->check(CLI::PositiveNumber);
+  add_integer_option(*cmd, "--epochs", a->epochs, "Epochs", 1);
+  add_integer_option(*cmd, "--batch-size", a->batch_size, "Batch size per replica", 1);
+  add_integer_option(*cmd, "--global-batch-size", a->global_batch_size,
+                     "Global batch size (overrides --batch-size); the replicas need not divide it",
+                     1);
+  add_integer_option(*cmd, "--steps-per-epoch", a->steps_per_epoch,
+                     "Steps per epoch (default: a full pass)", 1);
   cmd->add_option("--precision", a->precision, "float32 or mixed_bfloat16")
       ->check(CLI::IsMember({"float32", "mixed_bfloat16"}));
-  cmd->add_option("--seed", a->seed, "Random seed (weights and shuffling)");
+  cmd->add_option("--seed", a->seed, "Random seed (weights and shuffling)")
+      ->check(unsigned_integer("--seed"));
   cmd->add_option("--save-weights", a->save_weights, "Write the trained weights (safetensors)");
   cmd->add_option("--load-weights", a->load_weights, "Start from these weights (safetensors)");
   cmd->add_option("--history", a->history, "Write per-epoch metrics as JSON");
   cmd->add_option("--timeout", a->timeout,
                   "Multi-worker: seconds to wait for a lost worker before failing (0: forever)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least("--timeout", 0));
   cmd->add_option("--backup-dir", a->backup_dir,
                   "Back up every epoch here and resume from it after a failure");
-  cmd->add_option("--verbose", a->verbose, "0 silent, 1 progress bar, 2 one line per epoch")
-      ->check(CLI::Range(0, 2));
-  cmd->add_option("--replicas", a->replicas, "Local replicas (default: one per available core)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--steps-per-execution", a->steps_per_execution,
-                  "Steps each replica runs per dispatch")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--model", a->model,
-                  "mlp (the seed model, 784-128-10), wide (784-2048-2048-10) or conv")
-      ->check(CLI::IsMember({"mlp", "wide", "conv"}));
+  add_integer_option(*cmd, "--verbose", a->verbose,
+                     "0 silent, 1 progress bar, 2 one line per epoch", 0, 2);
+  add_integer_option(*cmd, "--replicas", a->replicas,
+                     "Local replicas (default: one per available core)", 1);
+  add_integer_option(*cmd, "--steps-per-execution", a->steps_per_execution,
+                     "Steps each replica runs per dispatch", 1);
+  cmd->add_option("--model", a->model, model_help())->check(CLI::IsMember(model_names()));
   cmd->add_option("--gradient-dtype", a->gradient_dtype,
                   "Multi-worker: dtype gradients cross workers in; bfloat16 halves the bytes "
                   "(docs/distributed.md)")
       ->check(CLI::IsMember({"float32", "bfloat16"}));
-  cmd->add_option("--bytes-per-pack", a->bytes_per_pack,
-                  "Multi-worker: gradient bucket size in bytes (default 25 MiB); with several "
-                  "buckets the all-reduce overlaps the backward pass")
-      ->check(CLI::PositiveNumber);
+  add_integer_option(*cmd, "--bytes-per-pack", a->bytes_per_pack,
+                     "Multi-worker: gradient bucket size in bytes (default 25 MiB); with several "
+                     "buckets the all-reduce overlaps the backward pass",
+                     1);
   cmd->add_option("--input-pipeline", a->input_pipeline,
                   "global (one shuffled pipeline, prefetched on a host thread), per-replica (each "
                   "replica shuffles its own shard on its own thread), or auto (per-replica when "
@@ -270,16 +265,25 @@ std::function<int()> add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "global", "per-replica"}));
   return [a] {
     TrainArgs args = *a;
-    if (!has_mpi_environment(Environment::process())) return run_train(args);
+    const Environment env = Environment::process();
+    // The cluster as `lockstep devices` resolves it (MPI launcher, else SLURM, else TF_CONFIG,
+    // else this host): a malformed description, or one of several workers that MPI did not
+    // launch, stops here with its error rather than training alone.
+    if (!has_mpi_environment(env)) {
+      auto resolver = resolve_cluster(env, LocalDeviceOptions{.num_replicas = args.replicas});
+      check_cluster_can_connect(*resolver, env);
+      return run_train(args, *resolver);
+    }
     // One worker of an MPI job: only the chief (rank 0) reports and writes files, and any error
     // ends the whole job, so that survivors of a lost worker exit non-zero instead of waiting.
     try {
-      if (MpiClusterResolver().worker_index() != 0) {
+      auto resolver = resolve_cluster(env, LocalDeviceOptions{.num_replicas = args.replicas});
+      if (resolver->worker_index() != 0) {
         args.verbose = 0;
         args.save_weights.clear();
         args.history.clear();
       }
-      return run_train(args);
+      return run_train(args, *resolver);
     } catch (const std::exception& e) {
       distribute::abort_job(e);
     }

@@ -9,6 +9,9 @@
 namespace lockstep::datasets {
 namespace {
 
+// MNIST and Fashion-MNIST both have 10 classes.
+constexpr int kNumClasses = 10;
+
 bool is_file(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -68,6 +71,15 @@ Split load_split(const std::string& dir, const std::string& prefix, const std::s
     throw DataLoss("The image and label files disagree in count: " + ipath + " holds " +
                    std::to_string(images.dim(0)) + " images, " + lpath + " holds " +
                    std::to_string(labels.dim(0)) + " labels.");
+  }
+  // A label outside the classes would one-hot encode to a row of zeros and train on a wrong loss.
+  const uint8_t* label = labels.data<uint8_t>();
+  for (int64_t i = 0; i < labels.dim(0); ++i) {
+    if (label[i] >= kNumClasses) {
+      throw DataLoss(lpath + ": example " + std::to_string(i) + " has label " +
+                     std::to_string(label[i]) + ", outside the classes [0, " +
+                     std::to_string(kNumClasses) + ") of " + name + ".");
+    }
   }
   return {images, labels};
 }

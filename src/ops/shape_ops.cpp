@@ -279,18 +279,23 @@ Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype) {
             indices.describe() + ".");
     }
   };
+  if (!(indices.dtype() == DType::int32 || indices.dtype() == DType::int64 ||
+        indices.dtype() == DType::uint8)) {
+    index(0);  // throws, naming the dtype
+  }
   Tensor ones = Tensor::ones({1}, dtype);
   const size_t esize = dtype_size(dtype);
   char* py = static_cast<char*>(y.raw_data());
   for (int64_t i = 0; i < n; ++i) {
     int64_t k = index(i);
-    if (k >= 0 && k < depth) {
-      std::memcpy(py + static_cast<size_t>(i * depth + k) * esize, ones.raw_data(), esize);
+    // tf.one_hot writes a row of zeros here; as a label that silently trains on a wrong loss.
+    if (k < 0 || k >= depth) {
+      throw InvalidArgument("one_hot: index " + std::to_string(k) + " (element " +
+                            std::to_string(i) + " of indices " + indices.describe() +
+                            ") is outside [0, " + std::to_string(depth) + ") for depth " +
+                            std::to_string(depth) + ".");
     }
-  }
-  if (n == 0 && !(indices.dtype() == DType::int32 || indices.dtype() == DType::int64 ||
-                  indices.dtype() == DType::uint8)) {
-    index(0);
+    std::memcpy(py + static_cast<size_t>(i * depth + k) * esize, ones.raw_data(), esize);
   }
   return y;
 }

@@ -108,6 +108,40 @@ TEST_F(IdxFixture, ImageAndLabelCountMismatchIsDataLossNamingBothFiles) {
   }
 }
 
+// A label byte at or above the number of classes would one-hot encode to a row of zeros and train
+// on a wrong loss without a word: the loader refuses it, naming the file, the example and the
+// value. Both compressed and raw label files, train and test split.
+TEST_F(IdxFixture, LabelOutOfRangeIsDataLossNamingFileExampleAndValue) {
+  Tensor labels = Tensor::from_vector<uint8_t>({3, 9, 200}, {3});
+  write_idx(dir_ / "train-labels-idx1-ubyte.gz", labels, true);
+  try {
+    datasets::fashion_mnist::load_data(dir_);
+    FAIL() << "a label of 200 among 10 classes was accepted";
+  } catch (const DataLoss& e) {
+    EXPECT_THAT(e.what(), HasSubstr((dir_ / "train-labels-idx1-ubyte.gz").string()));
+    EXPECT_THAT(e.what(), HasSubstr("example 2"));
+    EXPECT_THAT(e.what(), HasSubstr("200"));
+    EXPECT_THAT(e.what(), HasSubstr("[0, 10)"));
+  }
+  write(dir_, 3, 2);
+  write_idx(dir_ / "t10k-labels-idx1-ubyte", Tensor::from_vector<uint8_t>({10, 0}, {2}));
+  try {
+    datasets::mnist::load_data(dir_);
+    FAIL() << "a label of 10 among 10 classes was accepted";
+  } catch (const DataLoss& e) {
+    EXPECT_THAT(e.what(), HasSubstr((dir_ / "t10k-labels-idx1-ubyte").string()));
+    EXPECT_THAT(e.what(), HasSubstr("example 0"));
+    EXPECT_THAT(e.what(), HasSubstr("label 10"));
+  }
+}
+
+TEST_F(IdxFixture, EveryLabelBelowTheClassCountIsAccepted) {
+  write_idx(dir_ / "train-labels-idx1-ubyte.gz", Tensor::from_vector<uint8_t>({0, 9, 5}, {3}),
+            true);
+  auto [train, test] = datasets::fashion_mnist::load_data(dir_);
+  EXPECT_EQ(train.second.to_vector<int>(), (std::vector<int>{0, 9, 5}));
+}
+
 TEST_F(IdxFixture, WrongDtypeOrRankIsDataLoss) {
   write_idx(dir_ / "t10k-images-idx3-ubyte", Tensor::zeros({2, 784}, DType::uint8));
   EXPECT_THROW(datasets::fashion_mnist::load_data(dir_), DataLoss);

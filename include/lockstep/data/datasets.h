@@ -23,7 +23,8 @@ using Split = std::pair<Tensor, Tensor>;    // (images, labels)
 using TrainTest = std::pair<Split, Split>;  // (train, test)
 
 // Loads the four IDX files of an MNIST-format directory and checks that they are uint8 images
-// [n, rows, cols] and uint8 labels [n] with matching n.
+// [n, rows, cols] and uint8 labels [n] with matching n, every label one of the 10 classes
+// (DataLoss naming the file, the example index and the label otherwise).
 TrainTest load_idx_directory(const std::string& dir, const std::string& dataset_name);
 
 namespace fashion_mnist {

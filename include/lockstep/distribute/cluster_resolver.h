@@ -70,6 +70,26 @@ struct LocalDeviceOptions {
   std::string cgroup_root = kDefaultCgroupRoot;
 };
 
+// How the cores of this host were divided among the workers of the job that run on it (the local
+// ranks of mpirun, the tasks of srun on one node). Each worker sees the cores it may use
+// (available_cores()) and takes its share of them: a contiguous share when there are at least as
+// many cores as local workers, else one core each, round-robin, so that local workers that
+// outnumber the cores run one replica each (see MpiClusterResolver).
+struct CoreDivision {
+  int local_workers = 1;           // workers of the job on this host (this one included)
+  int local_worker = 0;            // this worker's index among them
+  std::vector<int> visible_cores;  // the cores this process could use before the division
+  std::vector<int> cores;          // this worker's share
+  int cores_per_worker = 0;        // SLURM_CPUS_PER_TASK; 0 when the launcher gave none
+
+  // One line, e.g. "3 local workers on 2 cores [0,1]: more workers than cores, so one core each,
+  // round-robin (local worker 0: core 0, 1: core 1, 2: core 0); this is local worker 2". The
+  // other workers' shares are derived from this process's view, assuming (as with
+  // `mpirun --bind-to none`) that every local worker sees the same cores.
+  std::string to_string() const;
+  bool operator==(const CoreDivision&) const = default;
+};
+
 // tf.distribute.cluster_resolver.ClusterResolver.
 class ClusterResolver {
  public:
@@ -89,6 +109,9 @@ class ClusterResolver {
   virtual std::vector<DeviceSpec> local_devices() const = 0;
   // "mpi" when processes talk through MPI, otherwise "" (or TF_CONFIG's "rpc_layer").
   virtual std::string rpc_layer() const;
+  // How this host's cores were divided among the job's local workers. Default: this worker
+  // alone, on the cores of its devices.
+  virtual CoreDivision core_division() const;
 
   // This process's index among all num_workers() training processes: the chief is 0 and worker i
   // follows the chiefs (MPI rank / SLURM_PROCID order for those resolvers).
@@ -200,10 +223,12 @@ class SlurmClusterResolver : public ClusterResolver {
   int num_accelerators() const override;
   std::vector<DeviceSpec> local_devices() const override;
   std::string rpc_layer() const override;
+  CoreDivision core_division() const override;
 
  private:
   ClusterSpec spec_;
   int task_id_ = 0;
+  CoreDivision division_;
   std::vector<DeviceSpec> devices_;
 };
 
@@ -220,10 +245,11 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& tasks_per_node);
 // "worker", task_id() is the rank, rpc_layer() is "mpi". Host names are not in the environment,
 // so cluster_spec() lists "rank:<r>" placeholders; MPI addresses ranks, not hosts.
 //
-// Cores: local rank r of L on a host takes the r-th contiguous share of the host's available
-// cores. When the launcher already bound each rank to fewer cores than L (Open MPI binds to one
-// core by default for 2 ranks), a rank keeps the cores it was given. Use `--bind-to none` to let
-// Lockstep divide the cores.
+// Cores: local rank r of L on a host takes the r-th contiguous share of the cores it sees when
+// there are at least L of them. When there are fewer (`mpirun --oversubscribe -np 3` on 2 cores,
+// or a launcher that bound each rank to one core, as Open MPI does by default for 2 ranks), each
+// rank takes one core, cores[r mod count], and so runs one replica. Use `--bind-to none` to let
+// Lockstep divide the cores; core_division() says how it did.
 class MpiClusterResolver : public ClusterResolver {
  public:
   // Throws NotFound when no launcher variables are set, InvalidArgument when they are malformed.
@@ -237,6 +263,8 @@ class MpiClusterResolver : public ClusterResolver {
   std::vector<DeviceSpec> local_devices() const override;
   std::string rpc_layer() const override;
 
+  CoreDivision core_division() const override;
+
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
 
@@ -245,6 +273,7 @@ class MpiClusterResolver : public ClusterResolver {
   int size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  CoreDivision division_;
   std::vector<DeviceSpec> devices_;
 };
 
@@ -254,6 +283,15 @@ class MpiClusterResolver : public ClusterResolver {
 bool has_mpi_environment(const Environment& env);
 bool has_slurm_environment(const Environment& env);
 bool has_tf_config_environment(const Environment& env);
+
+// Lockstep's workers connect through MPI, so a cluster of several workers can only be formed by
+// processes that an MPI launcher started (mpirun / mpiexec, or srun with PMI). Throws
+// FailedPrecondition, in one line naming where the cluster was described (TF_CONFIG, SLURM) and
+// the command that launches it, when `resolver` has several workers and `env` holds no MPI
+// launcher variables; does nothing otherwise. `lockstep train` calls it before training so that a
+// TF_CONFIG or SLURM cluster is never silently trained as independent single-worker jobs.
+void check_cluster_can_connect(const ClusterResolver& resolver,
+                               const Environment& env = Environment::process());
 
 // Auto-detects the cluster: the MPI launcher's environment, else SLURM, else TF_CONFIG, else this
 // host alone (LocalCpuResolver). Under `srun --mpi=pmix` both MPI and SLURM variables are set;

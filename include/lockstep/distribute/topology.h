@@ -19,17 +19,24 @@ struct Topology {
   int num_workers = 1;
   int task_id = 0;  // this process's index among num_workers (ClusterResolver::worker_index)
   std::vector<DeviceSpec> local_devices;
+  // How this host's cores were divided among the job's workers on it.
+  CoreDivision core_division;
 
   int num_local_replicas() const { return static_cast<int>(local_devices.size()); }
   // num_workers x num_local_replicas().
   int num_replicas_in_sync() const { return num_workers * num_local_replicas(); }
   // Multi-line, for `lockstep devices`:
-  //   1 worker (this is worker 0), 2 local replicas, 2 replicas in sync
+  //   1 worker (this is worker 0), 2 local replicas, 2 in sync
   //     /job:worker/task:0/device:cpu:0  cores 0
   //     /job:worker/task:0/device:cpu:1  cores 1
+  // with several workers on this host, a line saying how they divided its cores follows the first:
+  //   3 workers (this is worker 2), 1 local replica, 3 in sync
+  //   3 local workers on 2 cores [0,1]: more workers than cores, so one core (one replica) each,
+  //   ...
   std::string to_string() const;
   // {"num_workers", "task_id", "num_replicas_in_sync", "local_devices": [{"name", "kind",
-  //  "index", "cores"}]}
+  //  "index", "cores"}], "core_division": {"local_workers", "local_worker", "visible_cores",
+  //  "cores", "description"}}
   nlohmann::json to_json() const;
 };
 

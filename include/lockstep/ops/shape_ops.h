@@ -11,7 +11,8 @@
 //   argmax(x, axis)        int64 index of the first maximum along `axis` (not differentiable)
 //   one_hot(indices, depth, dtype)
 //                          [...] integer -> [..., depth], 1 at the index, 0 elsewhere; an index
-//                          outside [0, depth) gives a row of zeros (as tf.one_hot)
+//                          outside [0, depth) throws InvalidArgument naming it and the depth
+//                          (tf.one_hot gives a row of zeros, which as a label is a wrong loss)
 #include <vector>
 
 #include "lockstep/core/tensor.h"

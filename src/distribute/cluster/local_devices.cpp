@@ -132,18 +132,30 @@ std::vector<DeviceSpec> make_local_devices(const std::vector<int>& cores,
 
 namespace lockstep::cluster_internal {
 
-std::vector<int> share_of_cores(const std::vector<int>& cores, int local_rank, int local_size,
-                                int per_rank) {
+namespace {
+
+// Local rank r's cores under the rule of divide_cores.
+std::vector<int> share_of(const std::vector<int>& cores, int r, int local_size, int per_rank) {
   const long long count = static_cast<long long>(cores.size());
   if (local_size <= 1) return cores;
   if (per_rank > 0) {
     if (count < static_cast<long long>(local_size) * per_rank) return cores;
-    return {cores.begin() + static_cast<long long>(local_rank) * per_rank,
-            cores.begin() + static_cast<long long>(local_rank + 1) * per_rank};
+    return {cores.begin() + static_cast<long long>(r) * per_rank,
+            cores.begin() + static_cast<long long>(r + 1) * per_rank};
   }
-  if (count < local_size) return cores;
-  return {cores.begin() + local_rank * count / local_size,
-          cores.begin() + (local_rank + 1) * count / local_size};
+  if (count < local_size) return {cores[static_cast<size_t>(r % count)]};
+  return {cores.begin() + r * count / local_size, cores.begin() + (r + 1) * count / local_size};
+}
+
+}  // namespace
+
+CoreDivision divide_cores(const std::vector<int>& cores, int local_rank, int local_size,
+                          int per_rank) {
+  return CoreDivision{.local_workers = std::max(local_size, 1),
+                      .local_worker = local_rank,
+                      .visible_cores = cores,
+                      .cores = share_of(cores, local_rank, local_size, per_rank),
+                      .cores_per_worker = per_rank};
 }
 
 }  // namespace lockstep::cluster_internal

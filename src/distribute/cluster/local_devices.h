@@ -32,12 +32,14 @@ inline constexpr int kMaxTasks = 1 << 20;
 
 namespace lockstep::cluster_internal {
 
-// The cores local rank `local_rank` of `local_size` ranks on a host should use, from the cores
-// this process sees. With per_rank > 0 (SLURM_CPUS_PER_TASK) and enough cores for every rank,
-// rank r takes [r*per_rank, (r+1)*per_rank); without per_rank, rank r takes the r-th contiguous
-// share. When the launcher already bound this process to fewer cores than that division needs,
-// they are kept as they are.
-std::vector<int> share_of_cores(const std::vector<int>& cores, int local_rank, int local_size,
-                                int per_rank);
+// How local rank `local_rank` of `local_size` ranks on a host divides the cores this process sees
+// (`cores`) with the other ranks. With per_rank > 0 (SLURM_CPUS_PER_TASK) and enough cores for
+// every rank, rank r takes [r*per_rank, (r+1)*per_rank), and otherwise keeps what it sees (SLURM
+// bound it already). Without per_rank, rank r takes the r-th contiguous share when there are at
+// least as many cores as ranks, and else one core, cores[r mod count]: ranks that outnumber the
+// cores get one replica each rather than each a replica per core (which would oversubscribe the
+// host by the number of ranks). A launcher that bound each rank to one core is the case count 1.
+CoreDivision divide_cores(const std::vector<int>& cores, int local_rank, int local_size,
+                          int per_rank);
 
 }  // namespace lockstep::cluster_internal

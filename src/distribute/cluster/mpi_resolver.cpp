@@ -66,9 +66,9 @@ MpiClusterResolver::MpiClusterResolver(const Environment& env, LocalDeviceOption
                             "=" + size->value + ").");
     }
   }
-  const std::vector<int> cores = cluster_internal::share_of_cores(
-      cluster_internal::worker_cores(devices), local_rank_, local_size_, 0);
-  devices_ = cluster_internal::make_local_devices(cores, devices, env, "worker", rank_);
+  division_ = cluster_internal::divide_cores(cluster_internal::worker_cores(devices), local_rank_,
+                                             local_size_, 0);
+  devices_ = cluster_internal::make_local_devices(division_.cores, devices, env, "worker", rank_);
 }
 
 ClusterSpec MpiClusterResolver::cluster_spec() const {
@@ -92,6 +92,9 @@ std::vector<DeviceSpec> MpiClusterResolver::local_devices() const {
 }
 std::string MpiClusterResolver::rpc_layer() const {
   return "mpi";
+}
+CoreDivision MpiClusterResolver::core_division() const {
+  return division_;
 }
 
 }  // namespace lockstep

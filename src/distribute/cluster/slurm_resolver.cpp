@@ -230,9 +230,10 @@ SlurmClusterResolver::SlurmClusterResolver(const Environment& env, LocalDeviceOp
   if (auto cpt = env.get("SLURM_CPUS_PER_TASK"); cpt && !cpt->empty()) {
     cpus_per_task = parse_env_int("SLURM_CPUS_PER_TASK", *cpt, 1);
   }
-  const std::vector<int> cores = cluster_internal::share_of_cores(
-      cluster_internal::worker_cores(devices), local_rank, local_size, cpus_per_task);
-  devices_ = cluster_internal::make_local_devices(cores, devices, env, "worker", task_id_);
+  division_ = cluster_internal::divide_cores(cluster_internal::worker_cores(devices), local_rank,
+                                             local_size, cpus_per_task);
+  devices_ =
+      cluster_internal::make_local_devices(division_.cores, devices, env, "worker", task_id_);
 }
 
 ClusterSpec SlurmClusterResolver::cluster_spec() const {
@@ -252,6 +253,9 @@ std::vector<DeviceSpec> SlurmClusterResolver::local_devices() const {
 }
 std::string SlurmClusterResolver::rpc_layer() const {
   return "mpi";
+}
+CoreDivision SlurmClusterResolver::core_division() const {
+  return division_;
 }
 
 }  // namespace lockstep

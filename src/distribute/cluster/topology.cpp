@@ -62,6 +62,7 @@ std::string Topology::to_string() const {
       << task_id << "), " << num_local_replicas()
       << (num_local_replicas() == 1 ? " local replica, " : " local replicas, ")
       << num_replicas_in_sync() << " in sync\n";
+  if (core_division.local_workers > 1) out << core_division.to_string() << "\n";
   for (const DeviceSpec& device : local_devices) {
     out << "  " << device.name() << "  cores " << cluster_internal::join_ints(device.cores) << "\n";
   }
@@ -79,7 +80,13 @@ nlohmann::json Topology::to_json() const {
   return {{"num_workers", num_workers},
           {"task_id", task_id},
           {"num_replicas_in_sync", num_replicas_in_sync()},
-          {"local_devices", devices}};
+          {"local_devices", devices},
+          {"core_division",
+           {{"local_workers", core_division.local_workers},
+            {"local_worker", core_division.local_worker},
+            {"visible_cores", core_division.visible_cores},
+            {"cores", core_division.cores},
+            {"description", core_division.to_string()}}}};
 }
 
 void connect_to_cluster(const ClusterResolver& resolver) {
@@ -102,7 +109,8 @@ Topology initialize_system(const ClusterResolver& resolver) {
   const ConnectedCluster cluster = validated_cluster(resolver);
   return Topology{.num_workers = cluster.num_workers,
                   .task_id = cluster.worker_index,
-                  .local_devices = resolver.local_devices()};
+                  .local_devices = resolver.local_devices(),
+                  .core_division = resolver.core_division()};
 }
 
 }  // namespace lockstep

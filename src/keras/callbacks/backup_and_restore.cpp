@@ -133,6 +133,49 @@ void restore_random_state(Model& model, const std::map<std::string, std::string>
   }
 }
 
+// "2 workers x 2 replicas (4 in sync)"; only the total for backups that did not record workers.
+std::string replica_counts(int64_t workers, int64_t local, int64_t in_sync) {
+  if (workers <= 0 || local <= 0)
+    return "a job of " + std::to_string(in_sync) + " replicas in sync";
+  return std::to_string(workers) + (workers == 1 ? " worker x " : " workers x ") +
+         std::to_string(local) + (local == 1 ? " replica (" : " replicas (") +
+         std::to_string(in_sync) + " in sync)";
+}
+
+// Weights and optimizer state are the same on every replica, and an input position counts steps
+// of the same global (or per-replica, by replica id) batches, so a backup resumes exactly on any
+// number of workers that present the same replicas in sync. With another number the per-replica
+// pipelines would shard the data differently and the Dropout streams would not map onto the
+// replicas: refuse at once, naming the counts and how to match them.
+void check_replicas_in_sync(const std::map<std::string, std::string>& meta, const std::string& path,
+                            distribute::Strategy& s) {
+  const char* key = meta.contains("backup.replicas_in_sync") ? "backup.replicas_in_sync"
+                                                             : "backup.dropout_replicas";
+  if (!meta.contains(key)) return;  // written before replica counts were recorded
+  const int64_t saved = parse_int(meta, key, path);
+  if (saved == s.num_replicas_in_sync()) return;
+  const bool has_layout =
+      meta.contains("backup.num_workers") && meta.contains("backup.local_replicas");
+  const int64_t saved_workers = has_layout ? parse_int(meta, "backup.num_workers", path) : 0;
+  const int64_t saved_local = has_layout ? parse_int(meta, "backup.local_replicas", path) : 0;
+  const int workers = s.num_workers();
+  const std::string per_worker = std::to_string(saved / workers);
+  const std::string how =
+      saved % workers != 0
+          ? "run a number of workers that divides " + std::to_string(saved) +
+                ", each with LOCKSTEP_DEVICES=cpu:<" + std::to_string(saved) + " / workers>"
+      : workers == 1 ? "set LOCKSTEP_DEVICES=cpu:" + per_worker +
+                           " (LocalDeviceOptions::num_replicas = " + per_worker + ")"
+                     : "set LOCKSTEP_DEVICES=cpu:" + per_worker + " on each of the " +
+                           std::to_string(workers) + " workers";
+  throw InvalidArgument("BackupAndRestore: '" + path + "' was written by " +
+                        replica_counts(saved_workers, saved_local, saved) + "; this job has " +
+                        replica_counts(workers, s.num_local_replicas(), s.num_replicas_in_sync()) +
+                        ". A backup resumes on any number of workers with the same replicas in "
+                        "sync: " +
+                        how + ", or start afresh with another backup directory.");
+}
+
 }  // namespace
 
 BackupAndRestore::BackupAndRestore(std::string backup_dir, bool delete_checkpoint)
@@ -176,6 +219,7 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   optimizers::Optimizer& opt = target_optimizer();
   opt.build(m.trainable_weights());
   saving::SafetensorsFile file = saving::load_safetensors(path);  // DataLoss when corrupt
+  check_replicas_in_sync(file.metadata, path, m.distribute_strategy());
 
   std::vector<std::pair<std::string, Variable>> expected;
   std::vector<Variable> weights = target_weights();
@@ -220,8 +264,12 @@ void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
     add(tensors, "model", target_weights());
     add(tensors, "optimizer", target_optimizer().variables());
     IteratorState position = target().iterator_state ? target().iterator_state() : IteratorState{};
+    const distribute::Strategy& s = model().distribute_strategy();
     metadata.insert({{"backup.format", "1"},
                      {"backup.epoch", std::to_string(epoch)},
+                     {"backup.num_workers", std::to_string(s.num_workers())},
+                     {"backup.local_replicas", std::to_string(s.num_local_replicas())},
+                     {"backup.replicas_in_sync", std::to_string(s.num_replicas_in_sync())},
                      {"backup.iterator_iteration", std::to_string(position.iteration)},
                      {"backup.iterator_position", std::to_string(position.position)}});
     saving::save_safetensors(backup_path(), tensors, metadata);

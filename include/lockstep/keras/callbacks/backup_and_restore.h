@@ -10,7 +10,8 @@
 //                          the position of fit's input iterator (IteratorState),
 //                          "backup.random_generator": the global generator's state
 //                          (initializers.h), "backup.dropout_*": each Dropout layer's per-replica
-//                          mask stream positions (all workers' replicas)
+//                          mask stream positions (all workers' replicas), "backup.num_workers" /
+//                          "backup.local_replicas" / "backup.replicas_in_sync": the job's layout
 //
 // When fit starts and the file exists, everything is restored and fit continues at the epoch
 // after the saved one, with the input iterator where it was, so the resumed run computes exactly
@@ -30,9 +31,12 @@
 // restarted program that calls set_random_seed and builds the same model gets the same seeds; the
 // backup adds where the global generator and every Dropout replica's mask stream had got to, so
 // the masks after the resume point are the uninterrupted run's too (bit-identical resumption with
-// Dropout). Restoring needs the same model and number of replicas in sync (InvalidArgument
-// otherwise). The model must be built (keras::Input) before fit so that its weights exist to
-// restore into.
+// Dropout). Restoring needs the same model and number of replicas in sync, on any number of
+// workers (2 workers x 1 replica resume as 1 worker x 2 replicas: the input position counts steps
+// of the same global batches, or of per-replica pipelines identified by global replica id);
+// another number of replicas in sync throws InvalidArgument naming the layout the backup was
+// written with, before anything is restored. The model must be built (keras::Input) before fit
+// so that its weights exist to restore into.
 #include <string>
 
 #include "lockstep/keras/callbacks/callback.h"

@@ -1,0 +1,69 @@
+#include "models.h"
+
+#include "lockstep/core/error.h"
+#include "lockstep/keras.h"
+#if __has_include("lockstep/keras/layers/convolutional.h")
+#include "lockstep/keras/layers/convolutional.h"
+#endif
+
+namespace lockstep::apps {
+namespace {
+
+std::vector<keras::LayerArg> mlp() {
+  return {keras::layers::Dense({.units = 128, .activation = "relu"})};
+}
+
+// Compute-bound: two wide hidden layers.
+std::vector<keras::LayerArg> wide() {
+  return {keras::layers::Dense({.units = 2048, .activation = "relu"}),
+          keras::layers::Dense({.units = 2048, .activation = "relu"})};
+}
+
+std::vector<keras::LayerArg> conv() {
+  return {keras::layers::Reshape({28, 28, 1}),
+          keras::layers::Conv2D({.filters = 32, .kernel_size = {3, 3}, .activation = "relu"}),
+          keras::layers::MaxPooling2D(), keras::layers::Flatten()};
+}
+
+}  // namespace
+
+const std::vector<ModelChoice>& model_choices() {
+  static const std::vector<ModelChoice> choices = {
+      {"mlp", "the seed model, 784-128-10", mlp},
+      {"wide", "784-2048-2048-10", wide},
+      {"conv", "a small convnet", conv},
+  };
+  return choices;
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const ModelChoice& m : model_choices()) names.push_back(m.name);
+  return names;
+}
+
+std::string model_help() {
+  const auto& choices = model_choices();
+  std::string out;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i) out += i + 1 == choices.size() ? " or " : ", ";
+    out += choices[i].name + " (" + choices[i].description + ")";
+  }
+  return out;
+}
+
+std::vector<keras::LayerArg> build_model_layers(const std::string& name) {
+  for (const ModelChoice& m : model_choices()) {
+    if (m.name != name) continue;
+    std::vector<keras::LayerArg> layers = {keras::Input({784}, DType::uint8),
+                                           keras::layers::Rescaling(1.0 / 255)};
+    for (keras::LayerArg& layer : m.hidden_layers()) layers.push_back(std::move(layer));
+    // The output layer stays float32 under mixed precision (Keras' idiom for softmax outputs).
+    layers.push_back(
+        keras::layers::Dense({.units = 10, .activation = "softmax", .dtype = "float32"}));
+    return layers;
+  }
+  throw InvalidArgument("--model: expected " + model_help() + ". Received: '" + name + "'.");
+}
+
+}  // namespace lockstep::apps
