@@ -17,10 +17,12 @@ import os
 import platform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -105,26 +107,39 @@ def start_co_runner(condition):
                             stderr=subprocess.DEVNULL)
 
 
-def run_one(config):
-    """Runs one configuration (beside its co-runner, if any); returns its result with the peak RSS
-    of the process tree."""
+def run_one(config, timeout):
+    """Runs one configuration (beside its co-runner, if any) in a process group of its own; returns
+    its result with the peak RSS of the process tree, or an error. A run longer than `timeout`
+    seconds is stopped (its whole process group) and reported as timed out: on a busy machine
+    oversubscribed thread pools (torch's OpenMP spinning against OpenBLAS threads, a co-runner)
+    can be 100x slower than the best point of a grid, and would make a run last hours."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "out.json")
         cmd = config["cmd"] + (["--history", out] if config["kind"] == "lockstep" else ["--out",
                                                                                          out])
         env = dict(os.environ, **config["env"])
         co = start_co_runner(config["condition"])
+        timed_out = threading.Event()
         try:
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE)
-            err = proc.stderr.read()
-            _, status, usage = os.wait4(proc.pid, 0)
+            with tempfile.TemporaryFile() as err:
+                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                        start_new_session=True)
+                timer = threading.Timer(timeout, lambda: (timed_out.set(),
+                                                          os.killpg(proc.pid, signal.SIGKILL)))
+                timer.start()
+                try:
+                    _, status, usage = os.wait4(proc.pid, 0)
+                finally:
+                    timer.cancel()
+                err.seek(0)
+                lines = err.read().decode(errors="replace").strip().splitlines()
         finally:
             if co:
                 co.kill()
                 co.wait()
+        if timed_out.is_set():
+            return {"error": "timed out after %.0f s (--run-timeout)" % timeout}
         if status != 0:
-            lines = err.decode(errors="replace").strip().splitlines()
             return {"error": lines[-1] if lines else "exit status %d" % status}
         result = json.load(open(out))
     result["peak_rss_kb"] = max(result.get("peak_rss_kb", 0), usage.ru_maxrss)
@@ -222,6 +237,8 @@ def parse_args():
                    help="a quick check that everything runs: 2 rounds, 3 epochs, seed model only, "
                    "lean (options given explicitly still win)")
     p.add_argument("--floor-repetitions", type=int, default=5)
+    p.add_argument("--run-timeout", type=float, default=300,
+                   help="seconds before one run is stopped and reported as timed out")
     p.add_argument("--out", default=os.path.join(ROOT, "build/bench"))
     p.add_argument("--only", default="", help="regex on configuration names")
     p.add_argument("--render", default="", help="re-render table.md and the SVG from a results.json")
@@ -237,6 +254,8 @@ def parse_args():
             args.models = "mlp"
         if "--floor-repetitions" not in given:
             args.floor_repetitions = 3
+        if "--run-timeout" not in given:
+            args.run_timeout = 60
         args.lean = True
     args.cores = cores()
     args.torch_env = TORCH_ENV
@@ -270,7 +289,8 @@ def main():
             "machine": machine(), "command": " ".join(sys.argv), "commit": git_commit(),
             "cores": args.cores, "bf16": args.bf16, "torch_env": TORCH_ENV,
             "rounds": args.rounds, "epochs": args.epochs, "co_runner": args.co_runner,
-            "load_before": loadavg(), "floors": {"float32": [], "bfloat16": []}}
+            "load_before": loadavg(), "floors": {"float32": [], "bfloat16": []},
+            "failures": []}
     runs = {c["id"]: [] for c in configs}
     started = time.time()
     for r in range(args.rounds):
@@ -283,9 +303,10 @@ def main():
                     " + ".join("%.0f" % g for g in f["per_core_gflops"])), file=sys.stderr)
         for c in configs:
             start = time.time()
-            result = run_one(c)
+            result = run_one(c, args.run_timeout)
             if "error" in result:
                 print("[round %d] %s: FAILED %s" % (r, c["id"], result["error"]), file=sys.stderr)
+                meta["failures"].append({"round": r, "id": c["id"], "error": result["error"]})
                 continue
             s = summarise(result)
             s["load"] = loadavg()

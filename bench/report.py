@@ -313,11 +313,20 @@ def checks_table(title, checks):
     return lines
 
 
+def failures(meta):
+    if not meta.get("failures"):
+        return []
+    return ["Runs that failed or timed out (left out of the medians; a PyTorch grid point that "
+            "timed out cannot have been that round's best):", ""] + [
+        "- round %d, %s: %s" % (f["round"], f["id"], f["error"]) for f in meta["failures"]]
+
+
 def render(meta, rows):
     out = header(meta) + [""] + comparison_table(rows)
     for part in (grid_table(rows), co_runner_table(rows), allreduce_table(rows),
                  checks_table("Speed targets (medians of this run):", speed_checks(rows, meta)),
-                 checks_table("Co-runner targets (medians of this run):", co_runner_checks(rows))):
+                 checks_table("Co-runner targets (medians of this run):", co_runner_checks(rows)),
+                 failures(meta)):
         if part:
             out += [""] + part
     return "\n".join(out) + "\n"
