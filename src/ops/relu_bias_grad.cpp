@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "lockstep/core/cpu_dispatch.h"
+#include "core/cpu_dispatch.h"
 
 #include "internal.h"
 
