@@ -314,11 +314,23 @@ def checks_table(title, checks):
 
 
 def failures(meta):
+    """Failed or timed-out runs, one line per configuration with its conditions and counts."""
     if not meta.get("failures"):
         return []
-    return ["Runs that failed or timed out (left out of the medians; a PyTorch grid point that "
-            "timed out cannot have been that round's best):", ""] + [
-        "- round %d, %s: %s" % (f["round"], f["id"], f["error"]) for f in meta["failures"]]
+    grouped = {}
+    for f in meta["failures"]:
+        name, _, condition = f["id"].rpartition(" [")
+        key = (name, f["error"])
+        grouped.setdefault(key, []).append(condition.rstrip("]"))
+    lines = []
+    for (name, error), conditions in grouped.items():
+        counts = {}
+        for c in conditions:
+            counts[c] = counts.get(c, 0) + 1
+        lines.append("- %s — %s: %s" % (name, error, ", ".join(
+            "%s %d/%d rounds" % (c, n, meta["rounds"]) for c, n in counts.items())))
+    return ["Runs that failed or timed out, left out of the medians (a timed-out PyTorch grid point "
+            "was slower than every point that finished):", ""] + lines
 
 
 def render(meta, rows):
