@@ -146,6 +146,9 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
                 << " replicas)";
     }
     std::cout << "\n";
+    std::cout << "step: " << strategy.num_local_replicas() << " replica task(s) on "
+              << strategy.num_threads()
+              << " thread(s); a task held by a slow thread is re-run on an idle one\n";
   }
 
   auto scope = strategy.scope();

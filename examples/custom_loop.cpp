@@ -14,7 +14,7 @@
 //   * the variables exist once, shared by the replica threads: one replica applies the update
 //     while the others wait at a barrier, so that nobody reads a half-updated weight.
 // (model.fit does the same with a reduce-scatter and lets every replica update its own slice of
-// the weights; see distribute/gradient_sync.h. The result is the same.)
+// the weights; see distribute/replicated_step.h. The result is the same.)
 #include <cstring>
 #include <iostream>
 #include <memory>

@@ -1,5 +1,7 @@
 #include "lockstep/autodiff/gradient_tape.h"
 
+#include "lockstep/core/task_cancellation.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -198,6 +200,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
 
   std::vector<Tensor> grad_outputs, sinks;
   for (auto rec = t.records.rbegin(); rec != t.records.rend(); ++rec) {
+    // Between backward ops: a safe point for a training-step run whose twin already finished.
+    check_task_cancelled();
     const size_t k = t.records.size() - 1 - static_cast<size_t>(rec - t.records.rbegin());
     bool any = false;
     for (const auto& o : rec->outputs) any |= grads.count(o.id) > 0;

@@ -62,15 +62,21 @@ VariableCreationObserver* VariableCreationScope::current() {
 }
 
 struct Variable::State {
-  Tensor value;
+  // values[current] is the value; values[1 - current] exists after enable_next_buffer().
+  Tensor values[2];
+  std::atomic<int> current{0};
   std::string name;
   bool trainable = true;
   const void* owner = nullptr;
-  // bfloat16_rounded()'s cache. `rounded_current` is read without the lock on every forward
-  // pass; the lock only serialises the (re)computation when several replicas find it stale.
+  // bfloat16_rounded()'s cache, one per buffer. `rounded_current` is read without the lock on
+  // every forward pass; the lock only serialises the (re)computation when several replicas find
+  // it stale.
   std::mutex rounded_mu;
-  std::atomic<bool> rounded_current{false};
-  Tensor rounded;
+  std::atomic<bool> rounded_current[2] = {false, false};
+  Tensor rounded[2];
+
+  int cur() const { return current.load(std::memory_order_acquire); }
+  const Tensor& value() const { return values[cur()]; }
 };
 
 Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
@@ -80,7 +86,7 @@ Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
   const void* owner = nullptr;
   if (auto* obs = VariableCreationScope::current()) owner = obs->on_variable_created(name);
   state_ = std::make_shared<State>();
-  state_->value = std::move(initial_value);
+  state_->values[0] = std::move(initial_value);
   state_->name = std::move(name);
   state_->trainable = trainable;
   state_->owner = owner;
@@ -89,7 +95,7 @@ Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
 const Tensor& Variable::raw_value() const {
   if (!state_)
     throw FailedPrecondition("Variable: use of an undefined (default-constructed) variable.");
-  return state_->value;
+  return state_->value();
 }
 
 const Tensor& Variable::value() const {
@@ -110,18 +116,18 @@ const void* Variable::owner() const {
 
 void Variable::assign(const Tensor& value) const {
   check_same(raw_value(), value, state_->name, "assign");
-  state_->rounded_current.store(false, std::memory_order_release);
-  state_->value.copy_from(value);
+  state_->rounded_current[state_->cur()].store(false, std::memory_order_release);
+  state_->value().copy_from(value);
 }
 void Variable::assign_add(const Tensor& delta) const {
   check_same(raw_value(), delta, state_->name, "assign_add");
-  state_->rounded_current.store(false, std::memory_order_release);
-  update(state_->value, delta, 1.0);
+  state_->rounded_current[state_->cur()].store(false, std::memory_order_release);
+  update(state_->value(), delta, 1.0);
 }
 void Variable::assign_sub(const Tensor& delta) const {
   check_same(raw_value(), delta, state_->name, "assign_sub");
-  state_->rounded_current.store(false, std::memory_order_release);
-  update(state_->value, delta, -1.0);
+  state_->rounded_current[state_->cur()].store(false, std::memory_order_release);
+  update(state_->value(), delta, -1.0);
 }
 
 Tensor Variable::bfloat16_rounded() const {
@@ -132,22 +138,71 @@ Tensor Variable::bfloat16_rounded() const {
         "'.bfloat16_rounded: expected a float32 variable. Received: " + v.describe() + ".");
   }
   State& s = *state_;
-  if (!s.rounded_current.load(std::memory_order_acquire)) {
+  const int c = s.cur();
+  if (!s.rounded_current[c].load(std::memory_order_acquire)) {
     std::lock_guard lock(s.rounded_mu);
-    if (!s.rounded_current.load(std::memory_order_relaxed)) {
-      if (!s.rounded.defined()) s.rounded = Tensor(v.shape(), DType::float32);
-      round_to_bfloat16_values(v.data<float>(), s.rounded.data<float>(),
+    if (!s.rounded_current[c].load(std::memory_order_relaxed)) {
+      if (!s.rounded[c].defined()) s.rounded[c] = Tensor(v.shape(), DType::float32);
+      round_to_bfloat16_values(v.data<float>(), s.rounded[c].data<float>(),
                                static_cast<size_t>(v.num_elements()));
-      s.rounded_current.store(true, std::memory_order_release);
+      s.rounded_current[c].store(true, std::memory_order_release);
     }
   }
-  return s.rounded;
+  return s.rounded[c];
 }
 
 float* Variable::bfloat16_rounded_data() const {
   raw_value();
-  if (!state_->rounded_current.load(std::memory_order_acquire)) return nullptr;
-  return state_->rounded.data<float>();
+  const int c = state_->cur();
+  if (!state_->rounded_current[c].load(std::memory_order_acquire)) return nullptr;
+  return state_->rounded[c].data<float>();
+}
+
+void Variable::enable_next_buffer() const {
+  const Tensor& v = raw_value();
+  State& s = *state_;
+  const int next = 1 - s.cur();
+  if (s.values[next].defined()) return;
+  // Same id as the value (a copy of the handle), storage of its own.
+  Tensor buffer = v;
+  Tensor fresh = v.clone();
+  buffer.swap_storage(fresh);
+  s.values[next] = std::move(buffer);
+}
+
+bool Variable::has_next_buffer() const {
+  raw_value();
+  return state_->values[1 - state_->cur()].defined();
+}
+
+const Tensor& Variable::next_value() const {
+  raw_value();
+  const Tensor& t = state_->values[1 - state_->cur()];
+  if (!t.defined()) {
+    throw FailedPrecondition("Variable '" + state_->name +
+                             "'.next_value: the variable has no second buffer; call "
+                             "enable_next_buffer() first.");
+  }
+  return t;
+}
+
+float* Variable::next_bfloat16_rounded_data() const {
+  const Tensor& next = next_value();
+  State& s = *state_;
+  const int c = s.cur();
+  if (!s.rounded_current[c].load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard lock(s.rounded_mu);
+  if (!s.rounded[1 - c].defined()) s.rounded[1 - c] = Tensor(next.shape(), DType::float32);
+  return s.rounded[1 - c].data<float>();
+}
+
+void Variable::flip_buffers(bool rounded_written) const {
+  next_value();
+  State& s = *state_;
+  const int next = 1 - s.cur();
+  s.rounded_current[next].store(rounded_written && s.rounded[next].defined(),
+                                std::memory_order_release);
+  s.current.store(next, std::memory_order_release);
 }
 
 }  // namespace lockstep

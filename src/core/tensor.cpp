@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 namespace lockstep {
 
@@ -66,6 +67,16 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
 void Tensor::reset() {
   if (storage_) storage_->release();
   storage_ = nullptr;
+}
+
+void Tensor::swap_storage(Tensor& other) {
+  if (!(shape_ == other.shape_) || dtype_ != other.dtype_) {
+    throw InvalidArgument(
+        "Tensor::swap_storage: expected tensors of one shape and dtype. Received: " + describe() +
+        " and " + other.describe() + ".");
+  }
+  std::swap(storage_, other.storage_);
+  std::swap(offset_, other.offset_);
 }
 
 void* Tensor::raw_data() const {

@@ -1,6 +1,6 @@
 #include "lockstep/ops/activations.h"
 
-#include "lockstep/core/cpu_dispatch.h"
+#include "core/cpu_dispatch.h"
 
 #include <cmath>
 #include <string>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/core/cpu_dispatch.h"
+#include "core/cpu_dispatch.h"
 #include "lockstep/ops/masked_softmax.h"
 
 #include "batched_gemm.h"

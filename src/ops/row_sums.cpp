@@ -3,7 +3,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "lockstep/core/cpu_dispatch.h"
+#include "core/cpu_dispatch.h"
 
 namespace lockstep::ops::detail {
 namespace {

@@ -48,6 +48,27 @@ TEST(InitializeSystem, CountsWorkersAndReplicas) {
   EXPECT_EQ(json["local_devices"][0]["kind"], "cpu");
 }
 
+TEST(Topology, ListsHostsWithTheirWorkers) {
+  Topology t{.num_workers = 5,
+             .task_id = 3,
+             .local_devices = {{.kind = DeviceKind::cpu, .index = 0, .cores = {0}},
+                               {.kind = DeviceKind::cpu, .index = 1, .cores = {1}}},
+             .worker_hosts = {"node-a", "node-a", "node-b", "node-a", "node-c"}};
+  const std::string text = t.to_string();
+  EXPECT_NE(text.find("5 workers (this is worker 3), 2 local replicas, 10 in sync\n"
+                      "  3 hosts, 1-3 workers per host, 2 replicas per worker\n"
+                      "  host node-a: workers 0-1, 3\n"
+                      "  host node-b: worker 2\n"
+                      "  host node-c: worker 4\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(t.to_json()["worker_hosts"][2], "node-b");
+  // Without host names (no launcher told us) no host lines are printed.
+  t.worker_hosts.clear();
+  EXPECT_EQ(t.to_string().find("host"), std::string::npos) << t.to_string();
+  EXPECT_FALSE(t.to_json().contains("worker_hosts"));
+}
+
 TEST(InitializeSystem, SingleHostIsOneWorker) {
   const Topology topology =
       initialize_system(LocalCpuResolver({.cores = {0, 1}}, Environment::fixed({})));

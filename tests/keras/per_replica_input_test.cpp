@@ -17,6 +17,7 @@
 
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategies.h"
+#include "lockstep/distribute/task_pool.h"
 #include "lockstep/keras.h"
 #include "testing/classification_data.h"
 
@@ -128,18 +129,29 @@ TEST_P(PerReplicaInput, InfinitePipelinesPulledOnTheReplicasMatchOneReplica) {
       {.experimental_replication_mode = distribute::InputReplicationMode::PER_REPLICA});
   ASSERT_TRUE(dist.make_iterator().fetches_on_replicas());
   pulled_on.clear();
+  // The threads that run replica tasks (the training step's pool, the calling thread included).
+  std::set<std::thread::id> task_threads;
+  many.task_pool().set_run_hook([&](int kind, int, int, bool) {
+    std::lock_guard lock(mu);
+    if (kind == 0) task_threads.insert(std::this_thread::get_id());
+  });
   Fitted got = fit_with(many, init, [&](Model& m) {
     m.fit(dist, {.epochs = 3, .steps_per_epoch = kSteps, .verbose = 0});
   });
+  many.task_pool().set_run_hook({});
 
   EXPECT_EQ(got.iterations, 3 * kSteps);
   EXPECT_EQ(expected.iterations, 3 * kSteps);
   EXPECT_GT(max_relative_difference(expected.weights, init), 1e-3);  // the weights moved
   EXPECT_LE(max_relative_difference(got.weights, expected.weights), 1e-5);
-  // The first step builds the model from a batch the host pulls; every later one is pulled by
-  // the replica threads: n threads besides this one.
-  pulled_on.erase(std::this_thread::get_id());
-  EXPECT_EQ(static_cast<int>(pulled_on.size()), n);
+  // Every batch is pulled inside a replica task (the first step's, which builds the model, by
+  // the host), never by a pipeline thread of its own.
+  ASSERT_FALSE(task_threads.empty());
+  ASSERT_FALSE(pulled_on.empty());
+  for (const std::thread::id& id : pulled_on) {
+    EXPECT_TRUE(task_threads.count(id) || id == std::this_thread::get_id())
+        << "a batch was pulled outside the replica tasks";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, PerReplicaInput, ::testing::Values(2, 3),

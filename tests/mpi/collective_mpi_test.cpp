@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "distribute/collectives/mpi_communicator.h"
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/tensor.h"
 #include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/collective.h"
-#include "lockstep/distribute/mpi_communicator.h"
 #include "testing/collective_values.h"
 
 namespace lockstep::distribute {
@@ -343,7 +343,7 @@ int main(int argc, char** argv) {
   MpiContext& mpi = mpi_initialize(&argc, &argv);
   int failed = 0;
   {
-    // LOCKSTEP_TEST_TIMEOUT=0 runs the suite on the blocking all-reduce path (no deadline).
+    // LOCKSTEP_TEST_TIMEOUT=0 runs the suite without a deadline (waits that never give up).
     const char* timeout = std::getenv("LOCKSTEP_TEST_TIMEOUT");
     std::shared_ptr<Communicator> world =
         mpi.world({.timeout_seconds = timeout ? std::atof(timeout) : 60.0});

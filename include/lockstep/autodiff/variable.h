@@ -78,6 +78,26 @@ class Variable {
   // there is nothing to do (the next bfloat16_rounded() recomputes it).
   float* bfloat16_rounded_data() const;
 
+  // ---- Double buffering, for an update computed out of place (the replicated training step,
+  // distribute/replicated_step.h). After enable_next_buffer() the variable has a second buffer of
+  // its shape: a step writes the next values there while the current ones are still being read,
+  // then flip_buffers() makes them current in one atomic store. Both buffers carry the value's
+  // tensor id, so tapes see one variable. Reads (value(), raw_value()) always see the current
+  // buffer; assign() writes it.
+  // Allocates the second buffer (a copy of the value) if there is none. Call while no other
+  // thread uses the variable.
+  void enable_next_buffer() const;
+  bool has_next_buffer() const;
+  // The buffer flip_buffers() makes current; FailedPrecondition without enable_next_buffer().
+  const Tensor& next_value() const;
+  // Where the next buffer's bfloat16-rounded copy goes (see bfloat16_rounded) when the cache is in
+  // use for the current buffer, else nullptr. Whoever writes next_value() must then write its
+  // rounding here before flip_buffers(true).
+  float* next_bfloat16_rounded_data() const;
+  // Makes the next buffer current. `rounded_written`: the caller wrote next_bfloat16_rounded_data()
+  // in full, so the cache stays current; otherwise it is recomputed on next use.
+  void flip_buffers(bool rounded_written) const;
+
  private:
   struct State;
   std::shared_ptr<State> state_;

@@ -63,6 +63,10 @@ class Tensor {
     return static_cast<T*>(raw_data());
   }
   void* raw_data() const;
+  // Exchanges the data this handle and `other` refer to; shapes, dtypes and ids stay with their
+  // handles (shapes and dtypes must match). Other handles are unaffected. For double-buffered
+  // state that must keep its identity (a variable's two buffers, autodiff/variable.h).
+  void swap_storage(Tensor& other);
   // True when both handles see the same memory block.
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
 

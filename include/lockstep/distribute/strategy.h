@@ -11,11 +11,14 @@
 //   auto losses = strategy.run([&](ReplicaContext& ctx) { return step(ctx); });
 //   Tensor total = strategy.reduce(ReduceOp::SUM, losses);
 //
-// Execution: each local replica is a long-lived thread pinned to its core(s) (ReplicaPool); run()
-// hands the function to all of them and blocks. The default strategy (get_strategy() outside any
-// scope) has one replica that runs inline on the calling thread. Across workers (processes), a
-// cross-worker communicator joins the local groups: reductions are hierarchical (local reduce,
-// cross-worker all-reduce by local replica 0, local broadcast).
+// Execution: a replica is a shard of the global batch, not a thread. The strategy owns a TaskPool
+// (task_pool.h) of num_threads() threads — by default one per usable core, unpinned — that runs a
+// training step's tasks (ReplicatedStep: each replica's forward and backward, then the sum and
+// update by chunks), re-running a straggler's task on an idle thread. run() (custom loops, whose
+// functions may call collectives) runs every replica at once, one thread each (ReplicaPool). The
+// default strategy (get_strategy() outside any scope) has one replica that runs inline on the
+// calling thread. Across workers (processes), a cross-worker communicator joins the local groups:
+// reductions are hierarchical (local reduce, cross-worker all-reduce, local broadcast).
 #include <functional>
 #include <memory>
 #include <optional>
@@ -38,6 +41,7 @@ namespace lockstep::distribute {
 
 class ReplicaPool;
 class SharedMemoryGroup;
+class TaskPool;
 class DistributedDataset;
 struct InputContext;
 struct InputOptions;
@@ -45,8 +49,16 @@ enum class AutoShardPolicy : int;  // distributed_dataset.h
 
 struct StrategyConfig {
   std::string name = "Strategy";
-  // One entry per local replica: the OS cpu ids it is pinned to (empty entry: not pinned).
+  // One entry per local replica: the OS cpu ids it runs on (empty entry: any). Threads are pinned
+  // to them only with pin_threads.
   std::vector<std::vector<int>> replica_cores = {{}};
+  // Threads of the task pool that runs training steps, the calling thread included. 0: one per
+  // usable core of this worker (the union of replica_cores, else the process's affinity), at most
+  // one per local replica; the environment variable LOCKSTEP_NUM_THREADS overrides that default.
+  int num_threads = 0;
+  // Pin threads to replica_cores. Off by default: a pinned thread whose core is busy with another
+  // process cannot move to an idle core, and the whole step waits for it.
+  bool pin_threads = false;
   // Run a single local replica inline on the calling thread (the default strategy) instead of on
   // a pinned replica thread.
   bool run_inline = false;
@@ -71,6 +83,13 @@ class Strategy : public VariableCreationObserver {
   int worker_index() const;
   const std::vector<std::string>& device_names() const { return config_.device_names; }
   const CommunicationOptions& communication_options() const { return config_.communication; }
+  // The communicator between workers (one rank per process), or nullptr with one worker.
+  Communicator* cross_worker() const { return config_.cross_worker.get(); }
+  const std::shared_ptr<Communicator>& cross_worker_shared() const { return config_.cross_worker; }
+  // Threads that run training-step tasks (see StrategyConfig::num_threads).
+  int num_threads() const { return num_threads_; }
+  // The pool that runs training-step tasks (created on first use).
+  TaskPool& task_pool();
 
   // RAII scope (`with strategy.scope():`): while alive on this thread, get_strategy() returns this
   // strategy and variables created on this thread belong to it. Entering the scope of a different
@@ -131,9 +150,12 @@ class Strategy : public VariableCreationObserver {
 
  private:
   void ensure_group();
+  int default_num_threads() const;
   StrategyConfig config_;
   std::unique_ptr<ReplicaPool> pool_;
   std::unique_ptr<SharedMemoryGroup> group_;
+  std::unique_ptr<TaskPool> tasks_;
+  int num_threads_ = 1;
 };
 
 // The strategy whose scope is open on this thread, else the default strategy (one replica).

@@ -21,6 +21,9 @@ struct Topology {
   std::vector<DeviceSpec> local_devices;
   // How this host's cores were divided among the job's workers on it.
   CoreDivision core_division;
+  // The host name of every worker, indexed by worker, when the launcher let initialize_system find
+  // out (MPI: an all-gather of host names); empty otherwise.
+  std::vector<std::string> worker_hosts;
 
   int num_local_replicas() const { return static_cast<int>(local_devices.size()); }
   // num_workers x num_local_replicas().
@@ -29,14 +32,21 @@ struct Topology {
   //   1 worker (this is worker 0), 2 local replicas, 2 in sync
   //     /job:worker/task:0/device:cpu:0  cores 0
   //     /job:worker/task:0/device:cpu:1  cores 1
-  // with several workers on this host, a line saying how they divided its cores follows the first:
+  // With several workers on this host, a line saying how they divided its cores follows the first:
   //   3 workers (this is worker 2), 1 local replica, 3 in sync
   //   3 local workers on 2 cores [0,1]: more workers than cores, so one core (one replica) each,
   //   ...
+  // With several workers whose hosts are known, the hosts and their workers come first:
+  //   2 workers (this is worker 0), 2 local replicas, 4 in sync
+  //     2 hosts, 1 worker per host, 2 replicas per worker
+  //     host ls-host-a: worker 0
+  //     host ls-host-b: worker 1
+  //     /job:worker/task:0/device:cpu:0  cores 0
+  //     ...
   std::string to_string() const;
   // {"num_workers", "task_id", "num_replicas_in_sync", "local_devices": [{"name", "kind",
   //  "index", "cores"}], "core_division": {"local_workers", "local_worker", "visible_cores",
-  //  "cores", "description"}}
+  //  "cores", "description"}, "worker_hosts" (when known)}
   nlohmann::json to_json() const;
 };
 
@@ -62,7 +72,8 @@ std::optional<ConnectedCluster> connected_cluster();
 void disconnect_from_cluster();
 
 // Builds the Topology of the resolver's cluster (validated as connect_to_cluster does, but without
-// recording it).
+// recording it). Under an MPI launcher with several workers it also learns every worker's host
+// (Topology::worker_hosts): that initialises MPI and is collective, so every worker must call it.
 Topology initialize_system(const ClusterResolver& resolver);
 
 }  // namespace lockstep

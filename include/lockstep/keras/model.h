@@ -29,7 +29,7 @@
 namespace lockstep::distribute {
 class Strategy;
 class DistributedDataset;
-struct SyncStats;  // lockstep/distribute/gradient_sync.h
+struct SyncStats;  // lockstep/distribute/replicated_step.h
 }  // namespace lockstep::distribute
 
 namespace lockstep::keras {
@@ -146,8 +146,8 @@ class Model : public LayerImpl<Model> {
   optimizers::Optimizer& optimizer();
   const losses::Loss& loss() const;
   distribute::Strategy& distribute_strategy() const { return *strategy_; }
-  // Time and bytes of the gradient all-reduce, accumulated over every training step so far (all
-  // zeros before the first; a lone replica skips the synchroniser). See gradient_sync.h.
+  // Time and bytes of the gradient sum and update, and the backup task runs, accumulated over
+  // every training step so far (all zeros before the first). See distribute/replicated_step.h.
   distribute::SyncStats gradient_sync_stats() const;
   bool compiled() const { return compiled_ != nullptr; }
   // Set by callbacks (EarlyStopping, TerminateOnNaN) to end fit after the current step.

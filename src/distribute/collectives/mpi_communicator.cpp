@@ -1,6 +1,5 @@
-#include "lockstep/distribute/mpi_communicator.h"
+#include "mpi_communicator.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,11 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
+#include <fstream>
+#include <map>
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/shared_memory_group.h"
+#include "mpi_diagnosis.h"
+#include "poll_backoff.h"
 #include "reduce_kernels.h"
 
 namespace lockstep::distribute {
@@ -27,9 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 // Set once any communicator saw a peer fail: MPI_Finalize would then block on the lost peer.
 std::atomic<bool> g_job_failed{false};
-
-constexpr int kTagQuery = 1;
-constexpr int kTagReply = 2;
 
 bool env_set(const char* name) {
   const char* v = std::getenv(name);
@@ -45,6 +44,39 @@ std::string mpi_error_text(int code) {
 
 void check_mpi(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw Unavailable(std::string(what) + " failed: " + mpi_error_text(rc));
+}
+
+constexpr size_t kHostBytes = 64;
+
+std::string local_host_name() {
+  char host[kHostBytes] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// What the kernel says about a process of this host that does not answer: /proc/<pid>/stat's
+// state letter tells a stopped process (SIGSTOP, job control, a debugger) from a busy one.
+std::string local_process_fate(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return "it has exited (no such process)";
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  // The state follows the command name, which is in parentheses and may itself contain ") ".
+  const size_t close = line.rfind(')');
+  const char state = close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+  switch (state) {
+    case 'T':
+    case 't':
+      return "it is stopped (process state " + std::string(1, state) +
+             ": SIGSTOP, job control or a debugger)";
+    case 'Z':
+      return "it has exited (a zombie not yet reaped)";
+    case 'D':
+      return "it is blocked in the kernel (process state D: uninterruptible I/O)";
+    default:
+      return "it is still running but not communicating (stalled: a long computation, a "
+             "deadlock, or a different collective)";
+  }
 }
 
 std::string seconds_text(double s) {
@@ -104,6 +136,7 @@ void apply_transport_defaults() {
 // MpiContext
 
 MpiContext::MpiContext(int* argc, char*** argv) {
+  thread_level_ = MPI_THREAD_SINGLE;
   launched_ = env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK") ||
               env_set("PMI_SIZE");
   int initialized = 0;
@@ -154,6 +187,23 @@ std::shared_ptr<Communicator> MpiContext::world(const CommunicationOptions& opti
   return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, options);
 }
 
+std::vector<std::string> MpiContext::world_hosts() const {
+  if (!active()) return {local_host_name()};
+  struct Wire {
+    char host[kHostBytes];
+  };
+  Wire mine{};
+  const std::string host = local_host_name();
+  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
+  std::vector<Wire> all(static_cast<size_t>(world_size_));
+  check_mpi(MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE,
+                          MPI_COMM_WORLD),
+            "MPI_Allgather (host names)");
+  std::vector<std::string> hosts;
+  for (const Wire& w : all) hosts.emplace_back(w.host, strnlen(w.host, sizeof w.host));
+  return hosts;
+}
+
 void MpiContext::finalize() {
   if (finalized_) return;
   finalized_ = true;
@@ -173,12 +223,6 @@ MpiContext& mpi_initialize(int* argc, char*** argv) {
 // ---------------------------------------------------------------------------------------------
 // MpiCommunicator
 
-// A reply to a peer's diagnosis query, kept alive until MPI has sent it.
-struct MpiCommunicator::PendingReply {
-  uint64_t sequence = 0;
-  MPI_Request request = MPI_REQUEST_NULL;
-};
-
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicationOptions& options)
     : Communicator(options) {
   int initialized = 0, finalized = 0;
@@ -195,27 +239,32 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicationOptions& opti
   MPI_Comm_rank(data_, &rank_);
   MPI_Comm_size(data_, &size_);
 
+  responder_ = std::make_unique<detail::QueryResponder>();
+
   struct Wire {
+    int32_t world_rank;
     int32_t pid;
-    char host[64];
+    char host[kHostBytes];
   };
   Wire mine{};
+  MPI_Comm_rank(MPI_COMM_WORLD, &mine.world_rank);
   mine.pid = static_cast<int32_t>(getpid());
-  gethostname(mine.host, sizeof mine.host - 1);
+  const std::string host = local_host_name();
+  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
   std::vector<Wire> all(static_cast<size_t>(size_));
   check_mpi(
       MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, control_),
       "MPI_Allgather (peer exchange)");
-  for (const Wire& w : all) peers_.push_back({w.pid, std::string(w.host, strnlen(w.host, 64))});
+  for (const Wire& w : all) {
+    peers_.push_back({w.world_rank, w.pid, std::string(w.host, strnlen(w.host, sizeof w.host))});
+  }
 }
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (auto& r : replies_) {
-    if (r->request != MPI_REQUEST_NULL) MPI_Request_free(&r->request);
-  }
+  responder_.reset();
   // Freeing a communicator with a collective still pending on a lost peer can block: after a
   // failure leave them to process teardown (abort_job).
   if (broken_) return;
@@ -236,47 +285,66 @@ size_t MpiCommunicator::pack_elements(size_t element_size) const {
   return std::min(n, static_cast<size_t>(INT_MAX));
 }
 
-void MpiCommunicator::serve_queries() {
-  for (;;) {
-    int flag = 0;
-    MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, kTagQuery, control_, &flag, &status) != MPI_SUCCESS || !flag) {
-      break;
-    }
-    uint64_t their_sequence = 0;
-    MPI_Recv(&their_sequence, 1, MPI_UINT64_T, status.MPI_SOURCE, kTagQuery, control_,
-             MPI_STATUS_IGNORE);
-    auto reply = std::make_unique<PendingReply>();
-    reply->sequence = sequence();
-    MPI_Isend(&reply->sequence, 1, MPI_UINT64_T, status.MPI_SOURCE, kTagReply, control_,
-              &reply->request);
-    replies_.push_back(std::move(reply));
-  }
-  std::erase_if(replies_, [](const std::unique_ptr<PendingReply>& r) {
-    int done = 0;
-    MPI_Test(&r->request, &done, MPI_STATUS_IGNORE);
-    return done != 0;
-  });
-}
-
-void MpiCommunicator::wait(MPI_Request* request) {
-  const auto start = Clock::now();
+void MpiCommunicator::wait(MPI_Request* request, size_t bytes) {
   const double timeout = options().timeout_seconds;
-  for (uint64_t polls = 0;; ++polls) {
+  detail::WaitRegistration registration(timeout);
+  detail::PollBackoff backoff(detail::PollBackoff::spin_for_bytes(bytes));
+  for (;;) {
     int done = 0;
     const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) fail("MPI reported an error: " + mpi_error_text(rc));
     if (done) return;
-    if ((polls & 255) == 255) {
-      serve_queries();
-      if (timeout > 0 && std::chrono::duration<double>(Clock::now() - start).count() > timeout) {
-        fail("");
-      }
-      // Oversubscribed processes (more ranks than cores) must hand the core to the peer being
-      // waited for; a yield costs nothing when nobody else is runnable.
-      sched_yield();
+    if (backoff.pause()) {
+      responder_->serve(control_, sequence());
+      if (timeout > 0 && backoff.waited_seconds() > timeout) fail("");
     }
   }
+}
+
+// "world rank 1 (pid 1234 on host node-a) stopped answering: it did not join all_reduce #57 ...
+// within 10 s; it is stopped (...)", one clause per lost worker; when every worker of another host
+// is lost, one clause naming the host.
+std::string MpiCommunicator::describe_lost(const std::vector<char>& answered) const {
+  const double timeout = options().timeout_seconds;
+  const std::string joined =
+      "did not join " + describe_current() +
+      (timeout > 0 ? " within " + seconds_text(timeout) + " s" : std::string());
+  auto who = [&](int p) {
+    const Peer& peer = peers_[static_cast<size_t>(p)];
+    return "world rank " + std::to_string(peer.world_rank) + " (pid " + std::to_string(peer.pid) +
+           " on host " + peer.host + ")";
+  };
+  // Hosts in the order of their first lost worker; for each, its workers and how many are lost.
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<std::vector<int>, int>> by_host;  // lost ranks, all workers
+  for (int p = 0; p < size_; ++p) {
+    const std::string& host = peers_[static_cast<size_t>(p)].host;
+    auto& entry = by_host[host];
+    ++entry.second;
+    if (answered[static_cast<size_t>(p)]) continue;
+    if (entry.first.empty()) order.push_back(host);
+    entry.first.push_back(p);
+  }
+  const std::string& my_host = peers_[static_cast<size_t>(rank_)].host;
+  std::string text;
+  for (const std::string& host : order) {
+    const auto& [lost, workers] = by_host[host];
+    if (!text.empty()) text += "; ";
+    if (host != my_host && static_cast<int>(lost.size()) == workers) {
+      text += "host " + host + " is unreachable or down: none of its workers answered (";
+      for (size_t i = 0; i < lost.size(); ++i) text += (i ? ", " : "") + who(lost[i]);
+      text += lost.size() == 1 ? "; it " : "; they ";
+      text += joined + ")";
+      continue;
+    }
+    for (size_t i = 0; i < lost.size(); ++i) {
+      if (i) text += "; ";
+      text += who(lost[i]) + " stopped answering: it " + joined + "; ";
+      text += host == my_host ? local_process_fate(peers_[static_cast<size_t>(lost[i])].pid)
+                              : "it is on another host (exited, stopped or hung)";
+    }
+  }
+  return text;
 }
 
 // Diagnoses a collective that did not complete: asks every peer, on the control communicator,
@@ -286,67 +354,25 @@ void MpiCommunicator::fail(const std::string& cause) {
   const double timeout = options().timeout_seconds;
   const double grace = std::clamp(0.1 * timeout, 0.5, 2.0);
   const std::string what = describe_current();
-
-  std::vector<uint64_t> answer(static_cast<size_t>(size_), 0);
-  std::vector<MPI_Request> receives(static_cast<size_t>(size_), MPI_REQUEST_NULL);
-  std::vector<char> answered(static_cast<size_t>(size_), 0);
-  uint64_t my_sequence = sequence();
-  std::vector<MPI_Request> queries;
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    MPI_Request q;
-    if (MPI_Isend(&my_sequence, 1, MPI_UINT64_T, p, kTagQuery, control_, &q) == MPI_SUCCESS) {
-      queries.push_back(q);
-    }
-    MPI_Irecv(&answer[static_cast<size_t>(p)], 1, MPI_UINT64_T, p, kTagReply, control_,
-              &receives[static_cast<size_t>(p)]);
-  }
-  answered[static_cast<size_t>(rank_)] = 1;
-  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(grace));
-  int pending = size_ - 1;
-  while (pending > 0 && Clock::now() < until) {
-    for (int p = 0; p < size_; ++p) {
-      auto& req = receives[static_cast<size_t>(p)];
-      if (answered[static_cast<size_t>(p)] || req == MPI_REQUEST_NULL) continue;
-      int done = 0;
-      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
-        answered[static_cast<size_t>(p)] = 1;
-        --pending;
-      }
-    }
-    serve_queries();  // the other survivors are diagnosing too and ask us
-    sched_yield();
-  }
-  // Requests to or from a lost peer never complete; they are left to process teardown.
-  for (auto& q : queries) MPI_Request_free(&q);
-
-  std::string lost;
+  const std::vector<char> answered =
+      detail::ask_peers(control_, rank_, sequence(), grace, *responder_);
+  std::vector<int> survivors;
   int n_lost = 0;
-  char my_host[64] = {};
-  gethostname(my_host, sizeof my_host - 1);
   for (int p = 0; p < size_; ++p) {
-    if (answered[static_cast<size_t>(p)]) continue;
-    const Peer& peer = peers_[static_cast<size_t>(p)];
-    std::string fate = "it has exited or stalled";
-    if (peer.host == my_host) {
-      if (kill(peer.pid, 0) != 0 && errno == ESRCH)
-        fate = "it has exited (no such process)";
-      else
-        fate = "it is still running but not communicating (stalled)";
-    }
-    if (!lost.empty()) lost += "; ";
-    lost += "worker rank " + std::to_string(p) + " (pid " + std::to_string(peer.pid) + " on host " +
-            peer.host + ") did not join " + what;
-    if (timeout > 0) lost += " within " + seconds_text(timeout) + " s";
-    lost += "; " + fate;
-    ++n_lost;
+    if (!answered[static_cast<size_t>(p)])
+      ++n_lost;
+    else if (p != rank_)
+      survivors.push_back(p);
   }
   const std::string prefix =
-      "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": ";
+      "world rank " + std::to_string(peers_[static_cast<size_t>(rank_)].world_rank) + ": ";
   if (n_lost > 0) {
-    error_ = prefix + lost + (cause.empty() ? "" : " (" + cause + ")") + ".";
+    error_ = describe_lost(answered) + (cause.empty() ? "" : " (" + cause + ")") +
+             ". Seen from world rank " +
+             std::to_string(peers_[static_cast<size_t>(rank_)].world_rank) + ".";
     error_is_deadline_ = false;
+    detail::record_job_failure(Unavailable(error_).what(), control_, rank_, std::move(survivors),
+                               sequence(), grace);
   } else if (!cause.empty()) {
     error_ = prefix + what + " failed: " + cause + "; every peer still answers.";
     error_is_deadline_ = false;
@@ -414,11 +440,11 @@ void MpiCommunicator::do_all_reduce_compressed(bfloat16* buf, size_t count) {
   all_reduce_in_packs(buf, count, sizeof(bfloat16), wire.type, wire.sum);
 }
 
-// Without a deadline (timeout_seconds 0: wait forever) the blocking MPI_Allreduce serves: Open
-// MPI's blocking algorithms (coll/tuned) were faster here than the non-blocking ones (libnbc) —
-// 25 vs 38 us for the seed model's 407 KB between 2 ranks, 3.8 vs 6.9 ms for 23 MB
-// (bench/mpi_allreduce_bench) — and there is nothing to poll for. With a deadline the
-// non-blocking call is polled so that a lost peer is reported instead of waited for.
+// Always the non-blocking MPI_Iallreduce, waited for by wait(), also without a deadline. Open MPI's
+// blocking MPI_Allreduce (coll/tuned) is a little faster on an idle machine (25 vs 38 us for the
+// seed model's 407 KB between 2 ranks) but busy-polls inside Open MPI for as long as the slowest
+// rank takes; with one co-runner process beside `mpirun -np 2` on 2 cores that spinning rank holds
+// a core its peer needs (docs/distributed.md, "Waiting without spinning").
 // In place, in packs of at most bytes_per_pack (one call even for count 0, so every rank takes
 // part in the same number of collectives).
 void MpiCommunicator::all_reduce_in_packs(void* buf, size_t count, size_t element_size,
@@ -427,15 +453,10 @@ void MpiCommunicator::all_reduce_in_packs(void* buf, size_t count, size_t elemen
   for (size_t begin = 0; begin < count || (count == 0 && begin == 0); begin += pack) {
     void* at = static_cast<std::byte*>(buf) + begin * element_size;
     const int n = static_cast<int>(std::min(pack, count - begin));
-    if (options().timeout_seconds <= 0) {
-      const int rc = MPI_Allreduce(MPI_IN_PLACE, at, n, type, op, data_);
-      if (rc != MPI_SUCCESS) fail("MPI_Allreduce: " + mpi_error_text(rc));
-    } else {
-      MPI_Request request;
-      const int rc = MPI_Iallreduce(MPI_IN_PLACE, at, n, type, op, data_, &request);
-      if (rc != MPI_SUCCESS) fail("MPI_Iallreduce: " + mpi_error_text(rc));
-      wait(&request);
-    }
+    MPI_Request request;
+    const int rc = MPI_Iallreduce(MPI_IN_PLACE, at, n, type, op, data_, &request);
+    if (rc != MPI_SUCCESS) fail("MPI_Iallreduce: " + mpi_error_text(rc));
+    wait(&request, static_cast<size_t>(n) * element_size);
     if (count == 0) break;
   }
 }
@@ -465,7 +486,7 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t cou
   const int rc =
       MPI_Ireduce_scatter(send, recv, counts.data(), mpi_type(dtype), mpi_op(op), data_, &request);
   if (rc != MPI_SUCCESS) fail("MPI_Ireduce_scatter: " + mpi_error_text(rc));
-  wait(&request);
+  wait(&request, count * dtype_size(dtype));
   if (op == ReduceOp::MEAN) detail::divide_in_place(recv, mine.size(), dtype, size_);
 }
 
@@ -482,7 +503,7 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, size_t count_p
   MPI_Request request;
   const int rc = MPI_Iallgather(source, n, MPI_BYTE, recv, n, MPI_BYTE, data_, &request);
   if (rc != MPI_SUCCESS) fail("MPI_Iallgather: " + mpi_error_text(rc));
-  wait(&request);
+  wait(&request, bytes * static_cast<size_t>(size_));
 }
 
 void MpiCommunicator::do_broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -495,7 +516,7 @@ void MpiCommunicator::do_broadcast(void* buf, size_t count, DType dtype, int roo
     const int rc = MPI_Ibcast(static_cast<std::byte*>(buf) + begin, static_cast<int>(n), MPI_BYTE,
                               root, data_, &request);
     if (rc != MPI_SUCCESS) fail("MPI_Ibcast: " + mpi_error_text(rc));
-    wait(&request);
+    wait(&request, n);
     if (bytes == 0) break;
   }
 }
@@ -505,7 +526,7 @@ void MpiCommunicator::do_barrier() {
   MPI_Request request;
   const int rc = MPI_Ibarrier(data_, &request);
   if (rc != MPI_SUCCESS) fail("MPI_Ibarrier: " + mpi_error_text(rc));
-  wait(&request);
+  wait(&request, 0);
 }
 
 }  // namespace lockstep::distribute

@@ -17,36 +17,15 @@
 #include <thread>
 #include <vector>
 
+#include "../sync/futex.h"
 #include "lockstep/core/error.h"
 #include "reduce_kernels.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 namespace lockstep::distribute {
 namespace detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
-}
-
-// Raw futex: std::atomic::wait has no timed form, and a timeout is the point here.
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, const timespec* relative) {
-  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, relative,
-          nullptr, 0);
-}
-
-void futex_wake_all(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
-          nullptr, 0);
-}
 
 int usable_cpus() {
   cpu_set_t set;

@@ -1,36 +1,23 @@
 #include "lockstep/distribute/strategy.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "lockstep/autodiff/functions.h"
-#include "lockstep/distribute/replica_pool.h"
 #include "lockstep/distribute/shared_memory_group.h"
+#include "lockstep/distribute/task_pool.h"
+#include "replica_pool.h"
 
 namespace lockstep::distribute {
 
 namespace {
 thread_local Strategy* current_strategy = nullptr;
-thread_local ReplicaContext* current_replica_context = nullptr;
-
-struct ContextGuard {
-  explicit ContextGuard(ReplicaContext* ctx) : previous(current_replica_context) {
-    current_replica_context = ctx;
-  }
-  ~ContextGuard() { current_replica_context = previous; }
-  ReplicaContext* previous;
-};
-
-template <typename T>
-void add_into(double* acc, const T* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      acc[i] += static_cast<float>(src[i]);
-    } else {
-      acc[i] += static_cast<double>(src[i]);
-    }
-  }
-}
 
 void accumulate(std::vector<double>& acc, const Tensor& t, ReduceOp op, bool first) {
   Tensor wide = t.dtype() == DType::float64 ? t : t.to(DType::float64);
@@ -45,84 +32,6 @@ void accumulate(std::vector<double>& acc, const Tensor& t, ReduceOp op, bool fir
 }
 }  // namespace
 
-ReplicaContext* get_replica_context() {
-  return current_replica_context;
-}
-
-ReplicaContext::ReplicaContext(Strategy& strategy, int local_replica_id, Communicator& local,
-                               Communicator* cross_worker)
-    : strategy_(strategy),
-      local_replica_id_(local_replica_id),
-      local_(local),
-      cross_worker_(cross_worker) {}
-
-int ReplicaContext::replica_id_in_sync_group() const {
-  return strategy_.worker_index() * strategy_.num_local_replicas() + local_replica_id_;
-}
-int ReplicaContext::num_replicas_in_sync() const {
-  return strategy_.num_replicas_in_sync();
-}
-
-void ReplicaContext::all_reduce_in_place(ReduceOp op, const Tensor& value) {
-  ReduceOp inner = op == ReduceOp::MEAN ? ReduceOp::SUM : op;
-  local_.all_reduce(value, inner);
-  if (cross_worker_) {
-    // Hierarchical: the local sum is on every local replica; replica 0 joins the workers, then
-    // shares the result with its local peers.
-    if (local_replica_id_ == 0) cross_worker_->all_reduce(value, inner);
-    local_.broadcast(value, 0);
-  }
-  if (op == ReduceOp::MEAN) {
-    double n = num_replicas_in_sync();
-    if (value.dtype() == DType::float32) {
-      float* d = value.data<float>();
-      for (int64_t i = 0; i < value.num_elements(); ++i) d[i] = static_cast<float>(d[i] / n);
-    } else if (value.dtype() == DType::float64) {
-      double* d = value.data<double>();
-      for (int64_t i = 0; i < value.num_elements(); ++i) d[i] /= n;
-    } else {
-      throw InvalidArgument("all_reduce MEAN: expected a float32 or float64 value. Received: " +
-                            value.describe() + ".");
-    }
-  }
-}
-
-Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
-  Tensor out = value.clone();
-  all_reduce_in_place(op, out);
-  return out;
-}
-
-Tensor ReplicaContext::all_gather(const Tensor& value) {
-  int n = num_replicas_in_sync();
-  Shape s = value.rank() == 0 ? Shape{n} : value.shape().with_dim(0, value.dim(0) * n);
-  Tensor out(s, value.dtype());
-  int local_n = strategy_.num_local_replicas();
-  if (!cross_worker_) {
-    local_.all_gather(value, out);
-    return out;
-  }
-  // Gather locally into this worker's block, then exchange blocks between workers.
-  size_t per = static_cast<size_t>(value.num_elements());
-  Tensor local_block = out.reshape(Shape{n, static_cast<int64_t>(per)})
-                           .slice(static_cast<int64_t>(strategy_.worker_index()) * local_n,
-                                  static_cast<int64_t>(strategy_.worker_index() + 1) * local_n);
-  local_.all_gather(value, local_block);
-  if (local_replica_id_ == 0) {
-    cross_worker_->all_gather(local_block.raw_data(), out.raw_data(), per * local_n, value.dtype());
-  }
-  local_.broadcast(out, 0);
-  return out;
-}
-
-void ReplicaContext::barrier() {
-  local_.barrier();
-  if (cross_worker_) {
-    if (local_replica_id_ == 0) cross_worker_->barrier();
-    local_.barrier();
-  }
-}
-
 Strategy::Strategy(StrategyConfig config) : config_(std::move(config)) {
   if (config_.replica_cores.empty()) {
     throw InvalidArgument("Strategy '" + config_.name + "': needs at least one local replica.");
@@ -136,11 +45,60 @@ Strategy::Strategy(StrategyConfig config) : config_(std::move(config)) {
       config_.device_names.push_back("/job:localhost/replica:0/task:0/device:cpu:" +
                                      std::to_string(r));
   }
-  if (!config_.run_inline) pool_ = std::make_unique<ReplicaPool>(config_.replica_cores);
+  if (config_.num_threads < 0) {
+    throw InvalidArgument("Strategy '" + config_.name +
+                          "': expected num_threads >= 0 (0: one per core). Received: " +
+                          std::to_string(config_.num_threads) + ".");
+  }
+  num_threads_ = config_.num_threads > 0 ? config_.num_threads : default_num_threads();
+  if (config_.run_inline) num_threads_ = 1;
+  if (!config_.run_inline) {
+    std::vector<std::vector<int>> cores = config_.replica_cores;
+    if (!config_.pin_threads)
+      for (auto& c : cores) c.clear();
+    pool_ = std::make_unique<ReplicaPool>(cores);
+  }
   ensure_group();
 }
 
 Strategy::~Strategy() = default;
+
+int Strategy::default_num_threads() const {
+  if (const char* env = std::getenv("LOCKSTEP_NUM_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end == env || *end != '\0' || v < 1 || v > 4096) {
+      throw InvalidArgument("LOCKSTEP_NUM_THREADS must be a whole number >= 1, got \"" +
+                            std::string(env) + "\".");
+    }
+    return static_cast<int>(v);
+  }
+  std::set<int> cores;
+  for (const auto& c : config_.replica_cores) cores.insert(c.begin(), c.end());
+  int usable = static_cast<int>(cores.size());
+  if (usable == 0) {
+    cpu_set_t set;
+    usable = sched_getaffinity(0, sizeof set, &set) == 0
+                 ? CPU_COUNT(&set)
+                 : static_cast<int>(std::thread::hardware_concurrency());
+  }
+  return std::max(1, std::min(usable, num_local_replicas()));
+}
+
+TaskPool& Strategy::task_pool() {
+  if (!tasks_) {
+    TaskPoolOptions o;
+    o.num_threads = num_threads_;
+    if (config_.pin_threads) {
+      // Thread 0 is the caller (never pinned); helper t takes replica t's cores.
+      o.pin_cores.resize(static_cast<size_t>(num_threads_));
+      for (int t = 1; t < num_threads_ && t < num_local_replicas(); ++t)
+        o.pin_cores[static_cast<size_t>(t)] = config_.replica_cores[static_cast<size_t>(t)];
+    }
+    tasks_ = std::make_unique<TaskPool>(o);
+  }
+  return *tasks_;
+}
 
 int Strategy::num_workers() const {
   return config_.cross_worker ? config_.cross_worker->size() : 1;
@@ -161,8 +119,8 @@ void Strategy::run_on_replicas(const std::function<void(ReplicaContext&)>& fn) {
   Communicator* cross = config_.cross_worker.get();
   auto body = [&](int r) {
     auto comm = group_->communicator(r);
-    ReplicaContext ctx(*this, r, *comm, cross);
-    ContextGuard guard(&ctx);
+    ReplicaContext ctx(*this, r, comm.get(), cross);
+    ReplicaContextScope guard(&ctx);
     // Variables created while a replica runs belong to this strategy too.
     Scope scope(*this);
     fn(ctx);

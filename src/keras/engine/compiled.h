@@ -3,7 +3,7 @@
 #include <memory>
 #include <vector>
 
-#include "lockstep/distribute/gradient_sync.h"
+#include "lockstep/distribute/replicated_step.h"
 #include "lockstep/keras/model.h"
 
 namespace lockstep::keras {
@@ -16,14 +16,14 @@ struct Model::Compiled {
 
   // Training state, created on first use for the model's strategy.
   std::vector<Variable> trainable;
-  std::unique_ptr<distribute::GradientSynchronizer> sync;
-  bool fused_update = false;  // sum and optimizer update piece by piece (GradientSynchronizer)
+  // The strategy's replicated step: replicas' forward/backward as tasks, then sum and update.
+  std::unique_ptr<distribute::ReplicatedStep> step;
   // Per local replica: metric copies and the running loss sum / example count (sync-on-read:
   // merged when logs are read).
   std::vector<std::vector<std::unique_ptr<metrics::Metric>>> replica_metrics;
   std::vector<double> loss_sum, example_count;
-  // Per local replica: steps since the last update (Optimizer gradient_accumulation_steps).
-  std::vector<int> accumulated_steps;
+  // Steps since the last update (Optimizer gradient_accumulation_steps).
+  int accumulated_steps = 0;
 };
 
 }  // namespace lockstep::keras

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/core/task_cancellation.h"
 #include "lockstep/keras/keras_tensor.h"
 
 namespace lockstep::keras {
@@ -73,11 +74,14 @@ Shape Layer::compute_output_shape(const Shape& input_shape) const {
 }
 
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
+  // A layer boundary is a safe point for a training-step run whose twin already finished.
+  check_task_cancelled();
   maybe_build({inputs.shape()});
   return call(inputs, training);
 }
 
 Tensor Layer::operator()(const std::vector<Tensor>& inputs, bool training) {
+  check_task_cancelled();
   std::vector<Shape> shapes;
   for (const Tensor& t : inputs) shapes.push_back(t.shape());
   maybe_build(shapes);

@@ -146,7 +146,7 @@ optimizers::Optimizer& Model::optimizer() {
 }
 
 distribute::SyncStats Model::gradient_sync_stats() const {
-  return compiled_ && compiled_->sync ? compiled_->sync->stats() : distribute::SyncStats{};
+  return compiled_ && compiled_->step ? compiled_->step->stats() : distribute::SyncStats{};
 }
 
 const losses::Loss& Model::loss() const {

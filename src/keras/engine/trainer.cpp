@@ -2,10 +2,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "compiled.h"
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/task_cancellation.h"
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/callbacks.h"
@@ -16,12 +19,41 @@ namespace lockstep::keras {
 using distribute::PerReplica;
 using distribute::ReplicaContext;
 
+// What one run of a replica's training step produces besides gradients: its loss sum, example
+// count and metric updates, merged into the replica's running state when the run commits.
+struct TrainRunState : distribute::RunState {
+  double loss_sum = 0;
+  double examples = 0;
+  std::vector<std::unique_ptr<metrics::Metric>> metrics;
+  void reset() {
+    loss_sum = 0;
+    examples = 0;
+    for (auto& m : metrics) m->reset_state();
+  }
+};
+
 struct Trainer {
   Model& model;
   Model::Compiled& c;
   distribute::Strategy& strategy;
+  // Per-replica pipelines pulled inside the step: each replica's element of the current step,
+  // pulled once whichever run of the replica's task gets there first.
+  struct ReplicaInput {
+    std::mutex mu;
+    int64_t step = -1;
+    Element element;
+  };
+  std::vector<std::unique_ptr<ReplicaInput>> replica_inputs;
+  int64_t steps_run = 0;
 
   Trainer(Model& m) : model(m), c(*m.compiled_), strategy(*m.strategy_) {}
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  // A replica's run that lost to its backup may still be executing (it stops at its next
+  // cancellation check); it must be gone before what it refers to (this, the iterator) is.
+  ~Trainer() {
+    if (c.step) c.step->wait_for_stragglers();
+  }
 
   static Tensor as_model_input(const Model& m, const Tensor& x) {
     DType want = m.input_dtype();
@@ -35,7 +67,7 @@ struct Trainer {
       auto scope = strategy.scope();
       model(as_model_input(first_batch[0].slice(0, std::min<int64_t>(1, first_batch[0].dim(0)))));
     }
-    if (c.sync) return;
+    if (c.step) return;
     c.trainable = model.trainable_weights();
     for (const Variable& v : model.weights()) {
       if (v.owner() && v.owner() != &strategy) {
@@ -46,34 +78,28 @@ struct Trainer {
             strategy.name() + "'). Create the model and its weights inside one scope.");
       }
     }
-    std::vector<Shape> shapes;
     for (const Variable& v : c.trainable) {
       if (v.dtype() != DType::float32) {
         throw InvalidArgument("fit: trainable weight '" + v.name() + "' is " +
                               v.raw_value().describe() + "; weights must be float32.");
       }
-      shapes.push_back(v.shape());
     }
-    int n = strategy.num_local_replicas();
-    // CommunicationOptions::bytes_per_pack also sizes the cross-worker gradient buckets, and
-    // gradient_dtype is the dtype they cross workers in.
-    const distribute::CommunicationOptions& comm = strategy.communication_options();
-    c.sync = std::make_unique<distribute::GradientSynchronizer>(
-        shapes, n, comm.bytes_per_pack ? comm.bytes_per_pack : size_t{25} << 20,
-        comm.gradient_dtype);
     c.optimizer->build(c.trainable);
-    // The fused sum-and-update hands the optimizer the sum piece by piece, which only works for
-    // an elementwise update: clipnorm and global_clipnorm need the norm of a whole gradient.
-    nlohmann::json cfg = c.optimizer->get_config();
-    c.fused_update = cfg.value("clipnorm", nlohmann::json()).is_null() &&
-                     cfg.value("global_clipnorm", nlohmann::json()).is_null();
+    const auto* prototypes = &c.metrics;
+    c.step = std::make_unique<distribute::ReplicatedStep>(
+        strategy, c.trainable, *c.optimizer, [prototypes] {
+          auto st = std::make_unique<TrainRunState>();
+          for (const auto& m : *prototypes) st->metrics.push_back(m->clone());
+          return st;
+        });
+    int n = strategy.num_local_replicas();
     c.replica_metrics.clear();
     for (int r = 0; r < n; ++r) {
       std::vector<std::unique_ptr<metrics::Metric>> ms;
       for (const auto& m : c.metrics) ms.push_back(m->clone());
       c.replica_metrics.push_back(std::move(ms));
     }
-    c.accumulated_steps.assign(static_cast<size_t>(n), 0);
+    c.accumulated_steps = 0;
     c.loss_sum.assign(static_cast<size_t>(n), 0.0);
     c.example_count.assign(static_cast<size_t>(n), 0.0);
   }
@@ -135,69 +161,56 @@ struct Trainer {
     }
   }
 
-  // One training step on this replica's slice of a global batch of `global_batch` examples.
-  void train_step(ReplicaContext& ctx, const Element& e, int64_t global_batch) {
-    int r = ctx.local_replica_id();
-    const Tensor& y = e[1];
-    int64_t b = e[0].dim(0);
-    std::vector<Tensor> grads(c.trainable.size());
-    // gradient_accumulation_steps N: N - 1 steps only add to this replica's accumulator (no
-    // communication, DDP's no_sync); the N-th sums and updates with the average of the N.
+  // One replica's forward and backward on its slice of a global batch of `global_batch`
+  // examples, into the run's private gradients and state. Safe to run twice (a backup run): it
+  // writes nothing shared.
+  void replica_step(distribute::ReplicaRun& run, const Element& e, int64_t global_batch) const {
+    auto& st = static_cast<TrainRunState&>(*run.state());
+    st.reset();
+    const int64_t b = e[0].dim(0);
+    if (b == 0) {
+      run.set_gradients(std::vector<Tensor>(c.trainable.size()));
+      return;
+    }
+    const Tensor x = as_model_input(e[0]);
+    const Tensor y = e[1];
+    // Dividing by N x the global batch makes the accumulated sum the average of the N steps.
     const int accumulation = c.optimizer->gradient_accumulation_steps();
-    int& accumulated = c.accumulated_steps[static_cast<size_t>(r)];
-    const bool update = accumulation == 1 || accumulated + 1 == accumulation;
-    if (b > 0) {
-      Tensor x = as_model_input(e[0]);
-      GradientTape tape;
-      Tensor y_pred = model(x, /*training=*/true);
-      Tensor per_example = c.loss->call(y, y_pred);
-      // Dividing by N x the global batch makes the accumulated sum the average of the N steps.
-      Tensor scaled = distribute::compute_average_loss(per_example, global_batch * accumulation);
-      // Multi-worker: buckets of finished gradients start crossing workers while the backward
-      // pass is still computing the others (GradientSynchronizer::begin_overlap).
-      if (update && c.sync->begin_overlap(ctx)) {
-        tape.set_gradient_ready_callback(
-            [&](size_t i, const Tensor& g) { c.sync->gradient_ready(ctx, i, g); });
-      }
-      // Straight into this replica's slice of the all-reduce buffer: no pack copy.
-      grads = tape.gradient(scaled, c.trainable, c.sync->gradient_buffers(r));
-      c.loss_sum[static_cast<size_t>(r)] += sum_of(per_example);
-      c.example_count[static_cast<size_t>(r)] += static_cast<double>(b);
-      for (auto& m : c.replica_metrics[static_cast<size_t>(r)]) m->update_state(y, y_pred);
+    GradientTape tape;
+    Tensor y_pred = model(x, /*training=*/true);
+    check_task_cancelled();
+    Tensor per_example = c.loss->call(y, y_pred);
+    Tensor scaled = distribute::compute_average_loss(per_example, global_batch * accumulation);
+    // Multi-worker: buckets of finished gradients start crossing workers while the backward pass
+    // is still computing the others.
+    if (run.overlaps_communication()) {
+      tape.set_gradient_ready_callback(
+          [&run](size_t i, const Tensor& g) { run.gradient_ready(i, g); });
     }
-    if (!update) {
-      c.sync->accumulate(ctx, grads);
-      ++accumulated;
-      return;
+    // Straight into the run's gradient buffers: no copy.
+    run.set_gradients(tape.gradient(scaled, c.trainable, run.gradient_buffers()));
+    st.loss_sum = sum_of(per_example);
+    st.examples = static_cast<double>(b);
+    for (auto& m : st.metrics) m->update_state(y, y_pred);
+  }
+
+  // One training step with `fn` computing each replica's part; then the update (or, with
+  // gradient_accumulation_steps N, only accumulation on N - 1 steps of N), and the committed
+  // runs' loss sums and metrics merged into the replicas' running state.
+  void train_step(distribute::ReplicatedStep::ReplicaFn fn) {
+    const int accumulation = c.optimizer->gradient_accumulation_steps();
+    const bool update = accumulation == 1 || c.accumulated_steps + 1 == accumulation;
+    c.step->run(std::move(fn), update);
+    c.accumulated_steps = update ? 0 : c.accumulated_steps + 1;
+    for (int r = 0; r < strategy.num_local_replicas(); ++r) {
+      const auto& st = static_cast<const TrainRunState&>(*c.step->committed_state(r));
+      const size_t i = static_cast<size_t>(r);
+      c.loss_sum[i] += st.loss_sum;
+      c.example_count[i] += st.examples;
+      for (size_t m = 0; m < st.metrics.size(); ++m)
+        c.replica_metrics[i][m]->merge_state(*st.metrics[m]);
     }
-    accumulated = 0;
-    bool complete = std::all_of(grads.begin(), grads.end(), [](const Tensor& g) {
-      return g.defined() && g.dtype() == DType::float32;
-    });
-    if (ctx.num_replicas_in_sync() == 1 && complete && accumulation == 1) {
-      // A lone replica's gradients are already the sum: skip packing them into the shared buffer
-      // (two copies of every gradient per step, ~10% of a seed-model step on one core).
-      c.optimizer->apply_gradients_range(grads, c.trainable, 0, c.sync->total_elements());
-      c.optimizer->finish_step();
-      return;
-    }
-    if (c.fused_update) {
-      c.sync->reduce_and_apply(ctx, grads,
-                               [this](const std::vector<Tensor>& summed, int64_t lo, int64_t hi) {
-                                 c.optimizer->apply_gradients_range(summed, c.trainable, lo, hi);
-                               });
-      // reduce_and_apply ends with a barrier; the next step's begins with one before any
-      // replica reads iterations again.
-      if (r == 0) c.optimizer->finish_step();
-      return;
-    }
-    const std::vector<Tensor>& summed = c.sync->all_reduce(ctx, grads);
-    distribute::BlockRange mine = c.sync->owned_range(r);
-    c.optimizer->apply_gradients_range(summed, c.trainable, static_cast<int64_t>(mine.begin),
-                                       static_cast<int64_t>(mine.end));
-    // Every slice must be updated before any replica reads the weights again.
-    ctx.local_communicator().barrier();
-    if (r == 0) c.optimizer->finish_step();
+    ++steps_run;
   }
 
   void test_step(ReplicaContext& ctx, const Element& e) {
@@ -211,21 +224,36 @@ struct Trainer {
     for (auto& m : c.replica_metrics[static_cast<size_t>(r)]) m->update_state(e[1], y_pred);
   }
 
-  // Runs up to `k` train steps per dispatch from `it`; returns the number run (0 at the end).
+  // Runs up to `k` train steps from `it`; returns the number run (0 at the end).
   int64_t run_train(distribute::DistributedDataset::Iterator& it, int64_t k) {
-    if (it.fetches_on_replicas() && c.sync) {
-      // Per-replica pipelines that never end: each replica pulls its own batches on its own
-      // thread. As tf.distribute does for per-replica input, the global batch is taken as this
-      // replica's batch times the replicas in sync (exact when all batches are full).
-      strategy.run_on_replicas([&](ReplicaContext& ctx) {
-        const int r = ctx.local_replica_id();
-        for (int64_t s = 0; s < k; ++s) {
-          Element e = it.next_on_replica(r);
+    if (it.fetches_on_replicas() && c.step) {
+      // Per-replica pipelines that never end: each replica pulls its own batches inside its task.
+      // As tf.distribute does for per-replica input, the global batch is taken as this replica's
+      // batch times the replicas in sync (exact when all batches are full).
+      if (replica_inputs.empty()) {
+        for (int r = 0; r < strategy.num_local_replicas(); ++r)
+          replica_inputs.push_back(std::make_unique<ReplicaInput>());
+      }
+      for (int64_t s = 0; s < k; ++s) {
+        const int64_t step = steps_run;
+        train_step([this, &it, step](ReplicaContext& ctx, distribute::ReplicaRun& run) {
+          const int r = ctx.local_replica_id();
+          ReplicaInput& in = *replica_inputs[static_cast<size_t>(r)];
+          Element e;
+          {
+            std::lock_guard lock(in.mu);
+            if (in.step != step) {
+              check_task_cancelled();
+              in.element = it.next_on_replica(r);
+              in.step = step;
+            }
+            e = in.element;
+          }
           check_element(e);
           const int64_t b = e[0].rank() ? e[0].dim(0) : 1;
-          train_step(ctx, e, b * ctx.num_replicas_in_sync());
-        }
-      });
+          replica_step(run, e, b * ctx.num_replicas_in_sync());
+        });
+      }
       return k;
     }
     std::vector<PerReplica<Element>> inputs;
@@ -239,10 +267,15 @@ struct Trainer {
     }
     if (inputs.empty()) return 0;
     prepare(inputs[0][0]);
-    strategy.run_on_replicas([&](ReplicaContext& ctx) {
-      for (size_t s = 0; s < inputs.size(); ++s)
-        train_step(ctx, inputs[s][ctx.local_replica_id()], global[s]);
-    });
+    for (size_t s = 0; s < inputs.size(); ++s) {
+      // The batch is owned by the step's function: a run that lost to its backup may read it
+      // after this dispatch is over.
+      auto batch = std::make_shared<PerReplica<Element>>(std::move(inputs[s]));
+      const int64_t global_batch = global[s];
+      train_step([this, batch, global_batch](ReplicaContext& ctx, distribute::ReplicaRun& run) {
+        replica_step(run, (*batch)[ctx.local_replica_id()], global_batch);
+      });
+    }
     return static_cast<int64_t>(inputs.size());
   }
 };
@@ -301,7 +334,6 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
                           std::to_string(strategy_->num_local_replicas()) +
                           ". Distribute it with the strategy the model was built under.");
   }
-  Trainer t(*this);
   auto history = std::make_shared<callbacks::History>();
   callbacks::CallbackList cbs(options.callbacks);
   cbs.append(history);
@@ -311,6 +343,8 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
     cbs.append(std::make_shared<callbacks::ProgbarLogger>(options.verbose));
   }
   std::optional<distribute::DistributedDataset::Iterator> it;
+  // After the iterator: the trainer waits for lingering runs, which may use it, when destroyed.
+  Trainer t(*this);
   int initial_epoch = options.initial_epoch;
   std::optional<IteratorState> resume_position;
   callbacks::TrainingTarget target = training_target(*this);
@@ -335,7 +369,7 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
   int64_t k = compiled_->steps_per_execution;
   for (int epoch = initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.steps_per_epoch == 0) it.emplace(dist.make_iterator());
-    if (compiled_->sync) t.reset_state();
+    if (compiled_->step) t.reset_state();
     cbs.on_epoch_begin(epoch, {});
     int64_t step = 0;
     bool exhausted = false;

@@ -271,10 +271,16 @@ Dropout::Dropout(DropoutOptions options)
 Generator& Dropout::generator_for_this_thread() {
   auto* ctx = distribute::get_replica_context();
   size_t r = ctx ? static_cast<size_t>(ctx->replica_id_in_sync_group()) : 0;
-  std::lock_guard lock(*mu_);
-  if (generators_.size() <= r) generators_.resize(r + 1);
-  if (!generators_[r]) generators_[r] = std::make_unique<Generator>(seed_, r);
-  return *generators_[r];
+  Generator* shared = nullptr;
+  {
+    std::lock_guard lock(*mu_);
+    if (generators_.size() <= r) generators_.resize(r + 1);
+    if (!generators_[r]) generators_[r] = std::make_unique<Generator>(seed_, r);
+    shared = generators_[r].get();
+  }
+  // A training step may run a replica's task twice (a backup); the stream advances once, by the
+  // run that commits.
+  return ctx ? ctx->replica_local(*shared, *mu_) : *shared;
 }
 
 std::vector<std::pair<uint64_t, uint32_t>> Dropout::generator_positions(int num_replicas) const {

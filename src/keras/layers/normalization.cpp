@@ -91,24 +91,30 @@ Tensor BatchNormalization::call(const Tensor& inputs, bool training) {
     p[1 + i] = m * mu;
     p[1 + c + i] = m * (var.data<double>()[i] + mu * mu);
   }
-  auto* ctx = distribute::get_replica_context();
-  if (ctx && ctx->num_replicas_in_sync() > 1)
-    packed = ctx->all_reduce(distribute::ReduceOp::SUM, packed);
-  if (ctx && ctx->local_replica_id() != 0) return r.output;
-  p = packed.data<double>();
-  if (p[0] <= 0) return r.output;
-  Tensor new_mean({c}, DType::float64), new_var({c}, DType::float64);
-  const double k = options_.momentum;
-  Tensor old_mean = moving_mean_.raw_value().to(DType::float64);
-  Tensor old_var = moving_variance_.raw_value().to(DType::float64);
-  for (int64_t i = 0; i < c; ++i) {
-    const double mu = p[1 + i] / p[0];
-    const double v = std::max(0.0, p[1 + c + i] / p[0] - mu * mu);
-    new_mean.data<double>()[i] = old_mean.data<double>()[i] * k + mu * (1 - k);
-    new_var.data<double>()[i] = old_var.data<double>()[i] * k + v * (1 - k);
+  // The moving statistics follow the statistics of the whole global batch: every replica's
+  // [count, sums] are summed after the step's replicas have finished (sum_after_step), in replica
+  // order, and the update runs once. Replicas with an empty slice contribute nothing.
+  auto update = [this, c](const Tensor& total) {
+    const double* p = total.data<double>();
+    if (p[0] <= 0) return;
+    Tensor new_mean({c}, DType::float64), new_var({c}, DType::float64);
+    const double k = options_.momentum;
+    Tensor old_mean = moving_mean_.raw_value().to(DType::float64);
+    Tensor old_var = moving_variance_.raw_value().to(DType::float64);
+    for (int64_t i = 0; i < c; ++i) {
+      const double mu = p[1 + i] / p[0];
+      const double v = std::max(0.0, p[1 + c + i] / p[0] - mu * mu);
+      new_mean.data<double>()[i] = old_mean.data<double>()[i] * k + mu * (1 - k);
+      new_var.data<double>()[i] = old_var.data<double>()[i] * k + v * (1 - k);
+    }
+    moving_mean_.assign(new_mean.to(moving_mean_.dtype()));
+    moving_variance_.assign(new_var.to(moving_variance_.dtype()));
+  };
+  if (auto* ctx = distribute::get_replica_context()) {
+    ctx->sum_after_step(this, packed, update);
+  } else {
+    update(packed);
   }
-  moving_mean_.assign(new_mean.to(moving_mean_.dtype()));
-  moving_variance_.assign(new_var.to(moving_variance_.dtype()));
   return r.output;
 }
 

@@ -1,6 +1,6 @@
 #include "lockstep/keras/optimizers/adam.h"
+#include "core/cpu_dispatch.h"
 #include "lockstep/core/bfloat16.h"
-#include "lockstep/core/cpu_dispatch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -61,7 +61,46 @@ LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_up
     rounded[i] = round_to_bfloat16_value(wi);
   }
 }
+// adam_update reading (w, m, v) and writing (wo, mo, vo): the training step's out-of-place form
+// (the old values stay readable by a concurrent run of the same chunk). wo may be w.
+LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update_out(
+    const float* w, const float* __restrict g, const float* __restrict m, const float* __restrict v,
+    float* wo, float* __restrict mo, float* __restrict vo, float* rounded, size_t n, float alpha,
+    float one_minus_b1, float one_minus_b2, float eps) {
+  if (rounded == nullptr) {
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i];
+      const float mi = m[i] + (gi - m[i]) * one_minus_b1;
+      const float vi = v[i] + (gi * gi - v[i]) * one_minus_b2;
+      mo[i] = mi;
+      vo[i] = vi;
+      wo[i] = w[i] - mi * alpha / (std::sqrt(vi) + eps);
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = m[i] + (gi - m[i]) * one_minus_b1;
+    const float vi = v[i] + (gi * gi - v[i]) * one_minus_b2;
+    mo[i] = mi;
+    vo[i] = vi;
+    const float wi = w[i] - mi * alpha / (std::sqrt(vi) + eps);
+    wo[i] = wi;
+    rounded[i] = round_to_bfloat16_value(wi);
+  }
+}
 }  // namespace
+
+void Adam::update_step_out(const float* w, const float* g, std::span<const float* const> slots,
+                           float* w_out, std::span<float* const> slots_out, size_t n,
+                           const StepInfo& info, float* rounded) const {
+  if (o_.amsgrad) {
+    Optimizer::update_step_out(w, g, slots, w_out, slots_out, n, info, rounded);
+    return;
+  }
+  adam_update_out(w, g, slots[0], slots[1], w_out, slots_out[0], slots_out[1], rounded, n,
+                  info.c[0], info.c[1], info.c[2], info.c[3]);
+}
 
 void Adam::update_step_rounded(float* __restrict w, const float* __restrict g,
                                std::span<float* const> slots, size_t n, const StepInfo& info,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
@@ -327,6 +328,90 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
       }
     }
   }
+}
+
+void Optimizer::bind(const std::vector<Variable>& vars) {
+  if (!built_) build(vars);
+  bound_.clear();
+  for (const Variable& v : vars) {
+    const int k = index_of(v);
+    if (k < 0) {
+      throw InvalidArgument("Optimizer '" + name() + "': unknown variable '" + v.name() +
+                            "'. build() it with every variable it will update.");
+    }
+    bound_.push_back(k);
+  }
+}
+
+std::vector<Variable> Optimizer::slot_variables(size_t i) const {
+  return slots_[static_cast<size_t>(bound_.at(i))];
+}
+
+bool Optimizer::wants_gradient_norms() const {
+  return options_.clipnorm.has_value() || options_.global_clipnorm.has_value();
+}
+
+bool Optimizer::rewrites_gradient() const {
+  return options_.clipvalue.has_value() || wants_gradient_norms();
+}
+
+void Optimizer::begin_update(std::span<const double> squared_norms) {
+  update_info_ = StepInfo{};
+  update_info_.step = iterations() + 1;
+  update_info_.learning_rate = learning_rate();
+  prepare_step(update_info_);
+  bound_scale_.assign(bound_.size(), 1.0f);
+  if (!wants_gradient_norms()) return;
+  if (squared_norms.size() != bound_.size()) {
+    throw Internal("Optimizer '" + name() + "'.begin_update: expected " +
+                   std::to_string(bound_.size()) + " squared norms. Received " +
+                   std::to_string(squared_norms.size()) + ".");
+  }
+  if (options_.global_clipnorm) {
+    double sq = 0.0;
+    for (double v : squared_norms) sq += v;
+    const double c = *options_.global_clipnorm;
+    std::fill(bound_scale_.begin(), bound_scale_.end(),
+              static_cast<float>(c / std::max(std::sqrt(sq), c)));
+  } else {
+    const double c = *options_.clipnorm;
+    for (size_t i = 0; i < bound_.size(); ++i)
+      bound_scale_[i] = static_cast<float>(c / std::max(std::sqrt(squared_norms[i]), c));
+  }
+}
+
+void Optimizer::update_step_out(const float* var, const float* grad,
+                                std::span<const float* const> slots, float* var_out,
+                                std::span<float* const> slots_out, size_t n, const StepInfo& info,
+                                float* rounded) const {
+  if (var_out != var) std::memcpy(var_out, var, n * sizeof(float));
+  for (size_t s = 0; s < slots.size(); ++s) std::memcpy(slots_out[s], slots[s], n * sizeof(float));
+  if (rounded == nullptr) {
+    update_step(var_out, grad, slots_out, n, info);
+  } else {
+    update_step_rounded(var_out, grad, slots_out, n, info, rounded);
+  }
+}
+
+void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
+                      std::span<const float* const> slots, float* w_out,
+                      std::span<float* const> slots_out, size_t n, float* rounded) const {
+  const int k = bound_[i];
+  const float scale = bound_scale_[i];
+  if (options_.clipvalue) {
+    const float clip = static_cast<float>(*options_.clipvalue);
+    for (size_t j = 0; j < n; ++j) g[j] = std::clamp(g[j], -clip, clip);
+  } else if (scale != 1.0f) {
+    for (size_t j = 0; j < n; ++j) g[j] *= scale;
+  }
+  if (decay_[static_cast<size_t>(k)] != 0) {
+    // Decoupled weight decay first (w <- w - w * wd * lr), then the rule on the decayed weights.
+    const float wd_lr =
+        static_cast<float>(options_.weight_decay.value_or(0.0) * update_info_.learning_rate);
+    for (size_t j = 0; j < n; ++j) w_out[j] = w[j] - w[j] * wd_lr;
+    w = w_out;
+  }
+  update_step_out(w, g, slots, w_out, slots_out, n, update_info_, rounded);
 }
 
 }  // namespace lockstep::keras::optimizers

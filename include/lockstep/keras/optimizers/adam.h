@@ -42,6 +42,9 @@ class Adam : public Optimizer {
                    const StepInfo& info) const override;
   void update_step_rounded(float* var, const float* grad, std::span<float* const> slots, size_t n,
                            const StepInfo& info, float* rounded) const override;
+  void update_step_out(const float* var, const float* grad, std::span<const float* const> slots,
+                       float* var_out, std::span<float* const> slots_out, size_t n,
+                       const StepInfo& info, float* rounded) const override;
 
  private:
   AdamOptions o_;

@@ -19,11 +19,11 @@
 // Variables and gradients are float32 (mixed precision keeps float32 variables). An undefined
 // gradient (Tensor{}) skips its variable, as Keras skips None gradients.
 //
-// Distributed use (replica threads sharing the variables): every replica calls
-// apply_gradients_range with the same summed gradients and a disjoint flat range of the
-// concatenated variables, then one thread calls finish_step() after a barrier. The update of an
-// element depends only on that element (and its slots), so the split is exact: the result is
-// bit-identical to apply_gradients.
+// Distributed use: the optimizer is the strategy's ElementwiseUpdate (distribute/
+// elementwise_update.h). The strategy's training step sums the replicas' gradients and calls
+// begin_update, then apply() on chunks of each variable from any thread, then end_update. The
+// update of an element depends only on that element (and its slots), so the split is exact: the
+// result is bit-identical to apply_gradients.
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -36,6 +36,7 @@
 
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/core/tensor.h"
+#include "lockstep/distribute/elementwise_update.h"
 #include "lockstep/keras/optimizers/schedules/learning_rate_schedule.h"
 
 namespace lockstep::keras::optimizers {
@@ -75,7 +76,7 @@ struct CommonOptions {
   std::string name{};
   // Keras 3's gradient_accumulation_steps: when set (> 1), fit updates the variables every N
   // steps with the average of the N steps' gradients; replicas communicate only on those steps
-  // (GradientSynchronizer::accumulate, DDP's no_sync). iterations counts updates.
+  // (the strategy's step accumulates locally, DDP's no_sync). iterations counts updates.
   std::optional<int> gradient_accumulation_steps{};
 };
 
@@ -99,9 +100,9 @@ struct StepInfo {
   float c[8] = {};
 };
 
-class Optimizer {
+class Optimizer : public distribute::ElementwiseUpdate {
  public:
-  virtual ~Optimizer();
+  ~Optimizer() override;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
@@ -144,6 +145,18 @@ class Optimizer {
   // A fresh, unbuilt optimizer with the same configuration (for compile() taking a prototype).
   virtual std::unique_ptr<Optimizer> clone() const = 0;
 
+  // ---- distribute::ElementwiseUpdate (the strategy's training step). bind() builds the
+  // optimizer for `vars` if needed.
+  void bind(const std::vector<Variable>& vars) override;
+  std::vector<Variable> slot_variables(size_t i) const override;
+  bool wants_gradient_norms() const override;
+  bool rewrites_gradient() const override;
+  void begin_update(std::span<const double> squared_norms) override;
+  void apply(size_t i, int64_t offset, const float* w, float* g,
+             std::span<const float* const> slots, float* w_out, std::span<float* const> slots_out,
+             size_t n, float* rounded) const override;
+  void end_update() override { finish_step(); }
+
  protected:
   explicit Optimizer(CommonOptions options);
 
@@ -162,6 +175,14 @@ class Optimizer {
   // may override it to round inside its own loop.
   virtual void update_step_rounded(float* var, const float* grad, std::span<float* const> slots,
                                    size_t n, const StepInfo& info, float* rounded) const;
+  // The rule out of place: reads var and slots, writes var_out and slots_out (var_out may be
+  // var itself; nothing else overlaps), and round_to_bfloat16_values(var_out) to rounded unless
+  // it is nullptr. The default copies and runs update_step(_rounded) in place; an optimizer may
+  // override it to read and write in one pass.
+  virtual void update_step_out(const float* var, const float* grad,
+                               std::span<const float* const> slots, float* var_out,
+                               std::span<float* const> slots_out, size_t n, const StepInfo& info,
+                               float* rounded) const;
 
   const CommonOptions& common() const { return options_; }
 
@@ -178,6 +199,10 @@ class Optimizer {
   std::vector<std::vector<Variable>> slots_;  // [variable][slot]
   std::vector<char> decay_;                   // weight decay applies to variable i
   int64_t total_elements_ = 0;
+  // ElementwiseUpdate state: the bound variables' indices, and what begin_update computed.
+  std::vector<int> bound_;
+  std::vector<float> bound_scale_;
+  StepInfo update_info_;
 };
 
 }  // namespace lockstep::keras::optimizers

@@ -1,5 +1,6 @@
 #pragma once
-// Collectives between processes (one or many hosts) over MPI (Debian's Open MPI 4.1).
+// MPI for a program: initialise it, and get the communicator of all processes of the job
+// (collectives between processes, one or many hosts, over Debian's Open MPI 4.1).
 //
 //   int main(int argc, char** argv) {
 //     try {
@@ -17,24 +18,25 @@
 //
 // Collectives are non-blocking MPI calls (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Iallgather,
 // MPI_Ibcast, MPI_Ibarrier) polled with MPI_Test until done or until timeout_seconds pass, so a
-// lost peer cannot hang the others. Exception: with timeout_seconds 0 (wait forever) all-reduces
-// call the blocking MPI_Allreduce, whose algorithms are faster in Open MPI (nothing to poll for).
+// lost peer cannot hang the others. The poll spins only briefly and then sleeps between polls, so
+// a rank that waits for a slower one does not hold a core the slower one (or anyone else) needs.
 // On timeout (or a transport error) the communicator asks every peer, on a second duplicated
 // communicator, which collective it is in; peers that do not answer within a short grace period are
-// reported as lost, with pid and host (exchanged at construction):
-//   Unavailable: worker rank 1 (pid 1234 on host node-a) did not join all_reduce #57
-//   (float32[101770], SUM) within 10 s; it has exited (no such process).
-// See docs/distributed.md ("Collectives") for launching so that survivors can report.
-#include <mpi.h>
-
+// reported as lost, with world rank, pid and host (exchanged at construction), grouped by host
+// when a whole host is silent:
+//   Unavailable: world rank 0: world rank 1 (pid 1234 on host node-a) stopped answering: it did
+//   not join all_reduce #57 (float32[101770], SUM) within 10 s; it is stopped (process state T).
+// See docs/distributed.md ("Failures and timeouts") for launching so that survivors can report.
 #include <memory>
-#include <string>
 #include <string_view>
-#include <vector>
 
 #include "lockstep/distribute/collective.h"
 
 namespace lockstep::distribute {
+
+namespace detail {
+class QueryResponder;
+}
 
 class MpiContext {
  public:
@@ -61,6 +63,10 @@ class MpiContext {
   // process must call it.
   std::shared_ptr<Communicator> world(const CommunicationOptions& options = {}) const;
 
+  // The host name of every process of the job, indexed by world rank: an all-gather over
+  // MPI_COMM_WORLD when active() (collective: every process must call it), else this host alone.
+  std::vector<std::string> world_hosts() const;
+
   // Finalises MPI if this context initialised it (idempotent). After a collective failure MPI is
   // deliberately not finalised: MPI_Finalize would wait for the lost peer. Call abort_job() then.
   void finalize();
@@ -73,7 +79,7 @@ class MpiContext {
   bool finalized_ = false;
   int world_rank_ = 0;
   int world_size_ = 1;
-  int thread_level_ = MPI_THREAD_SINGLE;
+  int thread_level_ = 0;  // set by the constructor (MPI_THREAD_SINGLE without MPI)
 };
 
 // Initialises MPI (MPI_Init_thread, requesting MPI_THREAD_MULTIPLE) on the first call when launched
@@ -81,61 +87,5 @@ class MpiContext {
 // and ignore their arguments. Thread-safe. If the application initialised MPI itself, that is
 // respected and the application remains responsible for MPI_Finalize.
 MpiContext& mpi_initialize(int* argc = nullptr, char*** argv = nullptr);
-
-class MpiCommunicator final : public Communicator {
- public:
-  struct Peer {
-    int pid = 0;
-    std::string host;
-  };
-
-  // Collective over `comm`: duplicates it twice (one for data, one for failure diagnosis, so that
-  // diagnosis messages can never match a collective), sets MPI_ERRORS_RETURN on both, and exchanges
-  // every rank's pid and host name. MPI must be active.
-  explicit MpiCommunicator(MPI_Comm comm, const CommunicationOptions& options = {});
-  ~MpiCommunicator() override;
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string_view backend() const override { return "mpi"; }
-  MPI_Comm comm() const { return data_; }
-  const std::vector<Peer>& peers() const { return peers_; }
-  // True after a timeout or transport error: every later collective throws the same error.
-  bool broken() const { return broken_; }
-
- protected:
-  // bfloat16 reductions widen to float32, reduce with MPI_FLOAT and round once (MPI has no bf16
-  // type); MEAN is MPI_SUM followed by a local division.
-  void do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
-  void do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                         ReduceOp op) override;
-  void do_all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype) override;
-  void do_broadcast(void* buf, size_t count, DType dtype, int root) override;
-  void do_barrier() override;
-  // bfloat16 on the wire: a 2-byte MPI datatype and a user-defined commutative sum that adds in
-  // float32 and rounds each partial sum to bfloat16 (round to nearest even).
-  void do_all_reduce_compressed(bfloat16* buf, size_t count) override;
-
- private:
-  struct PendingReply;
-  void check_usable() const;
-  void wait(MPI_Request* request);
-  void all_reduce_in_packs(void* buf, size_t count, size_t element_size, MPI_Datatype type,
-                           MPI_Op op);
-  void serve_queries();
-  [[noreturn]] void fail(const std::string& cause);
-  size_t pack_elements(size_t element_size) const;
-
-  MPI_Comm data_ = MPI_COMM_NULL;
-  MPI_Comm control_ = MPI_COMM_NULL;
-  int rank_ = 0;
-  int size_ = 1;
-  std::vector<Peer> peers_;
-  std::vector<float> widened_send_, widened_recv_;  // bfloat16 scratch, reused
-  std::vector<std::unique_ptr<PendingReply>> replies_;
-  bool broken_ = false;
-  bool error_is_deadline_ = false;
-  std::string error_;
-};
 
 }  // namespace lockstep::distribute

@@ -1,0 +1,36 @@
+#pragma once
+// Cooperative cancellation of redundant work. The training step runs each task (a replica's
+// forward and backward, a block of the update) on whichever thread is free, and re-runs a task
+// whose thread is slow or descheduled on an idle one; the first run to finish wins. The other
+// run's result is no longer needed: long computations call check_task_cancelled() at safe points
+// (between layers, between the backward pass's ops) so that it stops early by throwing
+// TaskCancelled, which the task runner catches. Outside such a task nothing happens.
+#include <atomic>
+#include <cstdint>
+#include <exception>
+
+namespace lockstep {
+
+// Thrown by check_task_cancelled(); never escapes the task runner. Not an Error: it is not a
+// failure, and `catch (const Error&)` in user code must not swallow it.
+class TaskCancelled : public std::exception {
+ public:
+  const char* what() const noexcept override { return "task cancelled: another run finished it"; }
+};
+
+// While alive on this thread, check_task_cancelled() throws once `*done` is nonzero.
+class TaskCancellationScope {
+ public:
+  explicit TaskCancellationScope(const std::atomic<uint32_t>* done);
+  ~TaskCancellationScope();
+  TaskCancellationScope(const TaskCancellationScope&) = delete;
+  TaskCancellationScope& operator=(const TaskCancellationScope&) = delete;
+
+ private:
+  const std::atomic<uint32_t>* previous_;
+};
+
+// Throws TaskCancelled when the task this thread runs has been finished by another run.
+void check_task_cancelled();
+
+}  // namespace lockstep

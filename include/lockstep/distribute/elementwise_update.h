@@ -1,0 +1,46 @@
+#pragma once
+// ElementwiseUpdate: what the replicated training step needs from an optimizer. The strategy sums
+// the replicas' gradients and owns the variables' buffers; the optimizer (a Keras optimizer
+// implements this) supplies the rule that turns (variable, summed gradient, slots) into their next
+// values, one contiguous run of elements at a time. Keeping the rule elementwise is what lets the
+// step split the update into blocks that any thread may run, and run again.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "lockstep/autodiff/variable.h"
+
+namespace lockstep::distribute {
+
+class ElementwiseUpdate {
+ public:
+  virtual ~ElementwiseUpdate() = default;
+
+  // Binds the update to the step's variables, in the step's order (index i below is vars[i]).
+  virtual void bind(const std::vector<Variable>& vars) = 0;
+  // The per-element state kept for variable i (float32, shaped like it: Adam's m and v), in the
+  // order apply() receives them. The step double-buffers these with the variable.
+  virtual std::vector<Variable> slot_variables(size_t i) const = 0;
+  // True when the rule needs each summed gradient's squared L2 norm first (clipping by norm).
+  virtual bool wants_gradient_norms() const { return false; }
+  // False when apply() never writes g: the step may then hand it a replica's gradient directly.
+  virtual bool rewrites_gradient() const { return true; }
+  // Once per update, before any apply(), on one thread. `squared_norms[i]` = ||g_i||² of the
+  // summed gradient (float64, in a fixed order) when wants_gradient_norms(), else empty. A
+  // variable no replica produced a gradient for gets a zero gradient (as the sum of nothing).
+  virtual void begin_update(std::span<const double> squared_norms) = 0;
+  // The rule on elements [offset, offset + n) of variable i, out of place: reads w (the
+  // variable), g (the summed gradient, which it may overwrite) and slots (slot_variables(i)'s
+  // elements); writes the new values to w_out and slots_out and, when rounded is not nullptr,
+  // round_to_bfloat16_values of the new w to rounded. Inputs and outputs do not overlap. Called
+  // concurrently for disjoint or identical ranges; must depend on nothing but these elements
+  // and what begin_update() computed.
+  virtual void apply(size_t i, int64_t offset, const float* w, float* g,
+                     std::span<const float* const> slots, float* w_out,
+                     std::span<float* const> slots_out, size_t n, float* rounded) const = 0;
+  // Once per update, after every apply(), on one thread (e.g. iterations += 1).
+  virtual void end_update() = 0;
+};
+
+}  // namespace lockstep::distribute

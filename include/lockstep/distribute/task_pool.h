@@ -1,0 +1,128 @@
+#pragma once
+// TaskPool: the threads that run a training step, as tasks rather than as one thread per replica.
+//
+// A step is a sequence of phases (every replica's forward and backward; then the sum of the
+// gradients and the optimizer update, block by block). Each phase is a set of independent tasks
+// that the pool's threads — and the thread that calls run() — take dynamically, so a thread that
+// is slow or descheduled (a shared core, a busy host program) simply takes fewer tasks.
+//
+// Backup tasks. When no task is left to take but one is still held by another thread past a
+// deadline (backup_factor x the typical run time of the phase's tasks, plus backup_slack), an idle
+// thread runs it again — a backup, as MapReduce does for stragglers. Both runs compute the same
+// bits into state private to the run; the first to finish commits its result, the other's is
+// discarded (it stops early at its next check_task_cancelled()). A phase is done when every task
+// has committed, whatever the losing runs are still doing: they never write shared state, and
+// TaskPhase objects and the buffers they read must outlive them (wait_for_runs_before()).
+//
+// Waiting never spins on a busy machine: idle threads sleep on a futex (with a timeout when a
+// backup deadline is pending). Only when the machine has a spare core do they spin briefly before
+// sleeping, which saves the wake-up latency between phases.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lockstep::distribute {
+
+// One phase: `num_tasks()` independent tasks. run(task, thread) computes task `task` into state
+// private to this run (thread is the index of the running thread in [0, num_threads)) and
+// returns it; the first run of each task to return gets commit(task, result) (called once, on the
+// thread that ran it), every later one discard(task, result). A run that throws TaskCancelled
+// has neither called and must release what it took. Any other exception fails the phase: the
+// other runs are cancelled and run() rethrows the exception of the lowest failing task.
+class TaskPhase {
+ public:
+  virtual ~TaskPhase() = default;
+  virtual int num_tasks() const = 0;
+  virtual void* run(int task, int thread) = 0;
+  virtual void commit(int task, void* result) = 0;
+  virtual void discard(int task, void* result) = 0;
+  // Phases of one kind share the running estimate of a task's run time that sets the backup
+  // deadline (kinds 0 .. kMaxKinds - 1).
+  virtual int kind() const { return 0; }
+};
+
+struct TaskPoolOptions {
+  // Threads that run tasks, counting the thread that calls run().
+  int num_threads = 1;
+  // Optional OS cpu ids per thread (index 0 is the caller, never pinned). Empty: not pinned,
+  // which is the default: a pinned thread whose core is shared cannot move to an idle one.
+  std::vector<std::vector<int>> pin_cores;
+  // A task still running after backup_factor x its kind's typical run time + backup_slack gets a
+  // backup run on an idle thread.
+  double backup_factor = 2.0;
+  std::chrono::microseconds backup_slack{100};
+  // Spin this long before sleeping, when the machine has a spare core (see the top).
+  std::chrono::microseconds spin{50};
+};
+
+struct TaskPoolStats {
+  uint64_t phases = 0;
+  uint64_t runs = 0;         // task runs started, backups included
+  uint64_t backups = 0;      // backup runs started
+  uint64_t backup_wins = 0;  // tasks committed by their backup run
+  uint64_t cancelled = 0;    // runs that stopped early at check_task_cancelled()
+};
+
+class TaskPool {
+ public:
+  static constexpr int kMaxKinds = 4;
+
+  explicit TaskPool(TaskPoolOptions options);
+  ~TaskPool();
+  TaskPool(const TaskPool&) = delete;
+  TaskPool& operator=(const TaskPool&) = delete;
+
+  int num_threads() const { return options_.num_threads; }
+
+  // Runs every task of `phase` and returns once each has committed; returns the phase's sequence
+  // number (1, 2, ...). Runs that lost may still be executing afterwards. Not reentrant: one
+  // caller thread at a time.
+  uint64_t run(TaskPhase& phase);
+
+  // Blocks (without spinning) until no run of a phase numbered below `sequence` is executing:
+  // call it before overwriting anything such a run may still read.
+  void wait_for_runs_before(uint64_t sequence);
+
+  // Test hook, called at the start of every run before any of its work, on the running thread:
+  // hook(kind, task, thread, is_backup). A hook may block (e.g. to stall one thread at a chosen
+  // task and show that the phase completes through the backup); it must not call run().
+  using RunHook = std::function<void(int kind, int task, int thread, bool backup)>;
+  void set_run_hook(RunHook hook);
+
+  TaskPoolStats stats() const;
+
+ private:
+  struct TaskState;
+  struct Record;
+  void helper(int thread);
+  // Takes and runs tasks of `rec` until none is left to take or back up (returns false when the
+  // phase is complete, true when this thread should wait for deadlines or completion).
+  bool work_on(Record& rec, int thread);
+  void execute(Record& rec, int task, int thread, bool backup);
+  void wait_for_progress(Record& rec, int thread);
+  bool spinning_allowed();
+
+  TaskPoolOptions options_;
+  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<Record>> ring_;
+  std::atomic<uint32_t> announced_{0};  // futex word: low bits of the latest phase's sequence
+  std::atomic<uint64_t> current_{0};    // sequence of the phase being run (0: none yet)
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> typical_ns_[kMaxKinds];
+  std::atomic<bool> spin_ok_{false};
+  std::chrono::steady_clock::time_point spin_checked_{};
+  std::atomic<int> awake_{0};  // pool threads not asleep in a futex
+  RunHook hook_;
+  std::mutex hook_mu_;
+  std::atomic<bool> has_hook_{false};
+  uint64_t sequence_ = 0;  // the caller's count of phases run
+  mutable std::atomic<uint64_t> runs_{0}, backups_{0}, backup_wins_{0}, cancelled_{0};
+};
+
+}  // namespace lockstep::distribute

@@ -1,0 +1,676 @@
+#include "lockstep/distribute/replicated_step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/task_cancellation.h"
+#include "lockstep/distribute/background_reducer.h"
+#include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/task_pool.h"
+
+namespace lockstep::distribute {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Phases stay referenced by the pool's record of them until it is reused, which the pool does
+// only once nothing runs in it; this many later phases make sure of that.
+constexpr uint64_t kPhaseRetention = 8;
+
+void add_into(float* __restrict out, const float* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += src[i];
+}
+
+}  // namespace
+
+// ---- ReplicaRun
+
+void ReplicaRun::reset(int replica, bool overlap) {
+  replica_ = replica;
+  overlap_ = overlap;
+  std::fill(bucket_ready_.begin(), bucket_ready_.end(), 0);
+  std::fill(defined_.begin(), defined_.end(), 0);
+  locals_.clear();
+  commits_.clear();
+  deferred_.clear();
+}
+
+void ReplicaRun::set_gradients(const std::vector<Tensor>& grads) {
+  if (grads.size() != views_.size()) {
+    throw InvalidArgument("ReplicaRun::set_gradients: expected one gradient per variable (" +
+                          std::to_string(views_.size()) + "). Received " +
+                          std::to_string(grads.size()) + ".");
+  }
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    if (!g.defined()) {
+      defined_[i] = 0;
+      continue;
+    }
+    if (g.dtype() != DType::float32 || !(g.shape() == views_[i].shape())) {
+      throw InvalidArgument("ReplicaRun::set_gradients: gradient " + std::to_string(i) +
+                            " must be float32 shaped like its variable: expected " +
+                            views_[i].describe() + ". Received: " + g.describe() + ".");
+    }
+    if (g.raw_data() != views_[i].raw_data()) views_[i].copy_from(g);
+    defined_[i] = 1;
+  }
+}
+
+void ReplicaRun::gradient_ready(size_t variable, const Tensor& gradient) {
+  if (!overlap_) return;
+  if (gradient.defined() && gradient.raw_data() != views_[variable].raw_data()) {
+    views_[variable].copy_from(gradient);
+  }
+  defined_[variable] = gradient.defined() ? 1 : 0;
+  const size_t b = step_->bucket_of_[variable];
+  const ReplicatedStep::Bucket& bucket = step_->buckets_[b];
+  if (++bucket_ready_[b] == static_cast<int>(bucket.end_var - bucket.first_var))
+    step_->bucket_ready(*this, b);
+}
+
+void ReplicaRun::commit() {
+  for (Local& l : locals_) l.commit();
+  for (auto& fn : commits_) fn();
+  locals_.clear();
+  commits_.clear();
+}
+
+void* ReplicaRun::find_local(const void* shared) const {
+  for (const Local& l : locals_)
+    if (l.shared == shared) return l.copy.get();
+  return nullptr;
+}
+
+void ReplicaRun::add_local(const void* shared, std::shared_ptr<void> copy,
+                           std::function<void()> commit) {
+  locals_.push_back({shared, std::move(copy), std::move(commit)});
+}
+
+// ---- the step's pieces
+
+struct ReplicatedStep::Slot {
+  ReplicaRun run;
+};
+
+struct ReplicatedStep::Scratch {
+  std::vector<float> g, w, rounded;
+  std::vector<std::vector<float>> slots;
+  std::vector<float*> slot_ptrs;
+  std::vector<const float*> slot_in;
+  const Chunk* chunk = nullptr;
+  bool has_rounded = false;
+};
+
+class ReplicatedStep::ReplicaPhase : public TaskPhase {
+ public:
+  ReplicaPhase(ReplicatedStep& step, ReplicaFn fn, bool overlap)
+      : step_(step), fn_(std::move(fn)), overlap_(overlap) {}
+  int num_tasks() const override { return step_.num_local_; }
+  int kind() const override { return 0; }
+  void* run(int replica, int /*thread*/) override {
+    Slot* slot = step_.acquire();
+    try {
+      check_task_cancelled();
+      slot->run.reset(replica, overlap_);
+      ReplicaContext ctx(step_.strategy_, replica, nullptr, step_.strategy_.cross_worker(),
+                         &slot->run);
+      ReplicaContextScope context(&ctx);
+      Strategy::Scope scope(step_.strategy_);
+      fn_(ctx, slot->run);
+    } catch (...) {
+      step_.release(slot);
+      throw;
+    }
+    return slot;
+  }
+  void commit(int replica, void* result) override {
+    step_.committed_[step_.parity_][static_cast<size_t>(replica)] = static_cast<Slot*>(result);
+  }
+  void discard(int, void* result) override { step_.release(static_cast<Slot*>(result)); }
+
+ private:
+  ReplicatedStep& step_;
+  ReplicaFn fn_;
+  bool overlap_;  // this step's, fixed for every run (a late backup run may start after the step)
+};
+
+class ReplicatedStep::ChunkPhase : public TaskPhase {
+ public:
+  ChunkPhase(ReplicatedStep& step, ChunkMode mode) : step_(step), mode_(mode) {}
+  // Set by the step before each run of this phase, while no run of it is executing.
+  ChunkInputs in;
+  int num_tasks() const override { return static_cast<int>(step_.chunks_.size()); }
+  int kind() const override { return 1; }
+
+  void* run(int task, int thread) override {
+    ReplicatedStep& s = step_;
+    Scratch& sc = *s.scratch_[static_cast<size_t>(thread)];
+    const Chunk& c = s.chunks_[static_cast<size_t>(task)];
+    sc.chunk = &c;
+    const size_t n = static_cast<size_t>(c.n);
+    float* g = sc.g.data();
+    switch (mode_) {
+      case ChunkMode::kAccumulate:
+      case ChunkMode::kSum:
+        s.sum_chunk(c, in, g);
+        return &sc;
+      case ChunkMode::kApplyFromSum:
+        std::memcpy(g, s.summed_.data<float>() + c.flat, n * sizeof(float));
+        break;
+      case ChunkMode::kApply:
+        if (const float* only = s.sole_gradient(c, in); only != nullptr) {
+          // One replica's gradient is the sum: read it where it is (apply() does not write it).
+          g = const_cast<float*>(only);
+        } else {
+          s.sum_chunk(c, in, g);
+        }
+        break;
+    }
+    const size_t i = c.var;
+    const auto& cur_slots = s.cur_s_[i];
+    for (size_t k = 0; k < cur_slots.size(); ++k) {
+      sc.slot_in[k] = cur_slots[k] + c.offset;
+      sc.slot_ptrs[k] = sc.slots[k].data();
+    }
+    sc.has_rounded = s.next_r_[i] != nullptr;
+    // Out of place, into this thread's scratch: the current values stay as they were, so a
+    // second run of this chunk computes the same bits.
+    s.update_.apply(i, c.offset, s.cur_w_[i] + c.offset, g,
+                    std::span<const float* const>(sc.slot_in.data(), cur_slots.size()), sc.w.data(),
+                    std::span<float* const>(sc.slot_ptrs.data(), cur_slots.size()), n,
+                    sc.has_rounded ? sc.rounded.data() : nullptr);
+    return &sc;
+  }
+
+  void commit(int, void* result) override {
+    ReplicatedStep& s = step_;
+    const Scratch& sc = *static_cast<Scratch*>(result);
+    const Chunk& c = *sc.chunk;
+    const size_t bytes = static_cast<size_t>(c.n) * sizeof(float);
+    switch (mode_) {
+      case ChunkMode::kAccumulate:
+        std::memcpy(s.accumulator_[1 - in.accumulator].data<float>() + c.flat, sc.g.data(), bytes);
+        return;
+      case ChunkMode::kSum:
+        std::memcpy(s.summed_.data<float>() + c.flat, sc.g.data(), bytes);
+        return;
+      case ChunkMode::kApplyFromSum:
+      case ChunkMode::kApply:
+        break;
+    }
+    const size_t i = c.var;
+    std::memcpy(s.next_w_[i] + c.offset, sc.w.data(), bytes);
+    for (size_t k = 0; k < s.next_s_[i].size(); ++k)
+      std::memcpy(s.next_s_[i][k] + c.offset, sc.slots[k].data(), bytes);
+    if (sc.has_rounded) std::memcpy(s.next_r_[i] + c.offset, sc.rounded.data(), bytes);
+  }
+  void discard(int, void*) override {}
+
+ private:
+  ReplicatedStep& step_;
+  ChunkMode mode_;
+};
+
+// ---- ReplicatedStep
+
+ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
+                               ElementwiseUpdate& update,
+                               std::function<std::unique_ptr<RunState>()> make_state)
+    : strategy_(strategy),
+      vars_(std::move(vars)),
+      update_(update),
+      make_state_(std::move(make_state)),
+      num_local_(strategy.num_local_replicas()) {
+  for (const Variable& v : vars_) {
+    if (v.dtype() != DType::float32) {
+      throw InvalidArgument("ReplicatedStep: trainable variable '" + v.name() + "' is " +
+                            v.raw_value().describe() + "; variables must be float32.");
+    }
+  }
+  update_.bind(vars_);
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    slots_.push_back(update_.slot_variables(i));
+    max_slots_ = std::max(max_slots_, slots_.back().size());
+    vars_[i].enable_next_buffer();
+    for (const Variable& sv : slots_.back()) {
+      if (sv.dtype() != DType::float32 || !(sv.shape() == vars_[i].shape())) {
+        throw Internal("ReplicatedStep: slot '" + sv.name() + "' of '" + vars_[i].name() +
+                       "' must be float32 shaped like it; it is " + sv.raw_value().describe() +
+                       ".");
+      }
+      sv.enable_next_buffer();
+    }
+    const int64_t n = vars_[i].num_elements();
+    for (int64_t off = 0; off < n; off += kChunk)
+      chunks_.push_back({i, off, total_ + off, std::min(kChunk, n - off)});
+    total_ += n;
+  }
+  accumulator_[0] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+  accumulator_[1] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+  make_buckets();
+  const int threads = strategy_.num_threads();
+  for (int t = 0; t < threads; ++t) {
+    auto sc = std::make_unique<Scratch>();
+    sc->g.resize(kChunk);
+    sc->w.resize(kChunk);
+    sc->rounded.resize(kChunk);
+    sc->slots.assign(max_slots_, std::vector<float>(kChunk));
+    sc->slot_ptrs.assign(max_slots_, nullptr);
+    sc->slot_in.assign(max_slots_, nullptr);
+    scratch_.push_back(std::move(sc));
+  }
+  const ChunkMode modes[4] = {ChunkMode::kAccumulate, ChunkMode::kSum, ChunkMode::kApplyFromSum,
+                              ChunkMode::kApply};
+  for (int m = 0; m < 4; ++m) chunk_phases_[m] = std::make_unique<ChunkPhase>(*this, modes[m]);
+  committed_[0].assign(static_cast<size_t>(num_local_), nullptr);
+  committed_[1].assign(static_cast<size_t>(num_local_), nullptr);
+  cur_w_.resize(vars_.size());
+  next_w_.resize(vars_.size());
+  next_r_.resize(vars_.size());
+  cur_s_.resize(vars_.size());
+  next_s_.resize(vars_.size());
+}
+
+ReplicatedStep::~ReplicatedStep() {
+  wait_for_stragglers();
+}
+
+void ReplicatedStep::make_buckets() {
+  // Groups of consecutive variables of about bytes_per_pack, formed from the last variable
+  // backwards (the order backward produces them); the first at most 1 MiB so that communication
+  // starts early (DDP's first_bucket_bytes).
+  const size_t pack = strategy_.communication_options().bytes_per_pack
+                          ? strategy_.communication_options().bytes_per_pack
+                          : size_t{25} << 20;
+  bucket_of_.assign(vars_.size(), 0);
+  int64_t end = total_;
+  size_t end_var = vars_.size();
+  while (end_var > 0) {
+    const size_t limit = buckets_.empty() ? std::min(pack, size_t{1} << 20) : pack;
+    size_t first = end_var;
+    int64_t begin = end;
+    do {
+      --first;
+      begin -= vars_[first].num_elements();
+    } while (first > 0 &&
+             static_cast<size_t>(end - begin + vars_[first - 1].num_elements()) * sizeof(float) <=
+                 limit);
+    for (size_t v = first; v < end_var; ++v) bucket_of_[v] = buckets_.size();
+    buckets_.push_back({first, end_var, begin, end});
+    end_var = first;
+    end = begin;
+  }
+  bucket_claimed_ = std::make_unique<std::atomic<uint32_t>[]>(buckets_.size());
+  bucket_filled_.assign(buckets_.size(), 0);
+}
+
+void ReplicatedStep::bucket_ready(ReplicaRun& run, size_t b) {
+  // The first run of the (only local) replica to finish a bucket ships it; every run computes
+  // the same bits, so which one does not matter.
+  if (bucket_claimed_[b].exchange(1, std::memory_order_acq_rel) != 0) return;
+  const Bucket& bucket = buckets_[b];
+  int64_t flat = bucket.begin;
+  for (size_t v = bucket.first_var; v < bucket.end_var; ++v) {
+    const int64_t n = vars_[v].num_elements();
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    float* d = summed_.data<float>() + flat;
+    if (run.defined_[v]) {
+      std::memcpy(d, run.flat_.data<float>() + flat, bytes);
+      if (overlap_accumulator_) add_into(d, accumulator_[acc_current_].data<float>() + flat, n);
+    } else if (overlap_accumulator_) {
+      std::memcpy(d, accumulator_[acc_current_].data<float>() + flat, bytes);
+    } else {
+      std::memset(d, 0, bytes);
+    }
+    flat += n;
+  }
+  // Buckets enter the communication thread in bucket order on every worker (collectives must
+  // match), whichever run filled them.
+  std::lock_guard lock(bucket_mu_);
+  bucket_filled_[b] = 1;
+  const bool bf16 = strategy_.communication_options().gradient_dtype == DType::bfloat16;
+  while (buckets_enqueued_ < buckets_.size() && bucket_filled_[buckets_enqueued_]) {
+    const Bucket& q = buckets_[buckets_enqueued_];
+    const size_t n = static_cast<size_t>(q.end - q.begin);
+    if (bf16) {
+      const float* src = summed_.data<float>() + q.begin;
+      bfloat16* out = summed_bf16_.data() + q.begin;
+      for (size_t i = 0; i < n; ++i) out[i] = bfloat16(src[i]);
+      reducer_->enqueue_compressed(out, n);
+    } else {
+      reducer_->enqueue(summed_.data<float>() + q.begin, n, DType::float32, ReduceOp::SUM);
+    }
+    ++buckets_enqueued_;
+  }
+  bucket_cv_.notify_all();
+}
+
+void ReplicatedStep::wait_for_buckets() {
+  {
+    std::unique_lock lock(bucket_mu_);
+    bucket_cv_.wait(lock, [this] { return buckets_enqueued_ == buckets_.size(); });
+  }
+  reducer_->wait();
+  if (strategy_.communication_options().gradient_dtype == DType::bfloat16) {
+    float* s = summed_.data<float>();
+    for (size_t i = 0, n = static_cast<size_t>(total_); i < n; ++i)
+      s[i] = static_cast<float>(summed_bf16_[i]);
+  }
+}
+
+void ReplicatedStep::wait_for_stragglers() {
+  strategy_.task_pool().wait_for_runs_before(UINT64_MAX);
+}
+
+ReplicatedStep::Slot* ReplicatedStep::acquire() {
+  std::lock_guard lock(pool_mu_);
+  if (free_.empty()) {
+    auto s = std::make_unique<Slot>();
+    ReplicaRun& r = s->run;
+    r.flat_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+    int64_t off = 0;
+    for (const Variable& v : vars_) {
+      r.views_.push_back(r.flat_.slice(off, off + v.num_elements()).reshape(v.shape()));
+      off += v.num_elements();
+    }
+    r.defined_.assign(vars_.size(), 0);
+    r.step_ = this;
+    r.bucket_ready_.assign(buckets_.size(), 0);
+    if (make_state_) r.state_ = make_state_();
+    free_.push_back(s.get());
+    slots_all_.push_back(std::move(s));
+  }
+  Slot* s = free_.back();
+  free_.pop_back();
+  return s;
+}
+
+void ReplicatedStep::release(Slot* s) {
+  std::lock_guard lock(pool_mu_);
+  free_.push_back(s);
+}
+
+RunState* ReplicatedStep::committed_state(int r) const {
+  Slot* s = committed_[parity_].at(static_cast<size_t>(r));
+  return s ? s->run.state() : nullptr;
+}
+
+SyncStats ReplicatedStep::stats() const {
+  SyncStats s = stats_;
+  TaskPoolStats p = strategy_.task_pool().stats();
+  s.backup_runs = p.backups;
+  s.backup_wins = p.backup_wins;
+  return s;
+}
+
+void ReplicatedStep::run_replicas(ReplicaFn fn) {
+  TaskPool& pool = strategy_.task_pool();
+  std::vector<Slot*>& committed = committed_[parity_];
+  std::fill(committed.begin(), committed.end(), nullptr);
+  if (!gang_) {
+    // Reuse a retired phase object whose runs are over, else make one.
+    const uint64_t now = pool.stats().phases;
+    ReplicaPhase* phase = nullptr;
+    for (auto& [p, seq] : replica_phases_) {
+      if (seq + kPhaseRetention <= now) {
+        p = std::make_unique<ReplicaPhase>(*this, fn, overlap_step_);
+        phase = p.get();
+        seq = now + 1;
+        break;
+      }
+    }
+    if (phase == nullptr) {
+      replica_phases_.emplace_back(std::make_unique<ReplicaPhase>(*this, fn, overlap_step_),
+                                   now + 1);
+      phase = replica_phases_.back().first.get();
+    }
+    try {
+      pool.run(*phase);
+      // Per-replica state (random streams, moving statistics) changes once, in replica order.
+      for (Slot* s : committed) s->run.commit();
+      return;
+    } catch (const CollectiveInTask&) {
+      for (Slot*& s : committed) {
+        if (s) release(s);
+        s = nullptr;
+      }
+      gang_ = true;
+      if (overlap_step_) {
+        // A collective in the forward pass comes before any gradient: no bucket has left.
+        std::lock_guard lock(bucket_mu_);
+        if (buckets_enqueued_ != 0) {
+          throw Internal(
+              "ReplicatedStep: a replica function called a collective after gradients had "
+              "started crossing workers; call collectives before the backward pass.");
+        }
+        overlap_step_ = false;
+      }
+    }
+  }
+  // Gang: every replica at once, one thread each, with the local communicator.
+  strategy_.run_on_replicas([&](ReplicaContext& ctx) {
+    const int r = ctx.local_replica_id();
+    Slot* slot = acquire();
+    slot->run.reset(r, false);
+    ReplicaContext mine(strategy_, r, &ctx.local_communicator(), strategy_.cross_worker(),
+                        &slot->run);
+    ReplicaContextScope context(&mine);
+    try {
+      fn(mine, slot->run);
+    } catch (...) {
+      release(slot);
+      throw;
+    }
+    committed[static_cast<size_t>(r)] = slot;
+  });
+  for (Slot* s : committed) s->run.commit();
+}
+
+void ReplicatedStep::apply_deferred_sums() {
+  struct Entry {
+    const void* key;
+    Tensor total;
+    std::function<void(const Tensor&)>* apply;
+  };
+  std::vector<Entry> entries;
+  for (Slot* s : committed_[parity_]) {
+    for (auto& d : s->run.deferred_) {
+      auto it = std::find_if(entries.begin(), entries.end(),
+                             [&](const Entry& e) { return e.key == d.key; });
+      if (it == entries.end()) {
+        entries.push_back({d.key, d.value.clone(), &d.apply});
+        continue;
+      }
+      if (!(it->total.shape() == d.value.shape())) {
+        throw InvalidArgument("sum_after_step: replicas summed values of different shapes: " +
+                              it->total.describe() + " and " + d.value.describe() + ".");
+      }
+      double* t = it->total.data<double>();
+      const double* v = d.value.data<double>();
+      for (int64_t i = 0, n = d.value.num_elements(); i < n; ++i) t[i] += v[i];
+    }
+  }
+  if (Communicator* cross = strategy_.cross_worker()) {
+    // Every worker must sum the same values: a worker whose replicas all had empty slices has
+    // none to offer, which the others cannot fill in.
+    int64_t counts[2] = {static_cast<int64_t>(entries.size()),
+                         -static_cast<int64_t>(entries.size())};
+    cross->all_reduce(counts, 2, DType::int64, ReduceOp::MAX);
+    const int64_t most = counts[0], fewest = -counts[1];
+    if (most != fewest) {
+      throw FailedPrecondition(
+          "ReplicatedStep: the workers' replicas produced different numbers of statistics to sum "
+          "after this step (" +
+          std::to_string(fewest) + " to " + std::to_string(most) +
+          "): a worker had no examples for a layer that sums statistics across replicas "
+          "(BatchNormalization). Use a global batch of at least one example per worker.");
+    }
+    for (Entry& e : entries) cross->all_reduce(e.total, ReduceOp::SUM);
+  }
+  for (Entry& e : entries) (*e.apply)(e.total);
+}
+
+const float* ReplicatedStep::sole_gradient(const Chunk& c, const ChunkInputs& in) const {
+  if (in.with_accumulator || update_.rewrites_gradient()) return nullptr;
+  const float* only = nullptr;
+  for (const Slot* s : committed_[in.parity]) {
+    if (!s->run.defined_[c.var]) continue;
+    if (only != nullptr) return nullptr;
+    only = s->run.flat_.data<float>() + c.flat;
+  }
+  return only;
+}
+
+void ReplicatedStep::sum_chunk(const Chunk& c, const ChunkInputs& in, float* out) const {
+  const size_t bytes = static_cast<size_t>(c.n) * sizeof(float);
+  bool first = true;
+  if (in.with_accumulator) {
+    std::memcpy(out, accumulator_[in.accumulator].data<float>() + c.flat, bytes);
+    first = false;
+  }
+  for (const Slot* s : committed_[in.parity]) {
+    if (!s->run.defined_[c.var]) continue;
+    const float* src = s->run.flat_.data<float>() + c.flat;
+    if (first) {
+      std::memcpy(out, src, bytes);
+      first = false;
+    } else {
+      add_into(out, src, c.n);
+    }
+  }
+  if (first) std::memset(out, 0, bytes);
+}
+
+void ReplicatedStep::run_chunks(ChunkMode mode) {
+  ChunkPhase& phase = *chunk_phases_[static_cast<int>(mode)];
+  phase.in = {parity_, acc_valid_, acc_current_};
+  strategy_.task_pool().run(phase);
+}
+
+void ReplicatedStep::prepare_buffers() {
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    cur_w_[i] = vars_[i].raw_value().data<float>();
+    next_w_[i] = vars_[i].next_value().data<float>();
+    next_r_[i] = vars_[i].next_bfloat16_rounded_data();
+    cur_s_[i].clear();
+    next_s_[i].clear();
+    for (const Variable& sv : slots_[i]) {
+      cur_s_[i].push_back(sv.raw_value().data<float>());
+      next_s_[i].push_back(sv.next_value().data<float>());
+    }
+  }
+}
+
+void ReplicatedStep::all_reduce_across_workers() {
+  Communicator* cross = strategy_.cross_worker();
+  const size_t n = static_cast<size_t>(total_);
+  if (strategy_.communication_options().gradient_dtype == DType::bfloat16) {
+    summed_bf16_.resize(n);
+    float* s = summed_.data<float>();
+    for (size_t i = 0; i < n; ++i) summed_bf16_[i] = bfloat16(s[i]);
+    cross->all_reduce_compressed(summed_bf16_.data(), n);
+    for (size_t i = 0; i < n; ++i) s[i] = static_cast<float>(summed_bf16_[i]);
+  } else {
+    cross->all_reduce(summed_.data<float>(), n, DType::float32, ReduceOp::SUM);
+  }
+}
+
+void ReplicatedStep::run(ReplicaFn fn, bool apply) {
+  TaskPool& pool = strategy_.task_pool();
+  step_first_phase_ = pool.stats().phases + 1;
+  parity_ = 1 - parity_;
+  // Overlap the cross-worker sum with backward when one local replica feeds it (several local
+  // replicas sum after their phase; see docs/distributed.md).
+  const bool overlapped =
+      apply && !gang_ && num_local_ == 1 && strategy_.num_workers() > 1 && buckets_.size() > 1;
+  if (overlapped) {
+    // The buckets are written during the replica phase: nothing of the previous step may read
+    // the sum any more.
+    pool.wait_for_runs_before(step_first_phase_);
+    if (!summed_.defined()) summed_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+    if (strategy_.communication_options().gradient_dtype == DType::bfloat16)
+      summed_bf16_.resize(static_cast<size_t>(total_));
+    if (!reducer_) reducer_ = std::make_unique<BackgroundReducer>(strategy_.cross_worker_shared());
+    for (size_t b = 0; b < buckets_.size(); ++b) bucket_claimed_[b].store(0);
+    std::fill(bucket_filled_.begin(), bucket_filled_.end(), 0);
+    buckets_enqueued_ = 0;
+    overlap_accumulator_ = acc_valid_;
+    overlap_step_ = true;
+  }
+  run_replicas(std::move(fn));
+
+  const auto t0 = Clock::now();
+  // What follows overwrites the variables' next buffers, the accumulator, the sum and the
+  // previous step's gradient slots: no run of an earlier step may still read them.
+  pool.wait_for_runs_before(step_first_phase_);
+  for (Slot*& s : committed_[1 - parity_]) {
+    if (s) release(s);
+    s = nullptr;
+  }
+
+  const bool workers = strategy_.num_workers() > 1;
+  if (overlap_step_) {
+    const auto tc = Clock::now();
+    wait_for_buckets();  // what is left of the communication after backward
+    stats_.cross_worker_seconds += seconds_since(tc);
+    overlap_step_ = false;
+  }
+  // After the buckets: the communicator has one user at a time.
+  apply_deferred_sums();
+  if (!apply) {
+    run_chunks(ChunkMode::kAccumulate);
+    acc_current_ = 1 - acc_current_;
+    acc_valid_ = true;
+  } else {
+    prepare_buffers();
+    if (workers || update_.wants_gradient_norms()) {
+      if (!summed_.defined()) summed_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+      if (!overlapped) {
+        run_chunks(ChunkMode::kSum);
+        if (workers) {
+          const auto tc = Clock::now();
+          all_reduce_across_workers();
+          stats_.cross_worker_seconds += seconds_since(tc);
+        }
+      }
+      std::vector<double> norms;
+      if (update_.wants_gradient_norms()) {
+        const float* g = summed_.data<float>();
+        int64_t off = 0;
+        for (const Variable& v : vars_) {
+          double sq = 0;
+          for (int64_t j = 0, n = v.num_elements(); j < n; ++j)
+            sq += static_cast<double>(g[off + j]) * g[off + j];
+          norms.push_back(sq);
+          off += v.num_elements();
+        }
+      }
+      update_.begin_update(norms);
+      run_chunks(ChunkMode::kApplyFromSum);
+    } else {
+      update_.begin_update({});
+      run_chunks(ChunkMode::kApply);
+    }
+    update_.end_update();
+    for (size_t i = 0; i < vars_.size(); ++i) {
+      vars_[i].flip_buffers(next_r_[i] != nullptr);
+      for (const Variable& sv : slots_[i]) sv.flip_buffers(false);
+    }
+    acc_valid_ = false;
+  }
+  stats_.steps += 1;
+  stats_.local_seconds += seconds_since(t0);
+  stats_.bytes_per_step =
+      static_cast<size_t>(total_) *
+      (workers ? dtype_size(strategy_.communication_options().gradient_dtype) : sizeof(float));
+}
+
+}  // namespace lockstep::distribute

@@ -1,0 +1,367 @@
+#include "lockstep/distribute/task_pool.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "../sync/futex.h"
+#include "lockstep/core/error.h"
+#include "lockstep/core/task_cancellation.h"
+#include "replica_pool.h"
+
+namespace lockstep::distribute {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kRing = 8;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+int affinity_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+// Runnable threads on the whole machine (ours included), from /proc/stat; -1 when unknown.
+int procs_running() {
+  FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int n = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "procs_running ", 14) == 0) {
+      n = std::atoi(line + 14);
+      break;
+    }
+  }
+  std::fclose(f);
+  return n;
+}
+
+}  // namespace
+
+struct TaskPool::TaskState {
+  std::atomic<uint32_t> done{0};  // also the runs' cancellation flag
+  std::atomic<uint32_t> runners{0};
+  std::atomic<int64_t> started_ns{0};
+};
+
+struct TaskPool::Record {
+  std::atomic<uint64_t> sequence{0};  // 0 while being reset
+  TaskPhase* phase = nullptr;
+  int num_tasks = 0;
+  int kind = 0;
+  std::unique_ptr<TaskState[]> tasks;
+  int capacity = 0;
+  std::atomic<int> next{0};
+  std::atomic<int> committed{0};
+  std::atomic<uint32_t> progress{0};  // futex word: bumped at every commit and at failure
+  std::atomic<int> waiters{0};
+  std::atomic<int> active{0};        // threads working on this phase
+  std::atomic<uint32_t> drained{0};  // futex word: bumped when `active` drops to 0
+  std::atomic<bool> failed{false};
+  std::mutex error_mu;
+  std::exception_ptr error;
+  int error_task = INT_MAX;
+
+  bool complete() const {
+    return failed.load(std::memory_order_acquire) ||
+           committed.load(std::memory_order_acquire) == num_tasks;
+  }
+  void leave() {
+    if (active.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      drained.fetch_add(1, std::memory_order_release);
+      detail::futex_wake_all(&drained);
+    }
+  }
+  void wait_drained() {
+    for (;;) {
+      uint32_t w = drained.load(std::memory_order_acquire);
+      if (active.load(std::memory_order_acquire) == 0) return;
+      detail::futex_wait(&drained, w);
+    }
+  }
+  void bump_progress() {
+    progress.fetch_add(1, std::memory_order_seq_cst);
+    if (waiters.load(std::memory_order_seq_cst) > 0) detail::futex_wake_all(&progress);
+  }
+};
+
+TaskPool::TaskPool(TaskPoolOptions options) : options_(std::move(options)) {
+  if (options_.num_threads < 1) {
+    throw InvalidArgument("TaskPool: expected num_threads >= 1. Received: " +
+                          std::to_string(options_.num_threads) + ".");
+  }
+  if (!(options_.backup_factor >= 1.0)) {
+    throw InvalidArgument("TaskPool: expected backup_factor >= 1. Received: " +
+                          std::to_string(options_.backup_factor) + ".");
+  }
+  for (auto& t : typical_ns_) t.store(0, std::memory_order_relaxed);
+  for (size_t i = 0; i < kRing; ++i) ring_.push_back(std::make_unique<Record>());
+  awake_.store(options_.num_threads - 1);
+  for (int t = 1; t < options_.num_threads; ++t) threads_.emplace_back(&TaskPool::helper, this, t);
+}
+
+TaskPool::~TaskPool() {
+  stopping_.store(true, std::memory_order_release);
+  announced_.fetch_add(1, std::memory_order_release);
+  detail::futex_wake_all(&announced_);
+  for (auto& t : threads_) t.join();
+}
+
+void TaskPool::set_run_hook(RunHook hook) {
+  std::lock_guard lock(hook_mu_);
+  hook_ = std::move(hook);
+  has_hook_.store(static_cast<bool>(hook_), std::memory_order_release);
+}
+
+TaskPoolStats TaskPool::stats() const {
+  return {sequence_, runs_.load(), backups_.load(), backup_wins_.load(), cancelled_.load()};
+}
+
+bool TaskPool::spinning_allowed() {
+  // Sampled by the caller every 20 ms: spinning pays only when every thread of ours has a core
+  // of its own; with anything else runnable it steals the time a descheduled thread needs.
+  auto now = Clock::now();
+  if (now - spin_checked_ > std::chrono::milliseconds(20)) {
+    spin_checked_ = now;
+    static const int cpus = affinity_cpus();
+    int running = procs_running();
+    int ours = 1 + awake_.load(std::memory_order_relaxed);
+    int others = running < 0 ? 0 : std::max(0, running - ours);
+    spin_ok_.store(others + options_.num_threads <= cpus, std::memory_order_relaxed);
+  }
+  return spin_ok_.load(std::memory_order_relaxed);
+}
+
+uint64_t TaskPool::run(TaskPhase& phase) {
+  const uint64_t seq = ++sequence_;
+  Record& rec = *ring_[seq % kRing];
+  // A record is reused only once nobody works on its old phase (losing runs may linger).
+  rec.sequence.store(0, std::memory_order_seq_cst);
+  rec.wait_drained();
+  const int n = phase.num_tasks();
+  if (n > rec.capacity) {
+    rec.tasks = std::make_unique<TaskState[]>(static_cast<size_t>(n));
+    rec.capacity = n;
+  }
+  for (int i = 0; i < n; ++i) {
+    rec.tasks[i].done.store(0, std::memory_order_relaxed);
+    rec.tasks[i].runners.store(0, std::memory_order_relaxed);
+    rec.tasks[i].started_ns.store(0, std::memory_order_relaxed);
+  }
+  rec.phase = &phase;
+  rec.num_tasks = n;
+  rec.kind = std::clamp(phase.kind(), 0, kMaxKinds - 1);
+  rec.next.store(0, std::memory_order_relaxed);
+  rec.committed.store(0, std::memory_order_relaxed);
+  rec.failed.store(false, std::memory_order_relaxed);
+  rec.error = nullptr;
+  rec.error_task = INT_MAX;
+  // The caller; fetch_add, not store: a helper that saw the old phase may be backing off.
+  rec.active.fetch_add(1, std::memory_order_seq_cst);
+  rec.sequence.store(seq, std::memory_order_seq_cst);
+  if (n == 0) {
+    rec.leave();
+    return seq;
+  }
+  if (!threads_.empty()) {
+    spinning_allowed();
+    current_.store(seq, std::memory_order_seq_cst);
+    announced_.store(static_cast<uint32_t>(seq), std::memory_order_seq_cst);
+    if (awake_.load(std::memory_order_seq_cst) < static_cast<int>(threads_.size()))
+      detail::futex_wake_all(&announced_);
+  }
+  // The caller runs tasks too; its kernels must stay single-threaded like the pool's.
+  const int saved_omp = omp_get_max_threads();
+  if (saved_omp != 1) omp_set_num_threads(1);
+  while (work_on(rec, 0)) wait_for_progress(rec, 0);
+  if (saved_omp != 1) omp_set_num_threads(saved_omp);
+  rec.leave();
+  if (rec.failed.load(std::memory_order_acquire)) {
+    // Every run of the failed phase is cancelled; let them stop before the caller unwinds the
+    // state they use.
+    rec.wait_drained();
+    std::rethrow_exception(rec.error);
+  }
+  return seq;
+}
+
+void TaskPool::wait_for_runs_before(uint64_t sequence) {
+  for (auto& r : ring_) {
+    uint64_t s = r->sequence.load(std::memory_order_acquire);
+    if (s != 0 && s < sequence) r->wait_drained();
+  }
+}
+
+void TaskPool::helper(int thread) {
+  if (thread < static_cast<int>(options_.pin_cores.size()))
+    pin_this_thread(options_.pin_cores[static_cast<size_t>(thread)]);
+  omp_set_num_threads(1);
+  uint64_t seen = 0;
+  while (!stopping_.load(std::memory_order_acquire)) {
+    const uint64_t cur = current_.load(std::memory_order_seq_cst);
+    if (cur != 0 && cur != seen) {
+      seen = cur;
+      Record& rec = *ring_[cur % kRing];
+      rec.active.fetch_add(1, std::memory_order_seq_cst);
+      if (rec.sequence.load(std::memory_order_seq_cst) != cur) {
+        rec.leave();  // late: that phase is long over and its record reused
+        continue;
+      }
+      while (work_on(rec, thread)) wait_for_progress(rec, thread);
+      rec.leave();
+      continue;
+    }
+    if (spin_ok_.load(std::memory_order_relaxed)) {
+      const auto until = Clock::now() + options_.spin;
+      bool changed = false;
+      for (int i = 0; !changed; ++i) {
+        detail::cpu_relax();
+        changed = current_.load(std::memory_order_relaxed) != seen ||
+                  stopping_.load(std::memory_order_relaxed);
+        if ((i & 63) == 63 && Clock::now() > until) break;
+      }
+      if (changed) continue;
+    }
+    awake_.fetch_sub(1, std::memory_order_seq_cst);
+    if (current_.load(std::memory_order_seq_cst) == seen && !stopping_.load())
+      detail::futex_wait(&announced_, static_cast<uint32_t>(seen));
+    awake_.fetch_add(1, std::memory_order_seq_cst);
+  }
+}
+
+bool TaskPool::work_on(Record& rec, int thread) {
+  const int n = rec.num_tasks;
+  for (;;) {
+    if (rec.failed.load(std::memory_order_acquire)) return false;
+    const int i = rec.next.fetch_add(1, std::memory_order_acq_rel);
+    if (i < n) {
+      TaskState& ts = rec.tasks[i];
+      ts.runners.store(1, std::memory_order_relaxed);
+      ts.started_ns.store(now_ns(), std::memory_order_release);
+      execute(rec, i, thread, false);
+      continue;
+    }
+    if (rec.complete()) return false;
+    // Nothing left to take: back up the task whose deadline passed first.
+    const int64_t typical = typical_ns_[rec.kind].load(std::memory_order_relaxed);
+    const int64_t threshold =
+        static_cast<int64_t>(options_.backup_factor * static_cast<double>(typical)) +
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.backup_slack).count();
+    const int64_t now = now_ns();
+    int64_t earliest = INT64_MAX;
+    bool ran = false;
+    for (int j = 0; j < n && !ran; ++j) {
+      TaskState& ts = rec.tasks[j];
+      if (ts.done.load(std::memory_order_acquire) != 0) continue;
+      if (ts.runners.load(std::memory_order_acquire) != 1) continue;
+      const int64_t started = ts.started_ns.load(std::memory_order_acquire);
+      if (started == 0) continue;
+      const int64_t deadline = started + threshold;
+      if (now < deadline) {
+        earliest = std::min(earliest, deadline);
+        continue;
+      }
+      uint32_t one = 1;
+      if (ts.runners.compare_exchange_strong(one, 2, std::memory_order_acq_rel)) {
+        execute(rec, j, thread, true);
+        ran = true;
+      }
+    }
+    if (ran) continue;
+    return !rec.complete();
+  }
+}
+
+void TaskPool::wait_for_progress(Record& rec, int /*thread*/) {
+  rec.waiters.fetch_add(1, std::memory_order_seq_cst);
+  const uint32_t p = rec.progress.load(std::memory_order_seq_cst);
+  if (!rec.complete()) {
+    // Sleep until a commit (or failure), or until the next backup deadline.
+    const int64_t typical = typical_ns_[rec.kind].load(std::memory_order_relaxed);
+    const int64_t threshold =
+        static_cast<int64_t>(options_.backup_factor * static_cast<double>(typical)) +
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.backup_slack).count();
+    int64_t earliest = INT64_MAX;
+    for (int j = 0; j < rec.num_tasks; ++j) {
+      TaskState& ts = rec.tasks[j];
+      if (ts.done.load(std::memory_order_acquire) != 0) continue;
+      if (ts.runners.load(std::memory_order_acquire) != 1) continue;
+      const int64_t started = ts.started_ns.load(std::memory_order_acquire);
+      if (started != 0) earliest = std::min(earliest, started + threshold);
+    }
+    if (earliest == INT64_MAX) {
+      detail::futex_wait(&rec.progress, p);
+    } else {
+      detail::futex_wait_for(&rec.progress, p, std::chrono::nanoseconds(earliest - now_ns()));
+    }
+  }
+  rec.waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
+  TaskState& ts = rec.tasks[task];
+  if (has_hook_.load(std::memory_order_acquire)) {
+    RunHook hook;
+    {
+      std::lock_guard lock(hook_mu_);
+      hook = hook_;
+    }
+    if (hook) hook(rec.kind, task, thread, backup);
+  }
+  runs_.fetch_add(1, std::memory_order_relaxed);
+  if (backup) backups_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t t0 = now_ns();
+  void* result = nullptr;
+  auto fail = [&](std::exception_ptr e) {
+    {
+      std::lock_guard lock(rec.error_mu);
+      if (task < rec.error_task) {
+        rec.error = std::move(e);
+        rec.error_task = task;
+      }
+    }
+    rec.failed.store(true, std::memory_order_release);
+    for (int j = 0; j < rec.num_tasks; ++j) rec.tasks[j].done.store(1, std::memory_order_release);
+    rec.bump_progress();
+  };
+  try {
+    TaskCancellationScope scope(&ts.done);
+    result = rec.phase->run(task, thread);
+  } catch (const TaskCancelled&) {
+    cancelled_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  } catch (...) {
+    // A run whose twin already committed is discarded whatever it threw.
+    if (ts.done.load(std::memory_order_acquire) == 0) fail(std::current_exception());
+    return;
+  }
+  if (ts.done.exchange(1, std::memory_order_acq_rel) == 0) {
+    try {
+      rec.phase->commit(task, result);
+    } catch (...) {
+      fail(std::current_exception());
+      return;
+    }
+    const int64_t d = now_ns() - t0;
+    const int64_t old = typical_ns_[rec.kind].load(std::memory_order_relaxed);
+    typical_ns_[rec.kind].store(old == 0 ? d : old + (d - old) / 4, std::memory_order_relaxed);
+    if (backup) backup_wins_.fetch_add(1, std::memory_order_relaxed);
+    rec.committed.fetch_add(1, std::memory_order_acq_rel);
+    rec.bump_progress();
+  } else {
+    rec.phase->discard(task, result);
+  }
+}
+
+}  // namespace lockstep::distribute

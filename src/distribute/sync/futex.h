@@ -1,0 +1,50 @@
+#pragma once
+// Waiting on a 32-bit word without spinning: Linux futexes. std::atomic::wait has no timed form,
+// and the step's waits need one (a backup task is started when a straggler has not finished by a
+// deadline). Internal to the distribute layer.
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <ctime>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace lockstep::distribute::detail {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Sleeps while *word == expected, at most `relative` (nullptr: no limit). Returns at once when
+// the word already differs; may return spuriously, so callers re-check their condition.
+inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected,
+                       const timespec* relative = nullptr) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, relative,
+          nullptr, 0);
+}
+
+inline void futex_wait_for(std::atomic<uint32_t>* word, uint32_t expected,
+                           std::chrono::nanoseconds limit) {
+  if (limit.count() <= 0) return;
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(limit.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(limit.count() % 1000000000);
+  futex_wait(word, expected, &ts);
+}
+
+inline void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+
+}  // namespace lockstep::distribute::detail

@@ -1,0 +1,153 @@
+// TaskPool: every task commits exactly once whatever the number of threads; a task whose thread
+// stalls (held in a test hook, not slept on) is finished by a backup run on another thread; a
+// failing task's error reaches the caller.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/task_cancellation.h"
+#include "lockstep/distribute/task_pool.h"
+
+namespace lockstep::distribute {
+namespace {
+
+// Each task computes a value from its index into a private result; commits count per task.
+class CountingPhase : public TaskPhase {
+ public:
+  explicit CountingPhase(int n) : n_(n), commits_(static_cast<size_t>(n)), values_(n) {}
+  int num_tasks() const override { return n_; }
+  void* run(int task, int thread) override {
+    check_task_cancelled();
+    auto* r = new Result{task, thread, 0};
+    for (int i = 0; i <= task; ++i) r->value += i;
+    return r;
+  }
+  void commit(int task, void* result) override {
+    auto* r = static_cast<Result*>(result);
+    commits_[static_cast<size_t>(task)].fetch_add(1);
+    values_[static_cast<size_t>(task)] = r->value;
+    committed_by_.push_back_locked(task, r->thread);
+    delete r;
+  }
+  void discard(int, void* result) override {
+    discards_.fetch_add(1);
+    delete static_cast<Result*>(result);
+  }
+
+  struct Result {
+    int task, thread;
+    long value;
+  };
+  struct Owners {
+    std::mutex mu;
+    std::vector<std::pair<int, int>> v;
+    void push_back_locked(int task, int thread) {
+      std::lock_guard lock(mu);
+      v.emplace_back(task, thread);
+    }
+  };
+  int n_;
+  std::vector<std::atomic<int>> commits_;
+  std::vector<long> values_;
+  std::atomic<int> discards_{0};
+  Owners committed_by_;
+};
+
+TEST(TaskPool, CommitsEveryTaskExactlyOnceOnAnyNumberOfThreads) {
+  for (int threads : {1, 2, 3, 5}) {
+    TaskPool pool({.num_threads = threads});
+    for (int round = 0; round < 20; ++round) {
+      CountingPhase phase(13);
+      pool.run(phase);
+      for (int t = 0; t < 13; ++t) {
+        EXPECT_EQ(phase.commits_[static_cast<size_t>(t)].load(), 1) << "task " << t;
+        EXPECT_EQ(phase.values_[static_cast<size_t>(t)], static_cast<long>(t) * (t + 1) / 2);
+      }
+      pool.wait_for_runs_before(UINT64_MAX);  // losers (if any) must be gone before `phase` is
+    }
+  }
+}
+
+TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
+  TaskPool pool({.num_threads = 2, .backup_slack = std::chrono::microseconds(100)});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool helper_stalled = false, release = false;
+  int stalled_task = -1;
+  pool.set_run_hook([&](int, int task, int thread, bool backup) {
+    std::unique_lock lock(mu);
+    if (backup) return;
+    if (thread != 0 && stalled_task < 0) {
+      // The helper's first primary run stops here until the test lets it go.
+      stalled_task = task;
+      helper_stalled = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release; });
+    } else if (thread == 0 && !helper_stalled) {
+      // The caller waits until the helper holds the other task, so that one of them is stalled.
+      cv.wait(lock, [&] { return helper_stalled; });
+    }
+  });
+  CountingPhase phase(2);
+  pool.run(phase);  // returns although the helper is still held: the backup committed its task
+  {
+    std::lock_guard lock(mu);
+    ASSERT_TRUE(helper_stalled);
+    ASSERT_GE(stalled_task, 0);
+    for (const auto& [task, thread] : phase.committed_by_.v) {
+      if (task == stalled_task) {
+        EXPECT_EQ(thread, 0) << "the stalled task was committed by its backup";
+      }
+    }
+    release = true;
+    cv.notify_all();
+  }
+  pool.wait_for_runs_before(UINT64_MAX);
+  EXPECT_EQ(phase.commits_[0].load(), 1);
+  EXPECT_EQ(phase.commits_[1].load(), 1);
+  const TaskPoolStats s = pool.stats();
+  EXPECT_EQ(s.backup_wins, 1u);
+  // The stalled run, released, found its task done: cancelled at its first check.
+  EXPECT_EQ(s.cancelled + static_cast<uint64_t>(phase.discards_.load()), 1u);
+  pool.set_run_hook({});
+}
+
+class FailingPhase : public TaskPhase {
+ public:
+  int num_tasks() const override { return 6; }
+  void* run(int task, int) override {
+    if (task == 2 || task == 4)
+      throw std::runtime_error("task " + std::to_string(task) + " failed");
+    return nullptr;
+  }
+  void commit(int, void*) override {}
+  void discard(int, void*) override {}
+};
+
+TEST(TaskPool, ATaskErrorReachesTheCallerAndThePoolKeepsWorking) {
+  TaskPool pool({.num_threads = 3});
+  FailingPhase failing;
+  try {
+    pool.run(failing);
+    FAIL() << "expected the task's error";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(what == "task 2 failed" || what == "task 4 failed") << what;
+  }
+  CountingPhase fine(7);
+  pool.run(fine);
+  for (int t = 0; t < 7; ++t) EXPECT_EQ(fine.commits_[static_cast<size_t>(t)].load(), 1);
+  pool.wait_for_runs_before(UINT64_MAX);
+}
+
+TEST(TaskPool, RejectsNoThreads) {
+  EXPECT_THROW(TaskPool({.num_threads = 0}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace lockstep::distribute

@@ -1,0 +1,171 @@
+// A replica is a shard of the global batch, not a thread: for a given number of replicas N the
+// weights fit reaches are bit-identical on any number of worker threads T (more threads than
+// cores included), and a thread held mid-step (a test hook, not a sleep) does not hold the step —
+// a backup run on another thread finishes its task with the same bits.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/task_pool.h"
+#include "lockstep/keras.h"
+#include "testing/classification_data.h"
+
+namespace lockstep::keras {
+namespace {
+
+constexpr int64_t kInputs = 12, kHidden = 9, kClasses = 4;
+constexpr int64_t kExamples = 3 * 29 + 11;  // global batches of 29: the last one holds 11
+constexpr int64_t kGlobalBatch = 29;        // divides by none of 2, 3, 4, 8
+
+Sequential small_mlp() {
+  return Sequential({Input({kInputs}), layers::Dense({.units = kHidden, .activation = "relu"}),
+                     layers::Dense({.units = kClasses, .activation = "softmax"})});
+}
+
+distribute::StrategyConfig config(int replicas, int threads) {
+  distribute::StrategyConfig c;
+  c.name = "Test";
+  c.replica_cores.assign(static_cast<size_t>(replicas), {});
+  c.num_threads = threads;
+  return c;
+}
+
+std::vector<Tensor> initial_weights() {
+  std::mt19937_64 rng(41);
+  return {testing::uniform_tensor(rng, {kInputs, kHidden}, 0.5f),
+          testing::uniform_tensor(rng, {kHidden}, 0.1f),
+          testing::uniform_tensor(rng, {kHidden, kClasses}, 0.5f),
+          testing::uniform_tensor(rng, {kClasses}, 0.1f)};
+}
+
+std::string bytes_of(const std::vector<Variable>& vars) {
+  std::string out;
+  for (const Variable& v : vars) {
+    const Tensor& t = v.raw_value();
+    out.append(static_cast<const char*>(t.raw_data()), t.nbytes());
+  }
+  return out;
+}
+
+// Fits 3 epochs of Adam on `strategy` from fixed weights and returns the weights' bytes; `setup`
+// may install hooks (run before fit, with the model's callbacks list to extend).
+std::string fit_bytes(distribute::Strategy& strategy,
+                      std::vector<std::shared_ptr<callbacks::Callback>> cbs = {}) {
+  testing::ClassificationData data =
+      testing::random_classification(kExamples, kInputs, kClasses, 5);
+  Dataset ds = Dataset::from_tensor_slices({data.x, data.y}).batch(kGlobalBatch);
+  std::vector<Tensor> init = initial_weights();
+  auto scope = strategy.scope();
+  Sequential model = small_mlp();
+  std::vector<Variable> ws = model.weights();
+  for (size_t i = 0; i < ws.size(); ++i) ws[i].assign(init[i]);
+  model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+                 .loss = losses::CategoricalCrossentropy(),
+                 .metrics = {metrics::CategoricalAccuracy()}});
+  model.fit(ds, {.epochs = 3, .verbose = 0, .callbacks = cbs});
+  EXPECT_EQ(model.optimizer().iterations(), 3 * 4);
+  return bytes_of(ws);
+}
+
+TEST(ReplicaScheduling, WeightsAreBitIdenticalOnAnyNumberOfThreads) {
+  const std::string initial = [] {
+    std::string out;
+    for (const Tensor& t : initial_weights())
+      out.append(static_cast<const char*>(t.raw_data()), t.nbytes());
+    return out;
+  }();
+  for (int n : {1, 2, 3, 4, 8}) {
+    distribute::Strategy reference_strategy(config(n, 1));
+    const std::string reference = fit_bytes(reference_strategy);
+    ASSERT_EQ(reference.size(), initial.size());
+    EXPECT_NE(reference, initial) << "the weights moved";
+    std::vector<int> threads = {2, 3};
+    if (n > 3) threads.push_back(n);
+    for (int t : threads) {
+      distribute::Strategy strategy(config(n, t));
+      ASSERT_EQ(strategy.num_threads(), t);
+      EXPECT_TRUE(fit_bytes(strategy) == reference)
+          << n << " replicas on " << t << " threads differ from 1 thread";
+    }
+  }
+}
+
+// Holds the first replica task a helper thread takes from the given step on, until the step's
+// batch has ended (on_train_batch_end): the step can only end through a backup run.
+class StallOneThread : public callbacks::Callback {
+ public:
+  StallOneThread(distribute::TaskPool& pool, int from_step) : pool_(pool), from_step_(from_step) {
+    pool_.set_run_hook([this](int kind, int, int thread, bool backup) {
+      std::unique_lock lock(mu_);
+      if (kind != 0 || backup || stalled_ || step_ < from_step_) return;
+      if (thread == 0) {
+        // The calling thread waits until a helper holds a replica task of this step, so that
+        // one is held whatever the order in which the threads woke up.
+        cv_.wait(lock, [this] { return stalled_; });
+        return;
+      }
+      stalled_ = true;
+      stalled_at_step_ = step_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return released_; });
+    });
+  }
+  ~StallOneThread() override { pool_.set_run_hook({}); }
+  void on_train_batch_begin(int64_t batch, const callbacks::Logs&) override {
+    std::lock_guard lock(mu_);
+    step_ = batch;
+  }
+  void on_train_batch_end(int64_t, const callbacks::Logs&) override {
+    std::lock_guard lock(mu_);
+    if (stalled_ && !released_) {
+      released_ = true;
+      released_after_step_ = step_;
+      cv_.notify_all();
+    }
+  }
+  bool stalled() {
+    std::lock_guard lock(mu_);
+    return stalled_;
+  }
+  int64_t stalled_at_step() {
+    std::lock_guard lock(mu_);
+    return stalled_at_step_;
+  }
+  int64_t released_after_step() {
+    std::lock_guard lock(mu_);
+    return released_after_step_;
+  }
+
+ private:
+  distribute::TaskPool& pool_;
+  int from_step_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t step_ = -1, stalled_at_step_ = -1, released_after_step_ = -1;
+  bool stalled_ = false, released_ = false;
+};
+
+TEST(ReplicaScheduling, AStalledThreadDoesNotHoldTheStepAndTheBitsDoNotChange) {
+  for (int n : {2, 4}) {
+    distribute::Strategy reference_strategy(config(n, 1));
+    const std::string reference = fit_bytes(reference_strategy);
+
+    distribute::Strategy strategy(config(n, 2));
+    auto stall = std::make_shared<StallOneThread>(strategy.task_pool(), /*from_step=*/1);
+    const std::string got = fit_bytes(strategy, {stall});
+    ASSERT_TRUE(stall->stalled()) << "the helper thread never took a replica task";
+    // The step it was held in ended while it was held: its task was finished by the backup.
+    EXPECT_EQ(stall->released_after_step(), stall->stalled_at_step());
+    EXPECT_GE(strategy.task_pool().stats().backup_wins, 1u);
+    EXPECT_TRUE(got == reference) << n << " replicas: a backup run changed the weights";
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::keras

@@ -1,0 +1,40 @@
+#!/bin/bash
+# `lockstep devices` on two hosts prints the job's layout: hosts, workers per host, replicas per
+# worker, and which workers each host runs; every worker prints the same layout. Two layouts:
+# 1 worker x 2 replicas on each host, and 3 workers x 1 replica over two hosts (2 + 1).
+#   test_topology.sh <lockstep>
+set -u
+source "$(dirname "$0")/hosts.sh"
+multihost_require_root
+LOCKSTEP=$1
+hosts_up || { echo "FAIL: could not create the two hosts"; multihost_finish 1; }
+W=$MULTIHOST_WORK
+fail=0
+devices() {  # name np replicas
+  MULTIHOST_TIMEOUT=120 multihost_mpirun -np "$2" -x "LOCKSTEP_DEVICES=cpu:$3" \
+    sh -c '"$0" devices > "$1.$OMPI_COMM_WORLD_RANK"' "$LOCKSTEP" "$W/$1" >"$W/$1.log" 2>&1 ||
+    { cat "$W/$1.log"; echo "FAIL: lockstep devices ($1) failed"; fail=1; }
+}
+expect() {  # file line
+  grep -qxF -- "$2" "$1" || { echo "FAIL: $1 lacks the line '$2':"; cat "$1"; fail=1; }
+}
+devices one_per_host 2 2
+for r in 0 1; do
+  f=$W/one_per_host.$r
+  expect "$f" "2 workers (this is worker $r), 2 local replicas, 4 in sync"
+  expect "$f" "  2 hosts, 1 worker per host, 2 replicas per worker"
+  expect "$f" "  host ls-host-a: worker 0"
+  expect "$f" "  host ls-host-b: worker 1"
+  expect "$f" "  /job:worker/task:$r/device:cpu:1  cores 1"
+done
+printf '%s slots=2\n' ls-host-a ls-host-b >"$HOSTFILE"
+devices uneven 3 1
+for r in 0 1 2; do
+  f=$W/uneven.$r
+  expect "$f" "3 workers (this is worker $r), 1 local replica, 3 in sync"
+  expect "$f" "  2 hosts, 1-2 workers per host, 1 replica per worker"
+  expect "$f" "  host ls-host-a: workers 0-1"
+  expect "$f" "  host ls-host-b: worker 2"
+done
+[ $fail = 0 ] && cat "$W/one_per_host.0" "$W/uneven.2"
+multihost_finish $fail
