@@ -1,4 +1,5 @@
 #include "models.h"
+#include "models/vit.h"
 
 #include "lockstep/core/error.h"
 #include "lockstep/keras.h"
@@ -25,6 +26,11 @@ std::vector<keras::LayerArg> conv() {
           keras::layers::MaxPooling2D(), keras::layers::Flatten()};
 }
 
+// apps/models/vit.h: the encoder as one functional layer, then the shared classifier.
+std::vector<keras::LayerArg> vit() {
+  return {models::vit_encoder()};
+}
+
 }  // namespace
 
 const std::vector<ModelChoice>& model_choices() {
@@ -32,6 +38,7 @@ const std::vector<ModelChoice>& model_choices() {
       {"mlp", "the seed model, 784-128-10", mlp},
       {"wide", "784-2048-2048-10", wide},
       {"conv", "a small convnet", conv},
+      {"vit", "a vision transformer: 4x4 patches, width 64, 4 heads, 4 blocks", vit},
   };
   return choices;
 }

@@ -17,8 +17,8 @@
 #include <memory>
 #include <vector>
 
+#include "distribute/collectives/mpi_communicator.h"
 #include "lockstep/distribute/background_reducer.h"
-#include "lockstep/distribute/mpi_communicator.h"
 
 namespace {
 

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/distribute/mpi_communicator.h"
+#include "distribute/collectives/mpi_communicator.h"
 
 namespace {
 

@@ -5,6 +5,10 @@
 // Reference: oneDNN fp32 runs the five matmuls in ~329 µs on one core (docs: MACHINE.md).
 #include <benchmark/benchmark.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
 #include "lockstep/core/random.h"
 #include "lockstep/ops.h"
 
@@ -48,6 +52,68 @@ void BM_SeedStepLinear(benchmark::State& state) {
   state.SetLabel(state.range(0) == 0 ? "float32" : "bfloat16");
 }
 BENCHMARK(BM_SeedStepLinear)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// The floor: the same five matmuls straight through oneDNN's own matmul primitives — no Lockstep
+// code, no bias, no activation — so that speeding up Lockstep's ops cannot move the floor they are
+// compared with. float32: every operand float32. bfloat16: every operand bfloat16, the weight
+// gradients written as float32 (bf16 x bf16 -> f32, as mixed_bfloat16 training needs them).
+// scripts/bench runs one pinned copy per core at once (OMP_NUM_THREADS=1).
+class OneDnnSeedStep {
+ public:
+  explicit OneDnnSeedStep(bool bf16) {
+    using dt = dnnl::memory::data_type;
+    const dt a = bf16 ? dt::bf16 : dt::f32;
+    const int64_t b = 128, in = 784, hid = 128, out = 10;
+    add({b, in}, false, a, {in, hid}, false, a, a);       // h = x · W1
+    add({b, hid}, false, a, {hid, out}, false, a, a);     // y = h · W2
+    add({hid, b}, true, a, {b, out}, false, a, dt::f32);  // dW2 = hᵀ · dy
+    add({b, out}, false, a, {out, hid}, true, a, a);      // dh = dy · W2ᵀ
+    add({in, b}, true, a, {b, hid}, false, a, dt::f32);   // dW1 = xᵀ · dh
+  }
+  void run() {
+    for (auto& m : matmuls_) m.prim.execute(stream_, m.args);
+    stream_.wait();
+  }
+
+ private:
+  struct Matmul {
+    dnnl::matmul prim;
+    std::unordered_map<int, dnnl::memory> args;
+  };
+  // src [m, k] (stored transposed when ta), weights [k, n] (stored transposed when tb).
+  void add(dnnl::memory::dims src, bool ta, dnnl::memory::data_type st, dnnl::memory::dims wei,
+           bool tb, dnnl::memory::data_type wt, dnnl::memory::data_type dst_t) {
+    using tag = dnnl::memory::format_tag;
+    dnnl::memory::desc sd(src, st, ta ? tag::ba : tag::ab);
+    dnnl::memory::desc wd(wei, wt, tb ? tag::ba : tag::ab);
+    dnnl::memory::desc dd({src[0], wei[1]}, dst_t, tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(sd, wd, dd), engine_);
+    Matmul m{dnnl::matmul(pd),
+             {{DNNL_ARG_SRC, filled(sd)},
+              {DNNL_ARG_WEIGHTS, filled(wd)},
+              {DNNL_ARG_DST, dnnl::memory(dd, engine_)}}};
+    matmuls_.push_back(std::move(m));
+  }
+  // Small nonzero values (zeros could take faster paths in the FMA units of some CPUs).
+  dnnl::memory filled(const dnnl::memory::desc& d) {
+    dnnl::memory mem(d, engine_);
+    auto* bytes = static_cast<uint16_t*>(mem.get_data_handle());
+    for (size_t i = 0; i < d.get_size() / 2; ++i) bytes[i] = static_cast<uint16_t>(0x3c00 + i % 97);
+    return mem;
+  }
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  std::vector<Matmul> matmuls_;
+};
+
+void BM_SeedStepOneDnn(benchmark::State& state) {
+  OneDnnSeedStep s(state.range(0) != 0);
+  for (auto _ : state) s.run();
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      kSeedStepFlop * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(state.range(0) == 0 ? "float32" : "bfloat16");
+}
+BENCHMARK(BM_SeedStepOneDnn)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 void BM_Matmul(benchmark::State& state) {
   const bool ta = state.range(0) & 1, tb = state.range(0) & 2;

@@ -11,7 +11,7 @@ def panel(rows, y0, title):
     y = y0 + 22
     for r in rows:
         w = PLOT_W * r["samples_per_s"] / top
-        label = r["name"].split(": ", 1)[1]
+        label = r["name"]
         parts.append('<text x="%d" y="%d" text-anchor="end">%s</text>' % (
             LABEL_W - 6, y + BAR - 5, escape(label)))
         parts.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>' % (

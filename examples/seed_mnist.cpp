@@ -1,6 +1,6 @@
-// The seed program (../shared/DESIGN.md), line for line: detect the accelerator (or fall back to
-// the default strategy), build the input pipeline, create and compile the model inside the
-// strategy's scope, and fit.
+// The seed program (the TensorFlow tutorial that Lockstep's API follows; the README shows it),
+// line for line: detect the accelerator (or fall back to the default strategy), build the input
+// pipeline, create and compile the model inside the strategy's scope, and fit.
 #include <iostream>
 #include <memory>
 #include <string>

@@ -4,4 +4,5 @@
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/losses.h"
 #include "lockstep/autodiff/nn_functions.h"
+#include "lockstep/autodiff/transformer_functions.h"
 #include "lockstep/autodiff/variable.h"

@@ -5,7 +5,7 @@
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/failure.h"
 #include "lockstep/distribute/input_context.h"
-#include "lockstep/distribute/mpi_communicator.h"
+#include "lockstep/distribute/mpi_context.h"
 #include "lockstep/distribute/multi_worker_strategy.h"
 #include "lockstep/distribute/per_replica.h"
 #include "lockstep/distribute/replica_context.h"

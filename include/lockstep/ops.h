@@ -2,9 +2,13 @@
 // The ops layer: raw kernels, each op's forward beside its backward (not recorded on any tape;
 // the differentiable versions are in lockstep/autodiff/functions.h).
 #include "lockstep/ops/activations.h"
+#include "lockstep/ops/attention.h"
+#include "lockstep/ops/batch_matmul.h"
 #include "lockstep/ops/elementwise.h"
+#include "lockstep/ops/gelu.h"
 #include "lockstep/ops/linear.h"
 #include "lockstep/ops/losses.h"
+#include "lockstep/ops/masked_softmax.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/nn_conv.h"
 #include "lockstep/ops/nn_dropout.h"

@@ -1,5 +1,5 @@
 #include "lockstep/core/bfloat16.h"
-#include "lockstep/core/cpu_dispatch.h"
+#include "cpu_dispatch.h"
 
 namespace lockstep {
 namespace {

@@ -4,13 +4,40 @@
 
 namespace lockstep::keras::activations {
 
+namespace {
+// The most recent softmax activation on this thread: its output (kept alive, so that its storage
+// cannot be reused by another tensor that would then be mistaken for it) and its logits.
+struct SoftmaxLogits {
+  Tensor output, logits;
+};
+thread_local SoftmaxLogits last_softmax;
+
+Tensor softmax_keeping_logits(const Tensor& x) {
+  Tensor y = softmax(x, -1);
+  last_softmax = {y, x};
+  return y;
+}
+}  // namespace
+
+Tensor take_softmax_logits(const Tensor& probabilities) {
+  const Tensor& out = last_softmax.output;
+  if (!out.defined() || !probabilities.defined() || !probabilities.shares_storage_with(out) ||
+      probabilities.raw_data() != out.raw_data() || !(probabilities.shape() == out.shape()) ||
+      probabilities.dtype() != out.dtype()) {
+    return Tensor();
+  }
+  Tensor logits = last_softmax.logits;
+  last_softmax = {};
+  return logits;
+}
+
 ActivationFn get(const std::string& name) {
   if (name.empty() || name == "linear") return [](const Tensor& x) { return x; };
   if (name == "relu") return [](const Tensor& x) { return relu(x); };
   if (name == "sigmoid") return [](const Tensor& x) { return sigmoid(x); };
   if (name == "tanh") return [](const Tensor& x) { return lockstep::tanh(x); };
   if (name == "gelu") return [](const Tensor& x) { return gelu(x); };
-  if (name == "softmax") return [](const Tensor& x) { return softmax(x, -1); };
+  if (name == "softmax") return softmax_keeping_logits;
   if (name == "log_softmax") return [](const Tensor& x) { return log_softmax(x, -1); };
   throw InvalidArgument("Unknown activation '" + name +
                         "'. Expected one of linear, relu, sigmoid, tanh, gelu, softmax, "

@@ -2,6 +2,7 @@
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/losses.h"
+#include "lockstep/keras/activations.h"
 
 namespace lockstep::keras::losses {
 
@@ -22,6 +23,18 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
 }
 
 Tensor CategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
+  if (!options_.from_logits) {
+    // Predictions straight out of a softmax activation: from their logits (Keras' _keras_logits).
+    if (Tensor z = activations::take_softmax_logits(y_pred); z.defined()) {
+      Tensor zf = as_float(z), p = as_float(y_pred);
+      if (zf.rank() == 2 && p.dtype() == zf.dtype()) {
+        // The softmax's own probabilities give log-sum-exp and the gradient without recomputing
+        // exponentials.
+        return softmax_crossentropy(as_float_like(y_true, zf), zf, p);
+      }
+      return categorical_crossentropy(as_float_like(y_true, zf), zf, /*from_logits=*/true);
+    }
+  }
   Tensor p = as_float(y_pred);
   return categorical_crossentropy(as_float_like(y_true, p), p, options_.from_logits);
 }
@@ -36,6 +49,11 @@ Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y
   Tensor labels = y_true;
   if (labels.dtype() != DType::int32 && labels.dtype() != DType::int64)
     labels = labels.to(DType::int64);
+  if (!options_.from_logits) {
+    if (Tensor z = activations::take_softmax_logits(y_pred); z.defined()) {
+      return sparse_categorical_crossentropy(labels, as_float(z), /*from_logits=*/true);
+    }
+  }
   return sparse_categorical_crossentropy(labels, as_float(y_pred), options_.from_logits);
 }
 std::string SparseCategoricalCrossentropy::name() const {

@@ -1,10 +1,11 @@
 #include "lockstep/ops/activations.h"
 
-#include "lockstep/core/cpu_dispatch.h"
+#include "core/cpu_dispatch.h"
 
 #include <cmath>
 #include <string>
 
+#include "gelu_kernels.h"
 #include "internal.h"
 #include "kernel_util.h"
 #include "onednn.h"
@@ -238,11 +239,7 @@ Tensor gelu(const Tensor& x) {
   return unary(Unary::gelu, x, "gelu");
 }
 Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
-  return grad(dy, x, "gelu_backward", [](auto v) {
-    using C = decltype(v);
-    C cdf = C(0.5) * (C(1) + std::erf(v * C(M_SQRT1_2)));
-    return cdf + v * C(kInvSqrt2Pi) * std::exp(C(-0.5) * v * v);
-  });
+  return detail::gelu_backward(dy, x, /*approximate=*/false);  // oneDNN's vectorised kernel
 }
 
 namespace detail {
@@ -282,6 +279,10 @@ void activation_grad_into(Activation act, const Tensor& dy, const Tensor& saved,
       grad_into(dy, saved, dz, op, [](auto v) { return 1 - v * v; });
       return;
     case Activation::gelu:
+      if (dy.dtype() == saved.dtype() && dz.dtype() == dy.dtype()) {
+        detail::gelu_backward_into(dy, saved, dz, /*approximate=*/false);
+        return;
+      }
       grad_into(dy, saved, dz, op, [](auto v) {
         using C = decltype(v);
         C cdf = C(0.5) * (C(1) + std::erf(v * C(M_SQRT1_2)));

@@ -19,4 +19,11 @@ void activation_grad_into(Activation act, const Tensor& dy, const Tensor& saved,
 // out[j] = Σ_i x[i, j] for x [rows, cols] (bias gradients).
 void column_sums_into(const Tensor& x, const Tensor& out);
 
+// relu's gradient and the bias gradient in one pass: dz = dy ⊙ [y > 0] (dy, y [rows, cols] of one
+// dtype; dz of dy's dtype, or float32 for bfloat16 dy: widened), dbias[j] = Σ_i dz[i, j] (float32,
+// or bfloat16 rounded from a float32 sum). The same bits as activation_grad_into (or, for a float32
+// dz of bfloat16 operands, linear's widening relu gradient) followed by column_sums_into. Returns
+// false, doing nothing, for operands it does not cover.
+bool relu_bias_grad_into(const Tensor& dy, const Tensor& y, const Tensor& dz, const Tensor& dbias);
+
 }  // namespace lockstep::ops::detail

@@ -1,5 +1,5 @@
 #include "lockstep/ops/linear.h"
-#include "lockstep/core/cpu_dispatch.h"
+#include "core/cpu_dispatch.h"
 
 #include <cstring>
 #include <string>
@@ -188,12 +188,19 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
   const bool bf16_in_f32 = dy.dtype() == DType::bfloat16 &&
                            (kernel.dtype() == DType::float32 ||
                             bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), kernel.dim(1)));
-  if (activation == Activation::relu && bf16_in_f32) {
+  bool dbias_done = false;
+  if (activation == Activation::relu && dbias.defined() && dy.dtype() != DType::float64) {
+    // relu's gradient and the bias gradient in one pass over dz (same bits as the two passes).
+    dz = Tensor(dy.shape(), bf16_in_f32 ? DType::float32 : dy.dtype());
+    dbias_done = detail::relu_bias_grad_into(dy, saved, dz, dbias);
+    if (!dbias_done) dz = dy;
+  }
+  if (!dbias_done && activation == Activation::relu && bf16_in_f32) {
     dz = Tensor(dy.shape(), DType::float32);
     relu_grad_widen(reinterpret_cast<const uint16_t*>(dy.data<bfloat16>()),
                     reinterpret_cast<const uint16_t*>(saved.data<bfloat16>()), dz.data<float>(),
                     dy.num_elements());
-  } else if (activation != Activation::none) {
+  } else if (!dbias_done && activation != Activation::none) {
     dz = Tensor(dy.shape(), dy.dtype());
     detail::activation_grad_into(activation, dy, saved, dz);
   }
@@ -205,7 +212,7 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
   if (dkernel.defined()) {
     detail::gemm_into(x, dz, Tensor(), true, false, Activation::none, dkernel);  // xᵀ·dz
   }
-  if (dbias.defined()) detail::column_sums_into(dz, dbias);
+  if (dbias.defined() && !dbias_done) detail::column_sums_into(dz, dbias);
   if (dx.defined()) {
     detail::gemm_into(dz, kernel, Tensor(), false, true, Activation::none, dx);  // dz·kernelᵀ
   }

@@ -122,6 +122,91 @@ Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool
   return loss;
 }
 
+namespace {
+void check_softmax_operands(const Tensor& y_true, const Tensor& logits, const Tensor& p,
+                            const char* op) {
+  check_pair(y_true, p, op);
+  if (!(logits.shape() == p.shape()) || logits.dtype() != p.dtype() || p.rank() != 2) {
+    throw InvalidArgument(std::string(op) + ": expected logits and probabilities of one rank-2 " +
+                          "shape and dtype. Received: logits " + logits.describe() +
+                          ", probabilities " + p.describe() + ".");
+  }
+}
+}  // namespace
+
+Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits, const Tensor& p) {
+  const char* op = "softmax_crossentropy";
+  check_softmax_operands(y_true, logits, p, op);
+  const int64_t rows = p.dim(0), n = p.dim(1);
+  Tensor loss(Shape{rows}, p.dtype());
+  with_type(p.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* z = logits.data<T>();
+    const T* pp = p.data<T>();
+    T* l = loss.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* tr = t + r * n;
+      const T* zr = z + r * n;
+      const T* pr = pp + r * n;
+      // Branch-free (selects, no data-dependent jumps: the largest probability moves between
+      // classes from row to row): the first largest p_j, and Σ p_k · 0, which is zero exactly
+      // when every p_k is finite (inf · 0 and NaN · 0 are NaN).
+      int64_t j = 0;
+      C best = n > 0 ? detail::load(pr[0]) : C(0), finite_zero = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const C v = detail::load(pr[k]);
+        finite_zero += v * C(0);
+        const bool larger = v > best;
+        best = larger ? v : best;
+        j = larger ? k : j;
+      }
+      if (n == 0 || finite_zero != C(0)) {
+        l[r] = detail::store<T>(std::numeric_limits<C>::quiet_NaN());
+        continue;
+      }
+      const C lse = detail::load(zr[j]) - std::log(best);
+      C total = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        // Classes without weight are skipped (a selected sum, not a branch): their logit may be
+        // -inf, whose 0 · inf would be NaN.
+        const C tk = detail::load(tr[k]);
+        const C term = tk * (lse - detail::load(zr[k]));
+        total = tk != C(0) ? total + term : total;
+      }
+      l[r] = detail::store<T>(total);
+    }
+  });
+  return loss;
+}
+
+Tensor softmax_crossentropy_backward(const Tensor& dloss, const Tensor& y_true, const Tensor& p) {
+  const char* op = "softmax_crossentropy_backward";
+  check_pair(y_true, p, op);
+  check_dloss(dloss, p, 1, op);
+  const int64_t rows = p.dim(0), n = p.dim(1);
+  Tensor dz(p.shape(), p.dtype());
+  with_type(p.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using C = detail::compute_t<T>;
+    const T* t = y_true.data<T>();
+    const T* pp = p.data<T>();
+    const T* dl = dloss.data<T>();
+    T* g = dz.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const C d = detail::load(dl[r]);
+      C tsum = 0;
+      for (int64_t k = 0; k < n; ++k) tsum += detail::load(t[r * n + k]);
+      for (int64_t k = 0; k < n; ++k) {
+        g[r * n + k] =
+            detail::store<T>(d * (detail::load(pp[r * n + k]) * tsum - detail::load(t[r * n + k])));
+      }
+    }
+  });
+  return dz;
+}
+
 Tensor categorical_crossentropy_backward(const Tensor& dloss, const Tensor& y_true,
                                          const Tensor& y_pred, bool from_logits, int axis) {
   const char* op = "categorical_crossentropy_backward";

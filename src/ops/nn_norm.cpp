@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernel_util.h"
+#include "row_sums.h"
 
 namespace lockstep::ops {
 namespace {
@@ -266,13 +267,8 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
     T* py = y.data<T>();
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = px + r * features;
-      double sum = 0, sq = 0;
-      for (int64_t d = 0; d < features; ++d) sum += detail::load(row[d]);
-      double mu = sum / static_cast<double>(features);
-      for (int64_t d = 0; d < features; ++d) {
-        double c = detail::load(row[d]) - mu;
-        sq += c * c;
-      }
+      double mu = detail::row_sum(row, features) / static_cast<double>(features);
+      double sq = detail::row_centered_squares(row, features, mu);
       double rstd = 1.0 / std::sqrt(sq / static_cast<double>(features) + epsilon);
       mean[static_cast<size_t>(r)] = mu;
       inv_std[static_cast<size_t>(r)] = rstd;
@@ -327,11 +323,10 @@ NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const 
       T* out = dx.data<T>() + r * features;
       const double m = mu[static_cast<size_t>(r)], s = rstd[static_cast<size_t>(r)];
       double mean_g = 0, mean_gx = 0;
+      detail::row_gradient_sums(pd, px, g.data(), features, m, s, mean_g, mean_gx);
       for (int64_t d = 0; d < features; ++d) {
         size_t ud = static_cast<size_t>(d);
         double dy = detail::load(pd[d]), xhat = (detail::load(px[d]) - m) * s;
-        mean_g += dy * g[ud];
-        mean_gx += dy * g[ud] * xhat;
         dgamma[ud] += dy * xhat;
         dbeta[ud] += dy;
       }

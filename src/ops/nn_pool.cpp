@@ -4,7 +4,7 @@
 #include <string>
 #include <type_traits>
 
-#include "lockstep/core/cpu_dispatch.h"
+#include "core/cpu_dispatch.h"
 
 #include "kernel_util.h"
 

@@ -1,5 +1,5 @@
 #pragma once
-// The Keras conformance harness (issue 4): every layer goes through the same checks, as Keras'
+// The Keras conformance harness: every layer goes through the same checks, as Keras'
 // layer_test does.
 //
 //   1. output shape: the eager output has compute_output_shapes' shape (odd-sized inputs), and the

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "conformance.h"
+#include "conformance_transformer_cases.h"
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/keras/layers.h"
 #include "lockstep/keras/optimizers/sgd.h"
@@ -195,6 +196,7 @@ std::vector<LayerCase> all_layer_cases() {
       .input_shapes = {{3, 2, 5}, {3, 3, 5}},
       .expected_config = {{"axis", 1}},
   });
+  for (LayerCase& c : transformer_layer_cases()) cases.push_back(std::move(c));
   return cases;
 }
 
@@ -274,12 +276,12 @@ TEST_P(LayerConformance, Float64GradientsMatchCentralDifferences) {
   const size_t n_inputs = differentiable_inputs ? inputs.size() : 0;
   auto f = [&](const std::vector<Tensor>& xs) {
     std::shared_ptr<Layer> target = layer;
-    if (c.fresh_layer_per_call) {
-      target = c.make(DType::float64);
-      call_layer(*target, xs, false);  // builds outside the training path
-    }
     std::vector<Tensor> layer_inputs(xs.begin(), xs.begin() + static_cast<long>(n_inputs));
     if (!differentiable_inputs) layer_inputs = inputs;
+    if (c.fresh_layer_per_call) {
+      target = c.make(DType::float64);
+      call_layer(*target, layer_inputs, false);  // builds outside the training path
+    }
     std::vector<Tensor> values(xs.begin() + static_cast<long>(n_inputs), xs.end());
     return call_with_weights(*target, target->trainable_weights(), values, layer_inputs,
                              c.training);
@@ -298,20 +300,33 @@ TEST_P(LayerConformance, OneSgdStepLowersMseOnAFixedBatch) {
   if (vars.empty()) return;  // nothing to train: the gradient check covers the backward pass
   Generator gen(5);
   const Tensor target = lockstep::testing::random_f64(gen, y0.shape()).to(DType::float32);
-  auto loss_of = [&] {
-    return reduce_mean(square(sub(call_layer(*layer, inputs, c.training), target)));
+  // A layer with random masks (fresh_layer_per_call) is compared on its first training call before
+  // and after the step: a fresh layer with the weights of the moment, so both losses see the same
+  // mask.
+  auto with_weights = [&](const std::vector<Variable>& from) {
+    if (!c.fresh_layer_per_call) return layer;
+    std::shared_ptr<Layer> fresh = c.make(DType::float32);
+    call_layer(*fresh, inputs, false);  // builds
+    std::vector<Variable> to = fresh->trainable_weights();
+    for (size_t i = 0; i < to.size(); ++i) to[i].assign(from[i].raw_value());
+    return fresh;
   };
+  auto loss_of = [&](Layer& l) {
+    return reduce_mean(square(sub(call_layer(l, inputs, c.training), target)));
+  };
+  std::shared_ptr<Layer> stepped = with_weights(vars);
+  const std::vector<Variable> stepped_vars = stepped->trainable_weights();
   optimizers::SGD sgd({.learning_rate = 0.05});
   double before = 0;
   {
     GradientTape tape;
-    Tensor loss = loss_of();
+    Tensor loss = loss_of(*stepped);
     before = loss.item();
-    std::vector<Tensor> grads = tape.gradient(loss, vars);
+    std::vector<Tensor> grads = tape.gradient(loss, stepped_vars);
     for (const Tensor& g : grads) ASSERT_TRUE(g.defined()) << "a trainable weight got no gradient";
-    sgd.apply_gradients(grads, vars);
+    sgd.apply_gradients(grads, stepped_vars);
   }
-  const double after = loss_of().item();
+  const double after = loss_of(*with_weights(stepped_vars)).item();
   EXPECT_LT(after, before);
   EXPECT_EQ(sgd.iterations(), 1);
 }

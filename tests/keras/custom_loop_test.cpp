@@ -1,4 +1,4 @@
-// Issue 5, acceptance 4: a custom training loop (GradientTape + strategy.run + strategy.reduce),
+// A custom training loop (GradientTape + strategy.run + strategy.reduce),
 // written as examples/custom_loop.cpp writes it, ends with the weights model.fit reaches on the
 // same data, and reports the same epoch loss.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Issue 7: mixed_bfloat16. Policies, Dense under the policy (float32 variables, bfloat16
+// mixed_bfloat16: policies, Dense under the policy (float32 variables, bfloat16
 // activations, float32 softmax and gradients), bfloat16 linear against a float64 reference, and a
 // short training run.
 #include <gmock/gmock.h>

@@ -1,5 +1,5 @@
-// Issue 5, acceptance 1 and 2: N replicas on a global batch compute what one replica computes on
-// the same global batch (DESIGN.md, "Execution model"), and a run is bit-for-bit reproducible.
+// N replicas on a global batch compute what one replica computes on the same global batch
+// (docs/architecture.md, "Loss scaling across replicas"), and a run is bit-for-bit reproducible.
 //
 // These live with the keras tests because they train a model; tests/distribute must not depend
 // on keras.

@@ -1,4 +1,4 @@
-// Issue 4, acceptance 4: a residual functional model,
+// A residual functional model,
 //   x -> Dense(8, tanh) ─┐
 //   x -> Dense(8) ───────┴ Add -> Dense(1)
 // trains with model.fit on a fixed problem, and its gradients pass the float64 checker.

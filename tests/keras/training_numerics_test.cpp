@@ -1,4 +1,4 @@
-// Issue 4, acceptance 2: training numerics against an independent float64 reference.
+// Training numerics against an independent float64 reference.
 //
 // The reference below is written from Keras' definitions with plain loops and never calls
 // Lockstep's ops: the MLP's forward and hand-written backward, Keras' categorical cross-entropy
@@ -58,8 +58,11 @@ struct RefResult {
 };
 
 // Forward and backward on b examples: x [b, in], y one-hot [b, out].
+// from_logits: the loss as Keras computes it for a softmax output (_keras_logits): from the
+// logits z, -sum_k y_k log_softmax(z)_k, whose gradient is softmax(z) sum(y) - y; no clipping.
 RefResult reference_forward_backward(const RefMlp& m, const std::vector<float>& x,
-                                     const std::vector<float>& y, int64_t batch) {
+                                     const std::vector<float>& y, int64_t batch,
+                                     bool from_logits = false) {
   const size_t in = static_cast<size_t>(m.in), hd = static_cast<size_t>(m.hidden),
                out = static_cast<size_t>(m.out), b = static_cast<size_t>(batch);
   RefResult r;
@@ -92,14 +95,22 @@ RefResult reference_forward_backward(const RefMlp& m, const std::vector<float>& 
     // loss and dL/dp, with L = sum(per-example) / b
     Vec ye(y.begin() + static_cast<std::ptrdiff_t>(e * out),
            y.begin() + static_cast<std::ptrdiff_t>((e + 1) * out));
-    Vec dp(out);
-    r.per_example_loss.push_back(
-        reference_cce(ye.data(), p.data(), out, 1.0 / static_cast<double>(b), dp.data()));
-    // softmax: dz_k = p_k (dp_k - sum_j p_j dp_j)
-    double pdp = 0;
-    for (size_t k = 0; k < out; ++k) pdp += p[k] * dp[k];
     Vec dz(out);
-    for (size_t k = 0; k < out; ++k) dz[k] = p[k] * (dp[k] - pdp);
+    if (from_logits) {
+      const double lse = zmax + std::log(zsum);
+      double loss = 0, ysum = 0;
+      for (size_t k = 0; k < out; ++k) loss -= ye[k] * (z[k] - lse), ysum += ye[k];
+      r.per_example_loss.push_back(loss);
+      for (size_t k = 0; k < out; ++k) dz[k] = (p[k] * ysum - ye[k]) / static_cast<double>(b);
+    } else {
+      Vec dp(out);
+      r.per_example_loss.push_back(
+          reference_cce(ye.data(), p.data(), out, 1.0 / static_cast<double>(b), dp.data()));
+      // softmax: dz_k = p_k (dp_k - sum_j p_j dp_j)
+      double pdp = 0;
+      for (size_t k = 0; k < out; ++k) pdp += p[k] * dp[k];
+      for (size_t k = 0; k < out; ++k) dz[k] = p[k] * (dp[k] - pdp);
+    }
     // second dense
     Vec dh(hd, 0.0);
     for (size_t j = 0; j < hd; ++j) {
@@ -160,9 +171,10 @@ struct RefOptimizer {
 };
 
 // One reference training step on a batch; returns the batch's mean loss before the update.
+// One training step of the model, whose softmax output's loss fit computes from the logits.
 double reference_step(RefMlp& m, RefOptimizer& opt, const std::vector<float>& x,
                       const std::vector<float>& y, int64_t b) {
-  RefResult r = reference_forward_backward(m, x, y, b);
+  RefResult r = reference_forward_backward(m, x, y, b, /*from_logits=*/true);
   opt.apply(m.params(), r.grads);
   double s = 0;
   for (double l : r.per_example_loss) s += l;
@@ -381,11 +393,12 @@ TEST(TrainingNumerics, CrossEntropyOfAZeroProbabilityIsClippedToMinusLogEpsilon)
   EXPECT_NEAR(loss.at(0), -std::log(1e-7), 1e-5 * -std::log(1e-7));
 }
 
-// Through a model: example A's softmax output for its true class underflows to exactly 0, so its
-// loss is -log(1e-7) and (clip_by_value's gradient) it contributes no gradient; example B is
-// ordinary. The reference computes the same in float64 (where the probability is 1e-87, also
-// clipped).
-TEST(TrainingNumerics, ClippedExampleLossIsMinusLogEpsilonAndAddsNoGradient) {
+// Example A's softmax output for its true class underflows to exactly 0; example B is ordinary.
+// On the probabilities themselves (a copy, as predict returns) the loss clips: A's loss is
+// -log(1e-7) and it adds no gradient (the float64 reference, where the probability is 1e-87, also
+// clips). In training the loss takes the softmax's own output, so — as in Keras (_keras_logits) —
+// it is computed from the logits: A's loss is the logit gap, 200, and A's gradient is not lost.
+TEST(TrainingNumerics, ProbabilitiesClipButTrainingTakesTheSoftmaxLogits) {
   Sequential model = mlp(2, 2, 2);
   RefMlp ref{2, 2, 2, {1, 0, 0, 1}, {0, 0}, {-100, 0, 0.3, -0.2}, {0, 0}};
   std::vector<Tensor> values;
@@ -415,10 +428,13 @@ TEST(TrainingNumerics, ClippedExampleLossIsMinusLogEpsilonAndAddsNoGradient) {
     for (size_t i = 0; i < r.grads[k].size(); ++i)
       ASSERT_NEAR(r.grads[k][i], only_b.grads[k][i] / 2, 1e-15) << "reference: A adds no gradient";
 
+  RefResult from_logits = reference_forward_backward(ref, x, y, 2, /*from_logits=*/true);
+  ASSERT_NEAR(from_logits.per_example_loss[0], 200.0, 1e-9);
   RefOptimizer sgd{.kind = RefOptimizer::kSgdMomentum, .lr = 0.1, .momentum = 0.0};
   double want = reference_step(ref, sgd, x, y, 2);
   auto logs = model.train_on_batch(Tensor::from_vector(x, {2, 2}), Tensor::from_vector(y, {2, 2}));
   EXPECT_NEAR(logs.at("loss"), want, 1e-5 * want);
+  EXPECT_GT(logs.at("loss"), 100.0);  // not the clipped (16.1 + B's) / 2
   EXPECT_LE(compare(model, ref).elementwise, 1e-5);
 }
 

@@ -1,4 +1,4 @@
-// Issue 4, acceptance 5 (model level): save_weights / load_weights.
+// save_weights / load_weights at the model level.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// Acceptance of issue 6 item 3 (single process): training killed (SIGKILL) after epoch 2 of 4 and
+// Resume after a failure (single process): training killed (SIGKILL) after epoch 2 of 4 and
 // restarted with BackupAndRestore ends with weights byte-identical to an uninterrupted run (also
 // with a Dropout layer, whose mask streams the backup restores); a
 // leftover partial temporary file is ignored, and a corrupt backup is refused (DataLoss), never

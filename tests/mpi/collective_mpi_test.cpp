@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "distribute/collectives/mpi_communicator.h"
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/tensor.h"
 #include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/collective.h"
-#include "lockstep/distribute/mpi_communicator.h"
 #include "testing/collective_values.h"
 
 namespace lockstep::distribute {

@@ -1,4 +1,4 @@
-// The failure scenario of issue 6 item 2: `mpirun -np 3 failure_victim <timeout_s> <token>`.
+// The lost-worker scenario: `mpirun -np 3 failure_victim <timeout_s> <token>`.
 // Every rank all-reduces a seed-model-sized gradient in a loop; rank 1 kills itself with SIGKILL
 // in the middle (no handler, no goodbye: as a crashed or OOM-killed worker). The survivors must
 // name rank 1 and end the job through abort_job. run_failure_test.sh checks the outcome.
@@ -11,9 +11,9 @@
 #include <span>
 #include <vector>
 
+#include "distribute/collectives/mpi_communicator.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/failure.h"
-#include "lockstep/distribute/mpi_communicator.h"
 
 int main(int argc, char** argv) {
   using namespace lockstep::distribute;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Acceptance of issue 6 item 1: the same training (multi_worker_train.cpp) gives the same weights
+# Multi-worker equivalence: the same training (multi_worker_train.cpp) gives the same weights
 #   * 2 workers x 2 local replicas (mpirun -np 2, LOCKSTEP_DEVICES=cpu:2),
 #   * 4 workers x 1 local replica  (mpirun -np 4, LOCKSTEP_DEVICES=cpu:1),
 #   * 4 replicas in one process (MirroredStrategy(4)),
@@ -49,7 +49,7 @@ fi
 for other in mw4x1 mirrored4 default; do
   "$PROG" compare "$DIR/mw2x2.a" "$DIR/$other" 1e-5 || { echo "FAIL: 2x2 vs $other"; fail=1; }
 done
-# Reported numbers (issue 6: global, not per worker): every worker logs the same loss and accuracy
+# Reported numbers are global, not per worker: every worker logs the same loss and accuracy
 # at every batch end, epoch end and evaluate, and they match the one-process runs on the same
 # global batches.
 for run in mw2x2.a mw4x1; do

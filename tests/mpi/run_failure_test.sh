@@ -1,5 +1,5 @@
 #!/bin/bash
-# Acceptance of issue 6 item 2: with 3 workers, kill -9 one mid-epoch; the others exit non-zero
+# A lost worker: with 3 workers, kill -9 one mid-epoch; the others exit non-zero
 # within the configured timeout with a message naming the lost rank; no process is left running.
 #
 #   run_failure_test.sh <mpirun> <failure_victim> <timeout_seconds> recovery|default

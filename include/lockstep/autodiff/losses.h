@@ -9,6 +9,10 @@ namespace lockstep {
 
 Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred,
                                 bool from_logits = false, int axis = -1);
+// From logits [rows, classes] and their softmax `probabilities` (ops::softmax_crossentropy);
+// the gradient flows to the logits only.
+Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits,
+                            const Tensor& probabilities);
 // labels: int32 / int64 [...]; y_pred: [..., classes].
 Tensor sparse_categorical_crossentropy(const Tensor& labels, const Tensor& y_pred,
                                        bool from_logits = false);

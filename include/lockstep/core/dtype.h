@@ -8,7 +8,7 @@
 
 namespace lockstep {
 
-// Element types. float64 is not in DESIGN.md's list: it exists so that gradient checks and
+// Element types. float64 is not a training dtype: it exists so that gradient checks and
 // reference computations can run the same ops in double precision (see docs/architecture.md).
 enum class DType : uint8_t { float32, bfloat16, float64, int32, int64, uint8 };
 

@@ -6,7 +6,8 @@
 //
 //   * SharedMemoryGroup (shared_memory_group.h): ranks are threads of one process; collectives read
 //     the other ranks' buffers directly.
-//   * MpiCommunicator (mpi_communicator.h): ranks are processes (one or many hosts) over MPI.
+//   * MpiCommunicator (from MpiContext::world(), mpi_context.h): ranks are processes (one or many
+//     hosts) over MPI.
 //
 // The core is type-erased (raw pointer + element count + DType), like c10d and xgboost's collective
 // layer; the Tensor and span overloads below are thin, non-virtual conveniences over it.

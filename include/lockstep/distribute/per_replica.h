@@ -1,6 +1,7 @@
 #pragma once
 // PerReplica<T>: one value per local replica, as tf.distribute's PerReplica. Returned by
 // Strategy::run and produced by distributed datasets; Strategy::reduce turns it into one value.
+#include <cstddef>
 #include <vector>
 
 namespace lockstep::distribute {

@@ -30,6 +30,16 @@ Tensor categorical_crossentropy_backward(const Tensor& dloss, const Tensor& y_tr
                                          const Tensor& y_pred, bool from_logits = false,
                                          int axis = -1);
 
+// Categorical cross-entropy from logits z [rows, classes] whose softmax p is already known (a
+// softmax layer's output): loss_r = Σ_k y_rk (lse_r − z_rk) with lse_r = z_rj − log p_rj at the
+// row's largest probability j (exact: log p_j = z_j − lse; at the largest p the log is well
+// conditioned), and dL/dz = dloss · (p Σ_k y_k − y). No exponentials: the softmax's own are reused.
+// Rows whose p holds NaN or inf give NaN.
+Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits,
+                            const Tensor& probabilities);
+Tensor softmax_crossentropy_backward(const Tensor& dloss, const Tensor& y_true,
+                                     const Tensor& probabilities);
+
 Tensor sparse_categorical_crossentropy(const Tensor& labels, const Tensor& y_pred,
                                        bool from_logits = false);
 Tensor sparse_categorical_crossentropy_backward(const Tensor& dloss, const Tensor& labels,

@@ -20,6 +20,18 @@ Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool
   return loss;
 }
 
+Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits,
+                            const Tensor& probabilities) {
+  Tensor loss = ops::softmax_crossentropy(y_true, logits, probabilities);
+  if (autodiff::should_record({&logits})) {
+    autodiff::record(
+        "softmax_crossentropy", {logits}, {loss}, [y_true, probabilities](const Grads& g) {
+          return Grads{ops::softmax_crossentropy_backward(g[0], y_true, probabilities)};
+        });
+  }
+  return loss;
+}
+
 Tensor sparse_categorical_crossentropy(const Tensor& labels, const Tensor& y_pred,
                                        bool from_logits) {
   Tensor loss = ops::sparse_categorical_crossentropy(labels, y_pred, from_logits);

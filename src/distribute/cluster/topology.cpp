@@ -6,12 +6,12 @@
 
 #include "local_devices.h"
 #include "lockstep/core/error.h"
-#include "lockstep/distribute/mpi_communicator.h"
+#include "distribute/collectives/mpi_communicator.h"
 
 namespace lockstep {
 namespace {
 
-// The one process-wide "current cluster" (STYLE.md: keep such state in one well-defined place).
+// The one process-wide "current cluster": such state is kept in one well-defined place, here.
 std::mutex cluster_mutex;
 std::optional<ConnectedCluster> current_cluster;
 

@@ -1,4 +1,4 @@
-#include "lockstep/distribute/mpi_communicator.h"
+#include "mpi_communicator.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -136,6 +136,7 @@ void apply_transport_defaults() {
 // MpiContext
 
 MpiContext::MpiContext(int* argc, char*** argv) {
+  thread_level_ = MPI_THREAD_SINGLE;
   launched_ = env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK") ||
               env_set("PMI_SIZE");
   int initialized = 0;

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "lockstep/core/error.h"
-#include "lockstep/distribute/mpi_communicator.h"
+#include "lockstep/distribute/mpi_context.h"
 #include "lockstep/distribute/strategies.h"
 
 namespace lockstep::distribute {

@@ -1,4 +1,4 @@
-#include "lockstep/distribute/replica_pool.h"
+#include "replica_pool.h"
 
 #include <omp.h>
 #include <pthread.h>

@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "lockstep/autodiff/functions.h"
-#include "lockstep/distribute/replica_pool.h"
 #include "lockstep/distribute/shared_memory_group.h"
 #include "lockstep/distribute/task_pool.h"
+#include "replica_pool.h"
 
 namespace lockstep::distribute {
 

@@ -11,7 +11,7 @@
 #include "../sync/futex.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/task_cancellation.h"
-#include "lockstep/distribute/replica_pool.h"
+#include "replica_pool.h"
 
 namespace lockstep::distribute {
 

@@ -1,7 +1,7 @@
 #include "lockstep/keras/layers/preprocessing.h"
 
+#include "core/cpu_dispatch.h"
 #include "lockstep/autodiff/functions.h"
-#include "lockstep/core/cpu_dispatch.h"
 
 #include <cmath>
 #include <cstring>

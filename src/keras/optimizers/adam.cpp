@@ -1,6 +1,6 @@
 #include "lockstep/keras/optimizers/adam.h"
+#include "core/cpu_dispatch.h"
 #include "lockstep/core/bfloat16.h"
-#include "lockstep/core/cpu_dispatch.h"
 
 #include <algorithm>
 #include <cmath>

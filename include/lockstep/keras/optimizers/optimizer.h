@@ -76,7 +76,7 @@ struct CommonOptions {
   std::string name{};
   // Keras 3's gradient_accumulation_steps: when set (> 1), fit updates the variables every N
   // steps with the average of the N steps' gradients; replicas communicate only on those steps
-  // (GradientSynchronizer::accumulate, DDP's no_sync). iterations counts updates.
+  // (the strategy's step accumulates locally, DDP's no_sync). iterations counts updates.
   std::optional<int> gradient_accumulation_steps{};
 };
 

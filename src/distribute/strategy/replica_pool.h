@@ -3,7 +3,7 @@
 // single-threaded kernels. `run` hands a function to every thread at once and blocks the caller
 // until all have finished: the caller sleeps (futex) rather than spins, because a spinning host
 // thread on a 2-core machine takes a core away from a replica (measured: 1.94x scaling drops to
-// ~1.1x; see MACHINE.md).
+// ~1.1x; see docs/machine.md).
 #include <atomic>
 #include <cstdint>
 #include <exception>

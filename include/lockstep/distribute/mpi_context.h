@@ -1,5 +1,6 @@
 #pragma once
-// Collectives between processes (one or many hosts) over MPI (Debian's Open MPI 4.1).
+// MPI for a program: initialise it, and get the communicator of all processes of the job
+// (collectives between processes, one or many hosts, over Debian's Open MPI 4.1).
 //
 //   int main(int argc, char** argv) {
 //     try {
@@ -26,12 +27,8 @@
 //   Unavailable: world rank 0: world rank 1 (pid 1234 on host node-a) stopped answering: it did
 //   not join all_reduce #57 (float32[101770], SUM) within 10 s; it is stopped (process state T).
 // See docs/distributed.md ("Failures and timeouts") for launching so that survivors can report.
-#include <mpi.h>
-
 #include <memory>
-#include <string>
 #include <string_view>
-#include <vector>
 
 #include "lockstep/distribute/collective.h"
 
@@ -82,7 +79,7 @@ class MpiContext {
   bool finalized_ = false;
   int world_rank_ = 0;
   int world_size_ = 1;
-  int thread_level_ = MPI_THREAD_SINGLE;
+  int thread_level_ = 0;  // set by the constructor (MPI_THREAD_SINGLE without MPI)
 };
 
 // Initialises MPI (MPI_Init_thread, requesting MPI_THREAD_MULTIPLE) on the first call when launched
@@ -90,63 +87,5 @@ class MpiContext {
 // and ignore their arguments. Thread-safe. If the application initialised MPI itself, that is
 // respected and the application remains responsible for MPI_Finalize.
 MpiContext& mpi_initialize(int* argc = nullptr, char*** argv = nullptr);
-
-class MpiCommunicator final : public Communicator {
- public:
-  struct Peer {
-    int world_rank = 0;  // in MPI_COMM_WORLD, which is what mpirun and users call the rank
-    int pid = 0;
-    std::string host;
-  };
-
-  // Collective over `comm`: duplicates it twice (one for data, one for failure diagnosis, so that
-  // diagnosis messages can never match a collective), sets MPI_ERRORS_RETURN on both, and exchanges
-  // every rank's world rank, pid and host name. MPI must be active.
-  explicit MpiCommunicator(MPI_Comm comm, const CommunicationOptions& options = {});
-  ~MpiCommunicator() override;
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string_view backend() const override { return "mpi"; }
-  MPI_Comm comm() const { return data_; }
-  const std::vector<Peer>& peers() const { return peers_; }
-  // True after a timeout or transport error: every later collective throws the same error.
-  bool broken() const { return broken_; }
-
- protected:
-  // bfloat16 reductions widen to float32, reduce with MPI_FLOAT and round once (MPI has no bf16
-  // type); MEAN is MPI_SUM followed by a local division.
-  void do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
-  void do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                         ReduceOp op) override;
-  void do_all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype) override;
-  void do_broadcast(void* buf, size_t count, DType dtype, int root) override;
-  void do_barrier() override;
-  // bfloat16 on the wire: a 2-byte MPI datatype and a user-defined commutative sum that adds in
-  // float32 and rounds each partial sum to bfloat16 (round to nearest even).
-  void do_all_reduce_compressed(bfloat16* buf, size_t count) override;
-
- private:
-  void check_usable() const;
-  // Polls `request` (a collective moving about `bytes` per rank) until done, failing at the
-  // deadline.
-  void wait(MPI_Request* request, size_t bytes);
-  void all_reduce_in_packs(void* buf, size_t count, size_t element_size, MPI_Datatype type,
-                           MPI_Op op);
-  [[noreturn]] void fail(const std::string& cause);
-  std::string describe_lost(const std::vector<char>& answered) const;
-  size_t pack_elements(size_t element_size) const;
-
-  MPI_Comm data_ = MPI_COMM_NULL;
-  MPI_Comm control_ = MPI_COMM_NULL;
-  int rank_ = 0;
-  int size_ = 1;
-  std::vector<Peer> peers_;
-  std::vector<float> widened_send_, widened_recv_;  // bfloat16 scratch, reused
-  std::unique_ptr<detail::QueryResponder> responder_;
-  bool broken_ = false;
-  bool error_is_deadline_ = false;
-  std::string error_;
-};
 
 }  // namespace lockstep::distribute

@@ -1,0 +1,344 @@
+"""scripts/bench's results as rows (medians over rounds, tuned PyTorch peers) and as Markdown:
+the comparison, the PyTorch grid, the co-runner table, the all-reduce table and the targets."""
+import statistics
+
+# flop per example of one training step (forward + backward; the first layer's dx is skipped).
+FLOP_PER_EXAMPLE = {
+    "mlp": 203264 + 205824,
+    "wide": 3 * 2 * (784 * 2048 + 2048 * 2048 + 2048 * 10) - 2 * 784 * 2048,
+    "conv": 2 * 2 * 26 * 26 * 32 * 9 + 3 * 2 * 13 * 13 * 32 * 10,
+}
+# The all-reduce floor's bandwidth: a single-core memory copy on this class of machine. Open MPI on
+# one host moves the message through shared memory (a copy per byte sent), each rank on its own
+# core; two ranks copying at once share the all-core copy bandwidth, about 12-13 GB/s each.
+COPY_BANDWIDTH = 13e9
+CO_RUNNERS = ("co-runner", "co-runner pinned")
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def floors(meta):
+    """Median floor per precision over rounds, GFLOP/s (None when ops_bench was not run)."""
+    return {p: median(v) for p, v in meta.get("floors", {}).items()}
+
+
+def floor_fraction(row, meta, samples):
+    f = floors(meta).get("bfloat16" if row.get("precision") == "mixed_bfloat16" else "float32")
+    if row["model"] != "mlp" or not f:
+        return None
+    return FLOP_PER_EXAMPLE["mlp"] * samples / 1e9 / f
+
+
+def plain_row(c, rs, meta):
+    row = {k: c.get(k) for k in ("id", "name", "system", "model", "condition", "replicas",
+                                 "precision", "kind", "group", "tuning", "defaults", "mpi",
+                                 "baseline", "mode")}
+    row["global_batch"] = rs[-1]["global_batch"]
+    row["rounds"] = len(rs)
+    for k in ("samples_per_s", "epoch_s", "first_epoch_s", "peak_rss_mb"):
+        row[k] = median([r[k] for r in rs])
+    row["best_samples_per_s"] = max(r["samples_per_s"] for r in rs)
+    acc = [r["test_accuracy"] for r in rs if "test_accuracy" in r]
+    if acc:
+        row["test_accuracy"] = median(acc)
+    if all("allreduce_seconds_per_step" in r for r in rs):
+        row["allreduce_seconds_per_step"] = median([r["allreduce_seconds_per_step"] for r in rs])
+        for k in ("allreduce_bytes_per_step", "workers", "local_replicas"):
+            row[k] = rs[-1].get(k)
+    row["floor_fraction"] = floor_fraction(row, meta, row["samples_per_s"])
+    return row
+
+
+def tuned_rows(configs, runs, meta):
+    """Per (model, peer, condition): each round's best grid point, then the median over rounds."""
+    groups = {}
+    for c in configs:
+        if c.get("group"):
+            groups.setdefault((c["model"], c["group"], c["condition"]), []).append(c)
+    out = []
+    for (model, group, condition), members in groups.items():
+        per_round = {}
+        for c in members:
+            for r in runs[c["id"]]:
+                best = per_round.get(r["round"])
+                if best is None or r["samples_per_s"] > best[1]["samples_per_s"]:
+                    per_round[r["round"]] = (c, r)
+        if not per_round:
+            continue
+        winners = [per_round[k] for k in sorted(per_round)]
+        rates = sorted(w[1]["samples_per_s"] for w in winners)
+        counts = {}
+        for c, _ in winners:
+            counts[c["tuning"]] = counts.get(c["tuning"], 0) + 1
+        won = sorted(counts.items(), key=lambda kv: -kv[1])
+        mid = min(winners, key=lambda w: abs(w[1]["samples_per_s"] - median(rates)))
+        row = {"id": "%s: %s tuned [%s]" % (model, group, condition),
+               "name": "%s tuned (won: %s)" % (group, "; ".join(
+                   "%s in %d/%d rounds" % (t, n, len(winners)) for t, n in won)),
+               "system": "PyTorch", "model": model, "condition": condition, "replicas": 1,
+               "precision": "float32", "kind": "torch", "tuned": True, "group": group,
+               "winner": won[0][0], "global_batch": mid[1]["global_batch"],
+               "rounds": len(winners), "samples_per_s": median(rates),
+               "best_samples_per_s": rates[-1],
+               "epoch_s": median([w[1]["epoch_s"] for w in winners]),
+               "first_epoch_s": median([w[1]["first_epoch_s"] for w in winners]),
+               "peak_rss_mb": median([w[1]["peak_rss_mb"] for w in winners])}
+        row["floor_fraction"] = floor_fraction(row, meta, row["samples_per_s"])
+        out.append(row)
+    return out
+
+
+def rows_of(configs, runs, meta):
+    rows = [plain_row(c, runs[c["id"]], meta) for c in configs if runs[c["id"]]]
+    rows += tuned_rows(configs, runs, meta)
+    quiet = {(r["model"], r["name"]): r for r in rows if r["condition"] == "quiet"}
+    quiet_tuned = {(r["model"], r["group"]): r for r in rows
+                   if r.get("tuned") and r["condition"] == "quiet"}
+    for r in rows:
+        if r["condition"] == "quiet":
+            continue
+        q = quiet_tuned.get((r["model"], r["group"])) if r.get("tuned") else quiet.get(
+            (r["model"], r["name"]))
+        if q:
+            r["of_quiet"] = r["samples_per_s"] / q["samples_per_s"]
+    return rows
+
+
+def header(meta):
+    out = ["Date: %s  " % meta["date"], "Machine: %s  " % meta["machine"],
+           "Commit: %s  " % meta.get("commit", "?"), "Command: `%s`  " % meta["command"],
+           "Rounds: %d, epochs per seed-model run: %d (first reported apart); took %.0f min  " % (
+               meta["rounds"], meta["epochs"], meta.get("minutes", 0)),
+           "Load average before / after: %s / %s  " % (meta["load_before"], meta["load_after"]),
+           "PyTorch environment: %s; OMP_NUM_THREADS and OPENBLAS_NUM_THREADS per grid point, "
+           "set before torch loads  " % ", ".join("%s=%s" % kv for kv in meta["torch_env"].items())]
+    for precision, gflops in floors(meta).items():
+        if gflops:
+            rate = gflops * 1e9 / FLOP_PER_EXAMPLE["mlp"]
+            out.append("Floor %s: oneDNN's own %s matmuls on the seed step's five shapes, one pinned "
+                       "copy per core at once: %.0f GFLOP/s in all (rounds: %s) → %.0f samples/s, "
+                       "a 60,000-example epoch in %.0f ms  " % (
+                           precision, precision, gflops, ", ".join(
+                               "%.0f" % g for g in meta["floors"][precision]), rate,
+                           60000 / rate * 1e3))
+    return out
+
+
+def comparison_table(rows):
+    out = ["| model | configuration | global batch | samples/s (steady, median) | best round | "
+           "epoch s | first epoch s | peak RSS MB | of floor |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r["condition"] != "quiet" or (r["kind"] == "torch" and r.get("group") and
+                                         not r.get("tuned")):
+            continue
+        out.append("| %s | %s | %d | %.0f | %.0f | %.3f | %.3f | %.0f | %s |" % (
+            r["model"], r["name"], r["global_batch"], r["samples_per_s"], r["best_samples_per_s"],
+            r["epoch_s"], r["first_epoch_s"], r["peak_rss_mb"],
+            "%.0f%%" % (100 * r["floor_fraction"]) if r.get("floor_fraction") else "—"))
+    return out
+
+
+def grid_table(rows):
+    grid = [r for r in rows if r["kind"] == "torch" and r.get("group") and not r.get("tuned")]
+    if not grid:
+        return []
+    out = ["PyTorch grid (the tuned rows take each round's best point; medians here):", "",
+           "| model | peer | intra-op + BLAS threads, batch | condition | samples/s (median) | "
+           "best round | peak RSS MB |", "|---|---|---|---|---:|---:|---:|"]
+    for r in grid:
+        out.append("| %s | %s | %s | %s | %.0f | %.0f | %.0f |" % (
+            r["model"], r["group"], r["tuning"], r["condition"], r["samples_per_s"],
+            r["best_samples_per_s"], r["peak_rss_mb"]))
+    return out
+
+
+def co_runner_table(rows):
+    noisy = [r for r in rows if r["condition"] in CO_RUNNERS]
+    if not noisy:
+        return []
+    out = ["Beside one spinning co-runner (`sh -c 'while :; do :; done'`), unpinned and pinned to "
+           "one core (`taskset -c 0`), each run right after its quiet run; fraction = the rate "
+           "under the co-runner / the same row's quiet rate, same run (tuned PyTorch re-tuned "
+           "under the co-runner):", "",
+           "| model | configuration | quiet samples/s | co-runner | of quiet | co-runner pinned "
+           "| of quiet |", "|---|---|---:|---:|---:|---:|---:|"]
+    keys = []
+    for r in noisy:
+        k = (r["model"], r.get("group") if r.get("tuned") else r["name"], bool(r.get("tuned")))
+        if k not in keys:
+            keys.append(k)
+    for model, name, tuned in keys:
+        def find(cond):
+            for r in rows:
+                if r["model"] == model and r["condition"] == cond and bool(r.get("tuned")) == tuned \
+                        and (r.get("group") if tuned else r["name"]) == name:
+                    return r
+            return None
+        q, u, p = find("quiet"), find("co-runner"), find("co-runner pinned")
+        if tuned and not any(x and x.get("tuned") for x in (q,)):
+            continue
+        if not tuned and q and q["kind"] == "torch":
+            continue  # grid points: in the grid table
+        label = "%s tuned (won quiet: %s; co-runner: %s; pinned: %s)" % (
+            name, *(x["winner"] if x else "—" for x in (q, u, p))) if tuned else name
+
+        def cell(x):
+            if not x:
+                return "— | —"
+            return "%.0f | %s" % (x["samples_per_s"],
+                                  "%.2f" % x["of_quiet"] if "of_quiet" in x else "—")
+        out.append("| %s | %s | %s | %s | %s |" % (
+            model, label, "%.0f" % q["samples_per_s"] if q else "—", cell(u), cell(p)))
+    return out
+
+
+def allreduce_table(rows):
+    rows = [r for r in rows if r.get("allreduce_seconds_per_step") and r.get("replicas", 1) > 1
+            and r["condition"] == "quiet"]
+    if not rows:
+        return []
+    out = ["Gradient all-reduce per step (median over rounds; wall time on local replica 0, "
+           "waiting for the slowest participant included) against the ring floor 2(n-1)/n · "
+           "bytes / %.0f GB/s:" % (COPY_BANDWIDTH / 1e9), "",
+           "| model | configuration | phase | n | bytes/step | all-reduce µs/step | ring floor µs "
+           "| floor / measured |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        workers = r.get("workers") or 1
+        n = workers if workers > 1 else (r.get("local_replicas") or r["replicas"])
+        floor = 2.0 * (n - 1) / n * r["allreduce_bytes_per_step"] / COPY_BANDWIDTH
+        t = r["allreduce_seconds_per_step"]
+        out.append("| %s | %s | %s | %d | %d | %.1f | %.1f | %.0f%% |" % (
+            r["model"], r["name"], "cross-worker (MPI)" if workers > 1 else
+            "local reduce-scatter", n, r["allreduce_bytes_per_step"], t * 1e6, floor * 1e6,
+            100 * floor / t))
+    return out
+
+
+def pick(rows, model, condition="quiet", **want):
+    def ok(r):
+        if r["model"] != model or r["condition"] != condition:
+            return False
+        return all((r.get(k) or False) == v if isinstance(v, bool) else r.get(k) == v
+                   for k, v in want.items())
+    return [r for r in rows if ok(r)]
+
+
+def fastest(rows):
+    return max(rows, key=lambda r: r["samples_per_s"]) if rows else None
+
+
+def all_core_f32(rows, model, condition="quiet"):
+    """Lockstep's all-core float32 rows of one process (MPI and the baseline binary apart)."""
+    return [r for r in pick(rows, model, condition, system="Lockstep", precision="float32",
+                            mpi=False, baseline=False) if r["replicas"] > 1]
+
+
+def speed_checks(rows, meta):
+    checks = []
+    for model, target in (("mlp", 2.5), ("wide", 1.5), ("conv", 2.0)):
+        a = fastest(all_core_f32(rows, model))
+        t = fastest(pick(rows, model, tuned=True))
+        if a and t:
+            checks.append(("%s: all-core float32 (%s) ≥ %.1fx the best tuned PyTorch (%s)" % (
+                model, a["name"], target, t["name"]), a["samples_per_s"] / t["samples_per_s"],
+                target))
+        torch_rss = [r["peak_rss_mb"] for r in pick(rows, model, system="PyTorch")]
+        if a and torch_rss:
+            checks.append(("%s: peak RSS ≤ PyTorch's (smallest PyTorch RSS / all-core Lockstep "
+                           "RSS)" % model, min(torch_rss) / a["peak_rss_mb"], 1.0))
+    a = fastest(all_core_f32(rows, "mlp"))
+    if a and a.get("floor_fraction"):
+        checks.append(("mlp: all-core float32 ≥ 75%% of the float32 floor (%s)" % a["name"],
+                       a["floor_fraction"], 0.75))
+    f32 = pick(rows, "mlp", system="Lockstep", defaults=True, precision="float32")
+    bf16 = pick(rows, "mlp", system="Lockstep", defaults=True, precision="mixed_bfloat16")
+    if f32 and bf16:
+        checks.append(("mlp: mixed_bfloat16 ≥ 1.7x float32 (all-core defaults, same run)",
+                       bf16[0]["samples_per_s"] / f32[0]["samples_per_s"], 1.7))
+        if bf16[0].get("floor_fraction"):
+            checks.append(("mlp: mixed_bfloat16 ≥ 65% of the bfloat16 floor",
+                           bf16[0]["floor_fraction"], 0.65))
+        if "test_accuracy" in f32[0] and "test_accuracy" in bf16[0]:
+            gap = 100 * abs(f32[0]["test_accuracy"] - bf16[0]["test_accuracy"])
+            note = "" if meta["epochs"] == 5 else " — measured after %d epochs, not 5" % \
+                meta["epochs"]
+            checks.append(("mlp: mixed_bfloat16 test accuracy within 0.5 points of float32 "
+                           "(%.4f vs %.4f; margin = 0.5 − gap)%s" % (
+                               bf16[0]["test_accuracy"], f32[0]["test_accuracy"], note),
+                           0.5 - gap, 0.0))
+    ddp = pick(rows, "mlp", mode="ddp")
+    if a and ddp:
+        checks.append(("mlp: all-core ≥ 4x PyTorch DDP", a["samples_per_s"] /
+                       ddp[0]["samples_per_s"], 4.0))
+    base = pick(rows, "mlp", system="Lockstep", baseline=True)
+    if f32 and base:
+        checks.append(("mlp: quiet all-core defaults ≥ the baseline binary's (no slower than "
+                       "before)", f32[0]["samples_per_s"] / base[0]["samples_per_s"], 1.0))
+    return checks
+
+
+def co_runner_checks(rows):
+    checks = []
+    for cond in CO_RUNNERS:
+        a = pick(rows, "mlp", cond, system="Lockstep", defaults=True, precision="float32")
+        one = [r for r in pick(rows, "mlp", cond, system="Lockstep", precision="float32",
+                               mpi=False, baseline=False) if r["replicas"] == 1]
+        mpi = pick(rows, "mlp", cond, mpi=True)
+        t = fastest(pick(rows, "mlp", cond, tuned=True))
+        if a and "of_quiet" in a[0]:
+            checks.append(("%s: all-core keeps ≥ 60%% of its quiet rate" % cond,
+                           a[0]["of_quiet"], 0.60))
+        if a and t:
+            checks.append(("%s: all-core ≥ 2x the best tuned PyTorch under it (%s)" % (
+                cond, t["name"]), a[0]["samples_per_s"] / t["samples_per_s"], 2.0))
+        if a and one:
+            checks.append(("%s: all-core ≥ 1 replica under it" % cond,
+                           a[0]["samples_per_s"] / one[0]["samples_per_s"], 1.0))
+        if mpi and "of_quiet" in mpi[0]:
+            checks.append(("%s: mpirun -np 2 (2 x 1) keeps ≥ 50%% of its quiet rate" % cond,
+                           mpi[0]["of_quiet"], 0.50))
+    return checks
+
+
+def checks_table(title, checks):
+    if not checks:
+        return []
+    lines = [title, "", "| target | measured | target | |", "|---|---:|---:|---|"]
+    for text, value, target in checks:
+        lines.append("| %s | %.2f | %.2f | %s |" % (text, value, target,
+                                                   "pass" if value >= target else "FAIL"))
+    return lines
+
+
+def failures(meta):
+    """Failed or timed-out runs, one line per configuration with its conditions and counts."""
+    if not meta.get("failures"):
+        return []
+    grouped = {}
+    for f in meta["failures"]:
+        name, _, condition = f["id"].rpartition(" [")
+        key = (name, f["error"])
+        grouped.setdefault(key, []).append(condition.rstrip("]"))
+    lines = []
+    for (name, error), conditions in grouped.items():
+        counts = {}
+        for c in conditions:
+            counts[c] = counts.get(c, 0) + 1
+        lines.append("- %s — %s: %s" % (name, error, ", ".join(
+            "%s %d/%d rounds" % (c, n, meta["rounds"]) for c, n in counts.items())))
+    return ["Runs that failed or timed out, left out of the medians (a timed-out PyTorch grid point "
+            "was slower than every point that finished):", ""] + lines
+
+
+def render(meta, rows):
+    out = header(meta) + [""] + comparison_table(rows)
+    for part in (grid_table(rows), co_runner_table(rows), allreduce_table(rows),
+                 checks_table("Speed targets (medians of this run):", speed_checks(rows, meta)),
+                 checks_table("Co-runner targets (medians of this run):", co_runner_checks(rows)),
+                 failures(meta)):
+        if part:
+            out += [""] + part
+    return "\n".join(out) + "\n"

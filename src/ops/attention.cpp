@@ -1,0 +1,406 @@
+#include "lockstep/ops/attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/cpu_dispatch.h"
+#include "lockstep/ops/masked_softmax.h"
+
+#include "batched_gemm.h"
+#include "broadcast_mask.h"
+#include "kernel_util.h"
+#include "onednn.h"
+
+namespace lockstep::ops {
+namespace {
+
+using detail::StridedBatch;
+
+struct Dims {
+  int64_t B, T, S, H, Dk, Dv;
+};
+
+std::atomic<int64_t>& block_override() {
+  static std::atomic<int64_t> v{0};
+  return v;
+}
+
+Dims check(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
+  detail::check_floating(q, op, "query");
+  detail::check_floating(k, op, "key");
+  detail::check_floating(v, op, "value");
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
+    throw InvalidArgument(std::string(op) +
+                          ": expected query, key and value of one dtype. Received: query " +
+                          q.describe() + ", key " + k.describe() + ", value " + v.describe() + ".");
+  }
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
+    throw InvalidArgument(std::string(op) +
+                          ": expected query [B, T, H, Dk], key [B, S, H, Dk] and value [B, S, H, "
+                          "Dv] (rank 4). Received: query " +
+                          q.describe() + ", key " + k.describe() + ", value " + v.describe() + ".");
+  }
+  Dims d{q.dim(0), q.dim(1), k.dim(1), q.dim(2), q.dim(3), v.dim(3)};
+  const bool ok = k.dim(0) == d.B && v.dim(0) == d.B && k.dim(2) == d.H && v.dim(2) == d.H &&
+                  k.dim(3) == d.Dk && v.dim(1) == d.S;
+  if (!ok) {
+    throw InvalidArgument(std::string(op) +
+                          ": expected query [B, T, H, Dk], key [B, S, H, Dk] and value [B, S, H, "
+                          "Dv] with equal B, H, Dk and S. Received: query " +
+                          q.describe() + ", key " + k.describe() + ", value " + v.describe() + ".");
+  }
+  return d;
+}
+
+// What forward and backward share for one call.
+struct Plan {
+  Dims d;
+  DType dtype;  // the operands'
+  DType acc;    // scores and probabilities: float32, or float64 for float64 operands
+  double scale;
+  bool causal;
+  std::optional<detail::BroadcastMask> mask;  // against [B, H, T, S]
+  int64_t block;                              // examples per block
+};
+
+Plan make_plan(const Dims& d, DType dtype, const AttentionOptions& o, const char* op) {
+  if (o.scale < 0 || !std::isfinite(o.scale)) {
+    throw InvalidArgument(std::string(op) + ": expected scale >= 0 (0: 1/sqrt(Dk)). Received: " +
+                          std::to_string(o.scale) + ".");
+  }
+  Plan p{d,
+         dtype,
+         dtype == DType::float64 ? DType::float64 : DType::float32,
+         o.scale > 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, d.Dk))),
+         o.is_causal,
+         std::nullopt,
+         attention_block_examples(d.H, d.T, d.S)};
+  if (o.mask.defined()) p.mask = detail::broadcast_mask(o.mask, Shape{d.B, d.H, d.T, d.S}, op);
+  return p;
+}
+
+// Examples [b0, b0 + n) of a [B, rows, H, D] tensor as n × H matrices [rows, D] (strided views of
+// the heads; nothing is copied).
+StridedBatch heads(const Tensor& t, int64_t b0, int64_t n, int64_t H) {
+  const int64_t rows = t.dim(1), D = t.dim(3);
+  const auto* base = static_cast<const char*>(t.raw_data());
+  return {.data = base + static_cast<size_t>(b0 * rows * H * D) * dtype_size(t.dtype()),
+          .dtype = t.dtype(),
+          .b0 = n,
+          .b1 = H,
+          .rows = rows,
+          .cols = D,
+          .s0 = rows * H * D,
+          .s1 = D,
+          .rs = H * D,
+          .cs = 1};
+}
+
+// The block's transposed scores (or probabilities, or their gradients): n × H matrices [S, T],
+// each row padded to `ld` >= T elements (a multiple of 16) so that the softmax over s, a column of
+// these matrices, runs on whole vectors of 16 queries.
+StridedBatch scores_t(const Tensor& t, int64_t n, const Dims& d, int64_t ld) {
+  return {.data = t.raw_data(),
+          .dtype = t.dtype(),
+          .b0 = n,
+          .b1 = d.H,
+          .rows = d.S,
+          .cols = d.T,
+          .s0 = d.H * d.S * ld,
+          .s1 = d.S * ld,
+          .rs = ld,
+          .cs = 1};
+}
+
+int64_t padded(int64_t t) {
+  return (t + 15) / 16 * 16;
+}
+
+bool masking(const Plan& p) {
+  return p.causal || p.mask.has_value();
+}
+
+// Writes `value` at the dropped positions of the block's transposed scores (examples b0...).
+template <typename A>
+void set_dropped(A* scores, const Plan& p, int64_t b0, int64_t n, int64_t ld, A value) {
+  const Dims& d = p.d;
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      for (int64_t s = 0; s < d.S; ++s) {
+        A* row = scores + ((b * d.H + h) * d.S + s) * ld;  // scores[., t] for key s
+        if (p.causal) {
+          for (int64_t t = 0; t < std::min(s, d.T); ++t) row[t] = value;  // s > t
+        }
+        if (p.mask) {
+          const auto& st = p.mask->strides;
+          const uint8_t* keep = p.mask->data() + (b0 + b) * st[0] + h * st[1] + s * st[3];
+          const int64_t ts = st[2];
+          for (int64_t t = 0; t < d.T; ++t) {
+            if (!keep[t * ts]) row[t] = value;
+          }
+        }
+      }
+    }
+  }
+}
+
+// GCC vector extensions: 16 lanes (one AVX-512 register in the x86-64-v4 clone, four SSE ones in
+// the baseline clone), passed by reference (by value they would change the baseline ABI).
+typedef float F16 __attribute__((vector_size(64)));
+typedef int32_t I16 __attribute__((vector_size(64)));
+
+inline void load16(F16& v, const float* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+inline void store16(float* p, const F16& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// e^x for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a polynomial for e^r, scaled by
+// 2^n through the exponent bits; ~1 ulp), exactly 0 below -87 (where float32's e^x would be
+// denormal) so that dropped scores get probability 0.
+inline void exp_nonpositive(F16& x) {
+  const F16 lo = F16{} - 87.0f;
+  const I16 under = x < lo;
+  x = under ? lo : x;
+  const F16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const F16 r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  F16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const I16 scale = (__builtin_convertvector(n, I16) + 127) << 23;
+  x = (F16)((I16)(p * (F16)scale) & ~under);
+}
+
+// Softmax over each column of `count` matrices [rows, ld] (ld a multiple of 16), in place: the
+// max, the exponentials and their sum run down the columns, 16 at a time, with no reduction
+// across lanes.
+LOCKSTEP_TARGET_CLONES void softmax_columns_f32(float* __restrict x, int64_t count, int64_t rows,
+                                                int64_t ld) {
+  F16 v, m, sum;
+  for (int64_t c = 0; c < count; ++c, x += rows * ld) {
+    for (int64_t j = 0; j < ld; j += 16) {
+      load16(m, x + j);
+      for (int64_t r = 1; r < rows; ++r) {
+        load16(v, x + r * ld + j);
+        m = v > m ? v : m;
+      }
+      sum = F16{};
+      for (int64_t r = 0; r < rows; ++r) {
+        load16(v, x + r * ld + j);
+        v -= m;
+        exp_nonpositive(v);
+        sum += v;
+        store16(x + r * ld + j, v);
+      }
+      const F16 inv = 1.0f / sum;
+      for (int64_t r = 0; r < rows; ++r) {
+        load16(v, x + r * ld + j);
+        store16(x + r * ld + j, v * inv);
+      }
+    }
+  }
+}
+
+// dP <- P ⊙ (dP − Σ_rows P ⊙ dP) down each column, likewise.
+LOCKSTEP_TARGET_CLONES void softmax_grad_columns_f32(const float* __restrict p,
+                                                     float* __restrict dp, int64_t count,
+                                                     int64_t rows, int64_t ld) {
+  F16 a, g, dot;
+  for (int64_t c = 0; c < count; ++c, p += rows * ld, dp += rows * ld) {
+    for (int64_t j = 0; j < ld; j += 16) {
+      dot = F16{};
+      for (int64_t r = 0; r < rows; ++r) {
+        load16(a, p + r * ld + j);
+        load16(g, dp + r * ld + j);
+        dot += a * g;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        load16(a, p + r * ld + j);
+        load16(g, dp + r * ld + j);
+        store16(dp + r * ld + j, a * (g - dot));
+      }
+    }
+  }
+}
+
+template <bool GRAD>
+void columns_f64(const double* p, double* x, int64_t count, int64_t rows, int64_t ld) {
+  std::vector<double> acc(static_cast<size_t>(ld)), m(static_cast<size_t>(ld));
+  for (int64_t c = 0; c < count; ++c, p += rows * ld, x += rows * ld) {
+    if (GRAD) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j)
+          acc[static_cast<size_t>(j)] += p[r * ld + j] * x[r * ld + j];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j)
+          x[r * ld + j] = p[r * ld + j] * (x[r * ld + j] - acc[static_cast<size_t>(j)]);
+    } else {
+      std::copy(x, x + ld, m.begin());
+      for (int64_t r = 1; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j)
+          m[static_cast<size_t>(j)] = std::max(m[static_cast<size_t>(j)], x[r * ld + j]);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j)
+          acc[static_cast<size_t>(j)] +=
+              (x[r * ld + j] = std::exp(x[r * ld + j] - m[static_cast<size_t>(j)]));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ld; ++j) x[r * ld + j] /= acc[static_cast<size_t>(j)];
+    }
+  }
+}
+
+void softmax_columns(const Tensor& scores, int64_t count, int64_t rows, int64_t ld) {
+  if (scores.dtype() == DType::float64) {
+    columns_f64<false>(nullptr, scores.data<double>(), count, rows, ld);
+  } else {
+    softmax_columns_f32(scores.data<float>(), count, rows, ld);
+  }
+}
+
+void softmax_grad_columns(const Tensor& probs, const Tensor& dprobs, int64_t count, int64_t rows,
+                          int64_t ld) {
+  if (probs.dtype() == DType::float64) {
+    columns_f64<true>(probs.data<double>(), dprobs.data<double>(), count, rows, ld);
+  } else {
+    softmax_grad_columns_f32(probs.data<float>(), dprobs.data<float>(), count, rows, ld);
+  }
+}
+
+// The block's float32 (or float64) buffer in the operands' dtype: itself, or rounded to bfloat16
+// into `low`.
+const Tensor& in_operand_dtype(const Tensor& acc, const Tensor& low, int64_t count) {
+  if (!low.defined()) return acc;
+  float_to_bfloat16(acc.data<float>(), low.data<bfloat16>(), static_cast<size_t>(count));
+  return low;
+}
+
+// Probabilities of examples [b0, b0 + n), transposed, into `probs` ([n, H, S, ld], acc dtype).
+void block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_t b0, int64_t n,
+                         int64_t ld, const Tensor& probs) {
+  const Dims& d = p.d;
+  detail::batched_gemm(heads(k, b0, n, d.H), heads(q, b0, n, d.H).t(), scores_t(probs, n, d, ld),
+                       p.scale);
+  if (masking(p)) {
+    if (p.acc == DType::float64) {
+      set_dropped(probs.data<double>(), p, b0, n, ld, kMaskedScore);
+    } else {
+      set_dropped(probs.data<float>(), p, b0, n, ld, static_cast<float>(kMaskedScore));
+    }
+  }
+  softmax_columns(probs, n * d.H, d.S, ld);
+}
+
+}  // namespace
+
+int64_t attention_block_examples(int64_t heads, int64_t t, int64_t s) {
+  if (int64_t forced = block_override().load(); forced > 0) return forced;
+  // About 192 KiB of float32 scores per block: the scores, their gradient and the bfloat16 copies
+  // stay in the core's L2 between the matmul that writes them and the ones that read them.
+  const int64_t per_example = std::max<int64_t>(1, heads * s * padded(t) * 4);
+  return std::max<int64_t>(1, (192 * 1024) / per_example);
+}
+
+void set_attention_block_examples(int64_t examples) {
+  block_override().store(std::max<int64_t>(0, examples));
+}
+
+Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                             const AttentionOptions& options) {
+  const char* op = "dot_product_attention";
+  const Dims d = check(query, key, value, op);
+  const Plan p = make_plan(d, query.dtype(), options, op);
+  Tensor out({d.B, d.T, d.H, d.Dv}, query.dtype());
+  if (out.num_elements() == 0) return out;
+  if (d.S == 0) return Tensor::zeros(out.shape(), out.dtype());  // no keys: empty sums
+  const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
+  // Zeros: the padding columns then hold finite values through the softmax.
+  Tensor probs = Tensor::zeros({block * d.H * d.S * ld}, p.acc);
+  Tensor low = p.dtype == DType::bfloat16 ? Tensor(probs.shape(), DType::bfloat16) : Tensor();
+  for (int64_t b0 = 0; b0 < d.B; b0 += block) {
+    const int64_t n = std::min(block, d.B - b0);
+    block_probabilities(p, query, key, b0, n, ld, probs);
+    const Tensor& pv = in_operand_dtype(probs, low, n * d.H * d.S * ld);
+    detail::batched_gemm(scores_t(pv, n, d, ld).t(), heads(value, b0, n, d.H),
+                         heads(out, b0, n, d.H));
+  }
+  return out;
+}
+
+AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tensor& query,
+                                              const Tensor& key, const Tensor& value,
+                                              const AttentionOptions& options, bool need_dquery,
+                                              bool need_dkey, bool need_dvalue) {
+  const char* op = "dot_product_attention_backward";
+  const Dims d = check(query, key, value, op);
+  detail::check_defined(doutput, op, "doutput");
+  const Shape expected{d.B, d.T, d.H, d.Dv};
+  if (!(doutput.shape() == expected) || doutput.dtype() != query.dtype()) {
+    throw InvalidArgument(std::string(op) + ": expected doutput of shape " + expected.to_string() +
+                          " and dtype " + std::string(dtype_name(query.dtype())) +
+                          ". Received: " + doutput.describe() + ".");
+  }
+  const Plan p = make_plan(d, query.dtype(), options, op);
+  AttentionGrads g;
+  if (d.B * d.H * d.T * d.S == 0) {  // no scores: nothing depends on the inputs
+    if (need_dquery) g.dquery = Tensor::zeros(query.shape(), query.dtype());
+    if (need_dkey) g.dkey = Tensor::zeros(key.shape(), key.dtype());
+    if (need_dvalue) g.dvalue = Tensor::zeros(value.shape(), value.dtype());
+    return g;
+  }
+  // Every block writes its examples' rows of each gradient in full.
+  if (need_dquery) g.dquery = Tensor(query.shape(), query.dtype());
+  if (need_dkey) g.dkey = Tensor(key.shape(), key.dtype());
+  if (need_dvalue) g.dvalue = Tensor(value.shape(), value.dtype());
+  const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
+  const int64_t block_elems = block * d.H * d.S * ld;
+  Tensor probs = Tensor::zeros({block_elems}, p.acc), dprobs = Tensor::zeros({block_elems}, p.acc);
+  const bool bf16 = p.dtype == DType::bfloat16;
+  Tensor low_p = bf16 ? Tensor({block_elems}, DType::bfloat16) : Tensor();
+  Tensor low_ds = bf16 ? Tensor({block_elems}, DType::bfloat16) : Tensor();
+  for (int64_t b0 = 0; b0 < d.B; b0 += block) {
+    const int64_t n = std::min(block, d.B - b0);
+    const int64_t count = n * d.H * d.S * ld;
+    block_probabilities(p, query, key, b0, n, ld, probs);
+    if (need_dvalue) {  // dV = Pᵀ · dO
+      const Tensor& pv = in_operand_dtype(probs, low_p, count);
+      detail::batched_gemm(scores_t(pv, n, d, ld), heads(doutput, b0, n, d.H),
+                           heads(g.dvalue, b0, n, d.H));
+    }
+    if (!need_dquery && !need_dkey) continue;
+    // dPᵀ = V · dOᵀ
+    detail::batched_gemm(heads(value, b0, n, d.H), heads(doutput, b0, n, d.H).t(),
+                         scores_t(dprobs, n, d, ld));
+    softmax_grad_columns(probs, dprobs, n * d.H, d.S, ld);
+    if (masking(p)) {
+      if (p.acc == DType::float64) {
+        set_dropped(dprobs.data<double>(), p, b0, n, ld, 0.0);
+      } else {
+        set_dropped(dprobs.data<float>(), p, b0, n, ld, 0.0f);
+      }
+    }
+    const Tensor& ds = in_operand_dtype(dprobs, low_ds, count);
+    if (need_dquery) {  // dQ = scale · dScores · K
+      detail::batched_gemm(scores_t(ds, n, d, ld).t(), heads(key, b0, n, d.H),
+                           heads(g.dquery, b0, n, d.H), p.scale);
+    }
+    if (need_dkey) {  // dK = scale · dScoresᵀ · Q
+      detail::batched_gemm(scores_t(ds, n, d, ld), heads(query, b0, n, d.H),
+                           heads(g.dkey, b0, n, d.H), p.scale);
+    }
+  }
+  return g;
+}
+
+}  // namespace lockstep::ops

@@ -1,0 +1,122 @@
+#include "lockstep/ops/gelu.h"
+
+#include <cmath>
+#include <string>
+
+#include "gelu_kernels.h"
+#include "kernel_util.h"
+#include "onednn.h"
+
+namespace lockstep::ops {
+namespace {
+
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+constexpr double kCubic = 0.044715;
+
+double gelu_value(double x, bool approximate) {
+  if (approximate) {
+    const double u = kSqrt2OverPi * (x + kCubic * x * x * x);
+    return 0.5 * x * (1.0 + std::tanh(u));
+  }
+  return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2));
+}
+
+double gelu_derivative(double x, bool approximate) {
+  if (approximate) {
+    const double th = std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x));
+    return 0.5 * (1.0 + th) +
+           0.5 * x * (1.0 - th * th) * kSqrt2OverPi * (1.0 + 3.0 * kCubic * x * x);
+  }
+  return 0.5 * (1.0 + std::erf(x * M_SQRT1_2)) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
+}
+
+dnnl::algorithm algorithm(bool approximate) {
+  return approximate ? dnnl::algorithm::eltwise_gelu_tanh : dnnl::algorithm::eltwise_gelu_erf;
+}
+
+dnnl::eltwise_forward::primitive_desc forward_pd(const dnnl::memory::desc& md, bool approximate) {
+  return dnnl::eltwise_forward::primitive_desc(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algorithm(approximate), md,
+                                  0.0f, 0.0f),
+      onednn::engine());
+}
+
+}  // namespace
+
+namespace detail {
+
+Tensor gelu_forward(const Tensor& x, bool approximate) {
+  detail::check_floating(x, approximate ? "gelu_tanh" : "gelu", "x");
+  Tensor y(x.shape(), x.dtype());
+  const int64_t n = x.num_elements();
+  if (n == 0) return y;
+  if (x.dtype() == DType::float64) {
+    const double* xs = x.data<double>();
+    double* ys = y.data<double>();
+    for (int64_t i = 0; i < n; ++i) ys[i] = gelu_value(xs[i], approximate);
+    return y;
+  }
+  onednn::Key key("gelu");
+  key.add(approximate).add(n).add(x.dtype());
+  auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
+    auto md = onednn::plain_desc(dnnl::memory::dims{n}, x.dtype());
+    return onednn::Primitive(dnnl::eltwise_forward(forward_pd(md, approximate)),
+                             {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
+  });
+  prim.execute({{DNNL_ARG_SRC, x.raw_data()}, {DNNL_ARG_DST, y.raw_data()}});
+  return y;
+}
+
+void gelu_backward_into(const Tensor& dy, const Tensor& x, const Tensor& dx, bool approximate) {
+  const char* op = approximate ? "gelu_tanh_backward" : "gelu_backward";
+  detail::check_floating(dy, op, "dy");
+  detail::check_floating(x, op, "x");
+  detail::check_same_dtype(dy, x, op);
+  detail::check_same_shape(dy, x, op);
+  detail::check_same_dtype(dy, dx, op);
+  detail::check_same_shape(dy, dx, op);
+  const int64_t n = dy.num_elements();
+  if (n == 0) return;
+  if (dy.dtype() == DType::float64) {
+    const double* d = dy.data<double>();
+    const double* xs = x.data<double>();
+    double* out = dx.data<double>();
+    for (int64_t i = 0; i < n; ++i) out[i] = d[i] * gelu_derivative(xs[i], approximate);
+    return;
+  }
+  onednn::Key key("gelu_backward");
+  key.add(approximate).add(n).add(dy.dtype());
+  auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
+    auto md = onednn::plain_desc(dnnl::memory::dims{n}, dy.dtype());
+    dnnl::eltwise_backward::primitive_desc pd(
+        dnnl::eltwise_backward::desc(algorithm(approximate), md, md, 0.0f, 0.0f), onednn::engine(),
+        forward_pd(md, approximate));
+    return onednn::Primitive(
+        dnnl::eltwise_backward(pd),
+        {{DNNL_ARG_SRC, md}, {DNNL_ARG_DIFF_DST, md}, {DNNL_ARG_DIFF_SRC, md}});
+  });
+  // dx may alias dy (linear's backward passes one buffer): oneDNN then gets a copy of dy.
+  const Tensor upstream = dx.raw_data() == dy.raw_data() ? dy.clone() : dy;
+  prim.execute({{DNNL_ARG_SRC, x.raw_data()},
+                {DNNL_ARG_DIFF_DST, upstream.raw_data()},
+                {DNNL_ARG_DIFF_SRC, dx.raw_data()}});
+}
+
+Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool approximate) {
+  detail::check_defined(dy, approximate ? "gelu_tanh_backward" : "gelu_backward", "dy");
+  Tensor dx(dy.shape(), dy.dtype());
+  gelu_backward_into(dy, x, dx, approximate);
+  return dx;
+}
+
+}  // namespace detail
+
+Tensor gelu_tanh(const Tensor& x) {
+  return detail::gelu_forward(x, true);
+}
+Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x) {
+  return detail::gelu_backward(dy, x, true);
+}
+
+}  // namespace lockstep::ops

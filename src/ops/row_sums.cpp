@@ -1,0 +1,118 @@
+#include "row_sums.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include "core/cpu_dispatch.h"
+
+namespace lockstep::ops::detail {
+namespace {
+
+typedef double RowD8 __attribute__((vector_size(64)));
+typedef float RowF8 __attribute__((vector_size(32)));
+typedef uint16_t RowH8 __attribute__((vector_size(16)));
+typedef uint32_t RowW8 __attribute__((vector_size(32)));
+
+[[gnu::always_inline]] inline void load8(RowD8& out, const float* p) {
+  RowF8 f;
+  std::memcpy(&f, p, sizeof f);
+  out = __builtin_convertvector(f, RowD8);
+}
+[[gnu::always_inline]] inline void load8(RowD8& out, const bfloat16* p) {
+  RowH8 h;
+  std::memcpy(&h, p, sizeof h);
+  const RowW8 bits = __builtin_convertvector(h, RowW8) << 16;  // bfloat16 -> float32 bits
+  out = __builtin_convertvector((RowF8)bits, RowD8);
+}
+[[gnu::always_inline]] inline void load8(RowD8& out, const double* p) {
+  std::memcpy(&out, p, sizeof out);
+}
+[[gnu::always_inline]] inline double lanes_sum(const RowD8& v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+inline double scalar(float v) {
+  return v;
+}
+inline double scalar(bfloat16 v) {
+  return static_cast<float>(v);
+}
+inline double scalar(double v) {
+  return v;
+}
+
+template <typename T>
+[[gnu::always_inline]] inline double sum_of(const T* x, int64_t n) {
+  RowD8 acc{}, v;
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    load8(v, x + d);
+    acc += v;
+  }
+  double sum = lanes_sum(acc);
+  for (; d < n; ++d) sum += scalar(x[d]);
+  return sum;
+}
+
+template <typename T>
+[[gnu::always_inline]] inline double centered_squares_of(const T* x, int64_t n, double mu) {
+  RowD8 acc{}, v;
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    load8(v, x + d);
+    v -= mu;
+    acc += v * v;
+  }
+  double sum = lanes_sum(acc);
+  for (; d < n; ++d) sum += (scalar(x[d]) - mu) * (scalar(x[d]) - mu);
+  return sum;
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void gradient_sums_of(const T* dy, const T* x, const double* g,
+                                                    int64_t n, double mu, double s, double& sum_g,
+                                                    double& sum_gx) {
+  RowD8 ag{}, agx{}, vd, vx, vg;
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    load8(vd, dy + d);
+    load8(vx, x + d);
+    load8(vg, g + d);
+    const RowD8 dg = vd * vg;
+    ag += dg;
+    agx += dg * ((vx - mu) * s);
+  }
+  sum_g = lanes_sum(ag);
+  sum_gx = lanes_sum(agx);
+  for (; d < n; ++d) {
+    const double dg = scalar(dy[d]) * g[d];
+    sum_g += dg;
+    sum_gx += dg * ((scalar(x[d]) - mu) * s);
+  }
+}
+
+}  // namespace
+
+LOCKSTEP_TARGET_CLONES double row_sum(const float* x, int64_t n) {
+  return sum_of(x, n);
+}
+LOCKSTEP_TARGET_CLONES double row_sum(const bfloat16* x, int64_t n) {
+  return sum_of(x, n);
+}
+LOCKSTEP_TARGET_CLONES double row_centered_squares(const float* x, int64_t n, double mu) {
+  return centered_squares_of(x, n, mu);
+}
+LOCKSTEP_TARGET_CLONES double row_centered_squares(const bfloat16* x, int64_t n, double mu) {
+  return centered_squares_of(x, n, mu);
+}
+LOCKSTEP_TARGET_CLONES void row_gradient_sums(const float* dy, const float* x, const double* g,
+                                              int64_t n, double mu, double s, double& sum_g,
+                                              double& sum_gx) {
+  gradient_sums_of(dy, x, g, n, mu, s, sum_g, sum_gx);
+}
+LOCKSTEP_TARGET_CLONES void row_gradient_sums(const bfloat16* dy, const bfloat16* x,
+                                              const double* g, int64_t n, double mu, double s,
+                                              double& sum_g, double& sum_gx) {
+  gradient_sums_of(dy, x, g, n, mu, s, sum_g, sum_gx);
+}
+
+}  // namespace lockstep::ops::detail

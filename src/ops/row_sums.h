@@ -1,0 +1,44 @@
+#pragma once
+// Internal to the ops layer: the per-row sums of layer normalization, accumulated in double with
+// 8 independent partial sums. A serial double sum is one dependent add per element (4 cycles
+// each); on rows of transformer width (64) that chain, not the arithmetic, set the speed.
+// float64 rows keep the serial order (gradient checks compare against it bit for bit).
+#include <cstdint>
+
+#include "lockstep/core/bfloat16.h"
+
+namespace lockstep::ops::detail {
+
+// Σ x, Σ (x − mu)², and sum_g = Σ dy·g, sum_gx = Σ dy·g·(x − mu)·s (g in double). float and
+// bfloat16 rows run in row_sums.cpp (built for AVX-512 as well); float64 rows serially here.
+double row_sum(const float* x, int64_t n);
+double row_sum(const bfloat16* x, int64_t n);
+double row_centered_squares(const float* x, int64_t n, double mu);
+double row_centered_squares(const bfloat16* x, int64_t n, double mu);
+void row_gradient_sums(const float* dy, const float* x, const double* g, int64_t n, double mu,
+                       double s, double& sum_g, double& sum_gx);
+void row_gradient_sums(const bfloat16* dy, const bfloat16* x, const double* g, int64_t n, double mu,
+                       double s, double& sum_g, double& sum_gx);
+
+inline double row_sum(const double* x, int64_t n) {
+  double sum = 0;
+  for (int64_t d = 0; d < n; ++d) sum += x[d];
+  return sum;
+}
+inline double row_centered_squares(const double* x, int64_t n, double mu) {
+  double sum = 0;
+  for (int64_t d = 0; d < n; ++d) sum += (x[d] - mu) * (x[d] - mu);
+  return sum;
+}
+inline void row_gradient_sums(const double* dy, const double* x, const double* g, int64_t n,
+                              double mu, double s, double& sum_g, double& sum_gx) {
+  sum_g = 0;
+  sum_gx = 0;
+  for (int64_t d = 0; d < n; ++d) {
+    const double dg = dy[d] * g[d];
+    sum_g += dg;
+    sum_gx += dg * ((x[d] - mu) * s);
+  }
+}
+
+}  // namespace lockstep::ops::detail
