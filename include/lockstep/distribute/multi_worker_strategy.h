@@ -8,10 +8,10 @@
 //
 // The cluster comes from a resolver (resolve_cluster() by default: the MPI launcher's environment,
 // else SLURM, else TF_CONFIG, else this host alone). The processes talk through MPI: the world
-// communicator (MpiContext::world(), mpi_context.h) joins the workers, so a multi-worker cluster must be started
-// by an MPI launcher (mpirun, mpiexec, or srun with PMI); a resolver describing several workers in
-// a process MPI did not start is an error. Started without a launcher, the strategy is one worker
-// and behaves exactly as MirroredStrategy on the same devices.
+// communicator (MpiContext::world(), mpi_context.h) joins the workers, so a multi-worker cluster
+// must be started by an MPI launcher (mpirun, mpiexec, or srun with PMI); a resolver describing
+// several workers in a process MPI did not start is an error. Started without a launcher, the
+// strategy is one worker and behaves exactly as MirroredStrategy on the same devices.
 //
 // Every worker must drive the same number of local replicas (the hierarchical reductions and the
 // data split assume it); the constructor checks this with an all-gather and throws
