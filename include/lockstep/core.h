@@ -6,4 +6,5 @@
 #include "lockstep/core/random.h"
 #include "lockstep/core/shape.h"
 #include "lockstep/core/storage.h"
+#include "lockstep/core/task_cancellation.h"
 #include "lockstep/core/tensor.h"

@@ -1,5 +1,6 @@
 #pragma once
 // Umbrella header of the distribute layer.
+#include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/cluster_resolver.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/distributed_dataset.h"
