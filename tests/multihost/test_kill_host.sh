@@ -10,8 +10,12 @@
 #   3. the same, but the host dies silently, as on a power loss (its link goes down first, so no
 #      connection is closed): now only the collectives' timeout can tell, and the worker on
 #      ls-host-a must itself name ls-host-b and its world rank and pid;
-#   4. elastic restart: the backup of run 2 resumes on ls-host-a alone (1 host x 2 replicas, the
-#      same global batches) and finishes with the reference's weights up to float rounding;
+#   4. elastic restart: the backup of run 2 resumes on ls-host-a alone, one process driving the same
+#      4 replicas in sync on that host's cores (a replica is a shard of the global batch, not a
+#      core), and ends epoch 3 with the weights of an uninterrupted 3-epoch run on both hosts up to
+#      float rounding (1e-5 relative: the sums run in another order, so only the first epoch after
+#      the resume is compared, before rounding differences grow through training); one process of
+#      2 replicas (2 in sync) is refused at once, naming both layouts;
 #   5. relaunched on both hosts instead, the backup of run 2 resumes to the reference's weights bit
 #      for bit.
 #   test_kill_host.sh <lockstep> <timeout_seconds>
@@ -24,7 +28,7 @@ hosts_up || { echo "FAIL: could not create the two hosts"; multihost_finish 1; }
 W=$MULTIHOST_WORK
 fail=0
 # The input pipeline is the global one so that 2 and 4 replicas see the same global batches.
-TRAIN=(train --epochs 6 --steps-per-epoch 200 --global-batch-size 256 --input-pipeline global
+TRAIN=(train --steps-per-epoch 200 --global-batch-size 256 --input-pipeline global
        --seed 3 --verbose 2 --timeout "$TIMEOUT")
 
 two_hosts() {  # name [train arguments...]: starts the job in the background, rank files in W/name
@@ -37,12 +41,14 @@ two_hosts() {  # name [train arguments...]: starts the job in the background, ra
 }
 show() { grep -v setpgid "$W/$1/log"; for f in "$W/$1"/err.*; do echo "-- $f"; cat "$f"; done; }
 
-echo "==== 1. reference run on both hosts"
-two_hosts reference --save-weights "$W/reference.safetensors"
+echo "==== 1. reference runs on both hosts (6 epochs, and 3 for the elastic restart)"
+two_hosts reference --epochs 6 --save-weights "$W/reference.safetensors"
 wait $MPIRUN || { show reference; echo "FAIL: the reference run failed"; multihost_finish 1; }
+two_hosts reference3 --epochs 3 --save-weights "$W/reference3.safetensors"
+wait $MPIRUN || { show reference3; echo "FAIL: the 3-epoch reference run failed"; multihost_finish 1; }
 
 echo "==== 2. SIGKILL every process of ls-host-b during epoch 3"
-two_hosts killed --backup-dir "$W/backup"
+two_hosts killed --epochs 6 --backup-dir "$W/backup"
 wait_for_line "$W/killed/log" '^Epoch 3/' $MPIRUN 120 ||
   { show killed; echo "FAIL: the job did not reach epoch 3"; multihost_finish 1; }
 kill_host ls-host-b
@@ -60,7 +66,7 @@ wait_hosts_empty 60 || { echo "FAIL: processes left after the kill"; fail=1; }
 cp -a "$W/backup" "$W/backup.both"
 
 echo "==== 3. ls-host-b dies silently (link down, then SIGKILL) during epoch 3"
-two_hosts silent --backup-dir "$W/backup.silent"
+two_hosts silent --epochs 6 --backup-dir "$W/backup.silent"
 wait_for_line "$W/silent/log" '^Epoch 3/' $MPIRUN 120 ||
   { show silent; echo "FAIL: the job did not reach epoch 3"; multihost_finish 1; }
 ip -n ls-host-b link set ls-veth-b down
@@ -82,8 +88,13 @@ grep -Eq "$pattern" "$W/silent/err.0" ||
   { echo "FAIL: world rank 0 did not name ls-host-b and world rank 1"; fail=1; }
 ip -n ls-host-b link set ls-veth-b up
 
-echo "==== 4. elastic restart: resume on ls-host-a alone, 1 worker x 2 replicas"
-on_host ls-host-a "$LOCKSTEP" "${TRAIN[@]}" --replicas 2 --backup-dir "$W/backup" \
+echo "==== 4. elastic restart: resume on ls-host-a alone, 1 worker x 4 replicas"
+cp -a "$W/backup" "$W/backup.two"
+on_host ls-host-a "$LOCKSTEP" "${TRAIN[@]}" --epochs 6 --replicas 2 --backup-dir "$W/backup.two" \
+  >"$W/two.log" 2>&1 && { echo "FAIL: 2 replicas in sync resumed a backup of 4"; fail=1; }
+grep -q 'InvalidArgument: BackupAndRestore: .*2 workers x 2 replicas (4 in sync)' "$W/two.log" ||
+  { cat "$W/two.log"; echo "FAIL: resuming with 2 replicas in sync was not refused clearly"; fail=1; }
+on_host ls-host-a "$LOCKSTEP" "${TRAIN[@]}" --replicas 4 --epochs 3 --backup-dir "$W/backup" \
   --save-weights "$W/elastic.safetensors" >"$W/elastic.log" 2>&1
 rc=$?
 grep -v setpgid "$W/elastic.log"
@@ -91,13 +102,13 @@ if [ $rc != 0 ]; then
   echo "FAIL: the resume on one host failed (exit $rc)"; fail=1
 else
   first=$(grep -m1 -o '^Epoch [0-9]*' "$W/elastic.log")
-  [ "$first" != "Epoch 1" ] || { echo "FAIL: the run started afresh instead of resuming"; fail=1; }
-  "$MULTIHOST_DIR/compare_weights.py" "$W/reference.safetensors" "$W/elastic.safetensors" 1e-4 ||
+  [ "$first" = "Epoch 3" ] || { echo "FAIL: expected to resume at epoch 3, got '$first'"; fail=1; }
+  "$MULTIHOST_DIR/compare_weights.py" "$W/reference3.safetensors" "$W/elastic.safetensors" 1e-5 ||
     { echo "FAIL: the elastic resume ended far from the reference"; fail=1; }
 fi
 
 echo "==== 5. relaunch on both hosts: bit-identical to the reference"
-two_hosts both --backup-dir "$W/backup.both" --save-weights "$W/both.safetensors"
+two_hosts both --epochs 6 --backup-dir "$W/backup.both" --save-weights "$W/both.safetensors"
 wait $MPIRUN || { show both; echo "FAIL: the relaunch on both hosts failed"; fail=1; }
 first=$(grep -m1 -o '^Epoch [0-9]*' "$W/both/log")
 [ "$first" != "Epoch 1" ] || { echo "FAIL: the relaunch started afresh instead of resuming"; fail=1; }

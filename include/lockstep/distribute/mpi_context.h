@@ -24,19 +24,18 @@
 // communicator, which collective it is in; peers that do not answer within a short grace period are
 // reported as lost, with world rank, pid and host (exchanged at construction), grouped by host
 // when a whole host is silent:
-//   Unavailable: world rank 0: world rank 1 (pid 1234 on host node-a) stopped answering: it did
-//   not join all_reduce #57 (float32[101770], SUM) within 10 s; it is stopped (process state T).
+//   Unavailable: world rank 1 (pid 1234 on host node-a) stopped answering: it did not join
+//   all_reduce #57 (float32[101770], SUM) within 10 s; it is stopped (process state T: SIGSTOP,
+//   job control or a debugger). Seen from world rank 0.
 // See docs/distributed.md ("Failures and timeouts") for launching so that survivors can report.
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "lockstep/distribute/collective.h"
 
 namespace lockstep::distribute {
-
-namespace detail {
-class QueryResponder;
-}
 
 class MpiContext {
  public:

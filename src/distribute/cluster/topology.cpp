@@ -6,7 +6,7 @@
 
 #include "local_devices.h"
 #include "lockstep/core/error.h"
-#include "distribute/collectives/mpi_communicator.h"
+#include "lockstep/distribute/mpi_context.h"
 
 namespace lockstep {
 namespace {
