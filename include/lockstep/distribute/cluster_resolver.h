@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "lockstep/distribute/cpu_cores.h"
 #include "lockstep/distribute/device.h"

@@ -1,6 +1,7 @@
 #include "lockstep/keras/layers/attention.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "lockstep/autodiff/functions.h"

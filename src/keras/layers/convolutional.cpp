@@ -1,5 +1,7 @@
 #include "lockstep/keras/layers/convolutional.h"
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/nn_functions.h"
 #include "lockstep/keras/activations.h"

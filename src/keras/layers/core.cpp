@@ -2,6 +2,7 @@
 #include "lockstep/ops/shape_ops.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"

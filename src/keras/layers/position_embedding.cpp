@@ -1,6 +1,7 @@
 #include "lockstep/keras/layers/position_embedding.h"
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
