@@ -300,8 +300,8 @@ Shape conv2d_output_shape(const Shape& input, const Shape& kernel, const Conv2DO
   return {d.n, d.oh, d.ow, d.o};
 }
 
-Tensor conv2d(const Tensor& input, const Tensor& kernel, const Tensor& bias,
-              const Conv2DOptions& options) {
+Tensor conv2d_forward(const Tensor& input, const Tensor& kernel, const Tensor& bias,
+                      const Conv2DOptions& options) {
   ConvDims d =
       conv_dims(input.shape(), kernel.shape(), options, input.describe(), kernel.describe());
   check_dtypes("conv2d", {&input, &kernel, &bias});

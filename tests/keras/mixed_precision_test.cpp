@@ -149,7 +149,7 @@ TEST_P(Bf16Linear, ForwardAndBackwardMatchFloat64WithinBf16Tolerance) {
   Tensor x = x32;
   tape.watch(x);
   Tensor y = linear(cast(x, DType::bfloat16), cast(kernel.value(), DType::bfloat16),
-                    cast(bias.value(), DType::bfloat16), Activation::relu);
+                    cast(bias.value(), DType::bfloat16), ops::FusedActivation::relu);
   ASSERT_EQ(y.dtype(), DType::bfloat16);
   Tensor loss = reduce_sum(mul(cast(y, DType::float32), w32));
   std::vector<Tensor> g = tape.gradient(loss, std::vector<Tensor>{x, kernel.value(), bias.value()});

@@ -60,12 +60,12 @@ TEST(Bf16MatmulMode, TheAutomaticChoiceIsOnePerShapeForAllThreads) {
 TEST(Bf16MatmulMode, BothPathsComputeTheProduct) {
   Generator gen(4);
   const int64_t m = 48, k = 200, n = 40;
-  Tensor a = ops::cast(gen.uniform({m, k}, -1, 1), DType::bfloat16);
-  Tensor b = ops::cast(gen.uniform({k, n}, -1, 1), DType::bfloat16);
-  Tensor a64 = ops::cast(a, DType::float64), b64 = ops::cast(b, DType::float64);
+  Tensor a = ops::cast_forward(gen.uniform({m, k}, -1, 1), DType::bfloat16);
+  Tensor b = ops::cast_forward(gen.uniform({k, n}, -1, 1), DType::bfloat16);
+  Tensor a64 = ops::cast_forward(a, DType::float64), b64 = ops::cast_forward(b, DType::float64);
   for (Bf16MatmulMode mode : {Bf16MatmulMode::kFloat32Compute, Bf16MatmulMode::kBfloat16Kernels}) {
     testing::Bf16MatmulModeGuard g(mode);
-    Tensor y = ops::cast(ops::matmul(a, b), DType::float64);
+    Tensor y = ops::cast_forward(ops::matmul_forward(a, b), DType::float64);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         double ref = 0;

@@ -15,10 +15,10 @@
 
 namespace lockstep::ops {
 
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
+Tensor add_forward(const Tensor& a, const Tensor& b);
+Tensor sub_forward(const Tensor& a, const Tensor& b);
+Tensor mul_forward(const Tensor& a, const Tensor& b);
+Tensor div_forward(const Tensor& a, const Tensor& b);
 
 // Gradients with respect to a and b; undefined when not requested.
 struct BinaryGrads {
@@ -34,7 +34,7 @@ BinaryGrads div_backward(const Tensor& dy, const Tensor& a, const Tensor& b, boo
                          bool need_db = true);
 
 // x: [..., n], bias: [n].
-Tensor bias_add(const Tensor& x, const Tensor& bias);
+Tensor bias_add_forward(const Tensor& x, const Tensor& bias);
 struct BiasAddGrads {
   Tensor dx, dbias;
 };

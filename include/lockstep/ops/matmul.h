@@ -13,7 +13,8 @@
 namespace lockstep::ops {
 
 // y = op(a)·op(b), in a's dtype.
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a = false,
+                      bool transpose_b = false);
 // Writes op(a)·op(b) into `out` ([m, n]; dtype a's, or float32 when a and b are bfloat16).
 void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out, bool transpose_a = false,
                  bool transpose_b = false);
