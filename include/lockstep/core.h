@@ -1,5 +1,6 @@
 #pragma once
-// Umbrella header of the core layer.
+// Umbrella header of the core layer: Tensor and its storage, shapes, dtypes, bfloat16, Philox
+// random numbers, errors with status codes, task cancellation.
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"

@@ -1,4 +1,6 @@
 #pragma once
+// DType: the element types of a Tensor (as tf.dtypes), their sizes and names, and dtype_v<T>, the
+// dtype of a C++ element type.
 #include <cstddef>
 #include <cstdint>
 #include <string>
