@@ -26,7 +26,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "lockstep/distribute/cpu_cores.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/distribute/device.h"
 
 namespace lockstep {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../sync/futex.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "reduce_kernels.h"
 
@@ -26,12 +27,6 @@ namespace detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int usable_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
 
 std::string seconds_text(double s) {
   char buf[32];
@@ -69,7 +64,8 @@ struct SharedMemoryState {
       : size(n), options(o), slots(static_cast<size_t>(n)) {
     // Spinning only pays when every rank has a core; oversubscribed ranks must yield the core to
     // the rank they are waiting for.
-    spin = n <= usable_cpus() ? std::chrono::microseconds(30) : std::chrono::microseconds(0);
+    spin =
+        n <= available_core_count() ? std::chrono::microseconds(30) : std::chrono::microseconds(0);
   }
 
   static constexpr uint64_t kPoison = 1ull << 31;  // in the count half of `phase`

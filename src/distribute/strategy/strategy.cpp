@@ -1,7 +1,5 @@
 #include "lockstep/distribute/strategy.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +8,7 @@
 #include <thread>
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/distribute/shared_memory_group.h"
 #include "lockstep/distribute/task_pool.h"
 #include "replica_pool.h"
@@ -76,12 +75,7 @@ int Strategy::default_num_threads() const {
   std::set<int> cores;
   for (const auto& c : config_.replica_cores) cores.insert(c.begin(), c.end());
   int usable = static_cast<int>(cores.size());
-  if (usable == 0) {
-    cpu_set_t set;
-    usable = sched_getaffinity(0, sizeof set, &set) == 0
-                 ? CPU_COUNT(&set)
-                 : static_cast<int>(std::thread::hardware_concurrency());
-  }
+  if (usable == 0) usable = available_core_count();
   return std::max(1, std::min(usable, num_local_replicas()));
 }
 

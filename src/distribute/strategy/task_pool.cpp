@@ -1,7 +1,6 @@
 #include "lockstep/distribute/task_pool.h"
 
 #include <omp.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <climits>
@@ -9,9 +8,9 @@
 #include <cstring>
 
 #include "../sync/futex.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/task_cancellation.h"
-#include "replica_pool.h"
 
 namespace lockstep::distribute {
 
@@ -23,12 +22,6 @@ constexpr size_t kRing = 8;
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
-}
-
-int affinity_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
 }
 
 // Runnable threads on the whole machine (ours included), from /proc/stat; -1 when unknown.
@@ -134,7 +127,7 @@ bool TaskPool::spinning_allowed() {
   auto now = Clock::now();
   if (now - spin_checked_ > std::chrono::milliseconds(20)) {
     spin_checked_ = now;
-    static const int cpus = affinity_cpus();
+    static const int cpus = available_core_count();
     int running = procs_running();
     int ours = 1 + awake_.load(std::memory_order_relaxed);
     int others = running < 0 ? 0 : std::max(0, running - ours);
@@ -205,7 +198,7 @@ void TaskPool::wait_for_runs_before(uint64_t sequence) {
 
 void TaskPool::helper(int thread) {
   if (thread < static_cast<int>(options_.pin_cores.size()))
-    pin_this_thread(options_.pin_cores[static_cast<size_t>(thread)]);
+    pin_current_thread(options_.pin_cores[static_cast<size_t>(thread)]);
   omp_set_num_threads(1);
   uint64_t seen = 0;
   while (!stopping_.load(std::memory_order_acquire)) {
