@@ -68,6 +68,33 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
   return y;
 }
 
+template <Binary OP>
+void in_place(const Tensor& dst, const Tensor& src, const char* name) {
+  if (!(dst.shape() == src.shape()) || dst.dtype() != src.dtype()) {
+    throw InvalidArgument(std::string(name) + ": expected src of dst's shape and dtype (" +
+                          dst.describe() + "). Received: src=" + src.describe() + ".");
+  }
+  const int64_t n = dst.num_elements();
+  // Integers add in their own type (the floating loop computes in float).
+  auto integer = [&](auto tag) {
+    using T = decltype(tag);
+    T* d = dst.data<T>();
+    const T* s = src.data<T>();
+    for (int64_t i = 0; i < n; ++i) d[i] = apply(OP, d[i], s[i]);
+  };
+  switch (dst.dtype()) {
+    case DType::int32:
+      return integer(int32_t{});
+    case DType::int64:
+      return integer(int64_t{});
+    default:
+      detail::dispatch_floating(dst.dtype(), name, [&](auto tag) {
+        using T = decltype(tag);
+        run<T, OP>(dst.data<T>(), src.data<T>(), dst.data<T>(), 1, 1, n);
+      });
+  }
+}
+
 void check_dy(const Tensor& dy, const Shape& a_shape, const Shape& b_shape, const char* op) {
   detail::check_floating(dy, op, "dy");
   Shape out = detail::broadcast_shapes(a_shape, b_shape, op);
@@ -91,6 +118,13 @@ Tensor mul_forward(const Tensor& a, const Tensor& b) {
 }
 Tensor div_forward(const Tensor& a, const Tensor& b) {
   return binary<Binary::div>(a, b, "div");
+}
+
+void add_into(const Tensor& dst, const Tensor& src) {
+  in_place<Binary::add>(dst, src, "add_into");
+}
+void sub_into(const Tensor& dst, const Tensor& src) {
+  in_place<Binary::sub>(dst, src, "sub_into");
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {

@@ -47,4 +47,15 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 // y = c · x for a scalar c (used by gradients of means).
 Tensor scale(const Tensor& x, double c);
 
+// In place, on no tape: dst += src (sub_into: dst −= src), for accumulating gradients and sums and
+// for Variable::assign_add / assign_sub. Same shape and dtype, no broadcasting; floating dtypes
+// compute as add_forward does (bfloat16 through float32), int32 / int64 in their own type. The
+// one elementwise add-into of the library: other code calls these instead of writing the loop.
+void add_into(const Tensor& dst, const Tensor& src);
+void sub_into(const Tensor& dst, const Tensor& src);
+// The float32 loop itself, for callers that hold raw buffers (the training step's chunk sums).
+inline void add_into(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
 }  // namespace lockstep::ops
