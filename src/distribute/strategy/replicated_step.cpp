@@ -9,6 +9,7 @@
 #include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/task_pool.h"
+#include "lockstep/ops/elementwise.h"
 
 namespace lockstep::distribute {
 
@@ -23,10 +24,6 @@ double seconds_since(Clock::time_point t) {
 // Phases stay referenced by the pool's record of them until it is reused, which the pool does
 // only once nothing runs in it; this many later phases make sure of that.
 constexpr uint64_t kPhaseRetention = 8;
-
-void add_into(float* __restrict out, const float* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] += src[i];
-}
 
 }  // namespace
 
@@ -324,7 +321,8 @@ void ReplicatedStep::bucket_ready(ReplicaRun& run, size_t b) {
     float* d = summed_.data<float>() + flat;
     if (run.defined_[v]) {
       std::memcpy(d, run.flat_.data<float>() + flat, bytes);
-      if (overlap_accumulator_) add_into(d, accumulator_[acc_current_].data<float>() + flat, n);
+      if (overlap_accumulator_)
+        ops::add_into(d, accumulator_[acc_current_].data<float>() + flat, n);
     } else if (overlap_accumulator_) {
       std::memcpy(d, accumulator_[acc_current_].data<float>() + flat, bytes);
     } else {
@@ -493,9 +491,7 @@ void ReplicatedStep::apply_deferred_sums() {
         throw InvalidArgument("sum_after_step: replicas summed values of different shapes: " +
                               it->total.describe() + " and " + d.value.describe() + ".");
       }
-      double* t = it->total.data<double>();
-      const double* v = d.value.data<double>();
-      for (int64_t i = 0, n = d.value.num_elements(); i < n; ++i) t[i] += v[i];
+      ops::add_into(it->total, d.value);
     }
   }
   if (Communicator* cross = strategy_.cross_worker()) {
@@ -543,7 +539,7 @@ void ReplicatedStep::sum_chunk(const Chunk& c, const ChunkInputs& in, float* out
       std::memcpy(out, src, bytes);
       first = false;
     } else {
-      add_into(out, src, c.n);
+      ops::add_into(out, src, c.n);
     }
   }
   if (first) std::memset(out, 0, bytes);
