@@ -21,18 +21,13 @@
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "reduce_kernels.h"
+#include "seconds_text.h"
 
 namespace lockstep::distribute {
 namespace detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
 
 // What a rank posts before the entry barrier so that the others can read its buffers and check
 // that every rank called the same collective with the same arguments.
