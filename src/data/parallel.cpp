@@ -284,11 +284,6 @@ class PrefetchIterator : public IteratorImpl {
     return IteratorImpl::skip(n);
   }
 
-  int64_t capacity_for_test() {
-    std::lock_guard lock(mu_);
-    return capacity_;
-  }
-
  private:
   void produce() {
     lower_priority();

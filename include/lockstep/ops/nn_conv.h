@@ -28,9 +28,6 @@ struct Conv2DOptions {
   Padding padding = Padding::valid;
 };
 
-// Output shape of conv2d for these operands; validates ranks, channel counts and the window.
-Shape conv2d_output_shape(const Shape& input, const Shape& kernel, const Conv2DOptions& options);
-
 Tensor conv2d_forward(const Tensor& input, const Tensor& kernel, const Tensor& bias = Tensor(),
                       const Conv2DOptions& options = {});
 
