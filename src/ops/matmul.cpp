@@ -145,9 +145,9 @@ namespace {
 Bf16MatmulMode mode_from_environment() {
   const char* env = std::getenv("LOCKSTEP_BF16_MATMUL");
   const std::string v = env ? env : "";
-  if (v == "bf16") return Bf16MatmulMode::kBfloat16Kernels;
-  if (v == "f32") return Bf16MatmulMode::kFloat32Compute;
-  return Bf16MatmulMode::kAuto;
+  if (v == "bf16") return Bf16MatmulMode::bfloat16_kernels;
+  if (v == "f32") return Bf16MatmulMode::float32_compute;
+  return Bf16MatmulMode::measured;
 }
 std::atomic<Bf16MatmulMode>& mode_flag() {
   static std::atomic<Bf16MatmulMode> mode{mode_from_environment()};
@@ -164,11 +164,11 @@ Bf16MatmulMode bf16_matmul_mode() {
 
 bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
   switch (bf16_matmul_mode()) {
-    case Bf16MatmulMode::kFloat32Compute:
+    case Bf16MatmulMode::float32_compute:
       return true;
-    case Bf16MatmulMode::kBfloat16Kernels:
+    case Bf16MatmulMode::bfloat16_kernels:
       return false;
-    case Bf16MatmulMode::kAuto:
+    case Bf16MatmulMode::measured:
       break;
   }
   // One measurement per shape for the whole process, under a lock: replicas that reach a new

@@ -191,7 +191,7 @@ TEST(AcceleratorClusterResolver, AbsentKindsThrowNotFoundSayingWhatToDo) {
                 std::string::npos)
           << message;
       EXPECT_NE(message.find("get_strategy()"), std::string::npos) << message;
-      EXPECT_EQ(error.code(), StatusCode::kNotFound);
+      EXPECT_EQ(error.code(), StatusCode::not_found);
     }
   }
 }

@@ -195,13 +195,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(std::make_tuple(128, 784, 128),
                                          std::make_tuple(128, 128, 10),
                                          std::make_tuple(64, 512, 512)),
-                       ::testing::Values(ops::Bf16MatmulMode::kBfloat16Kernels,
-                                         ops::Bf16MatmulMode::kFloat32Compute)),
+                       ::testing::Values(ops::Bf16MatmulMode::bfloat16_kernels,
+                                         ops::Bf16MatmulMode::float32_compute)),
     [](const auto& info) {
       const auto& shape = std::get<0>(info.param);
       return std::to_string(std::get<0>(shape)) + "x" + std::to_string(std::get<1>(shape)) + "x" +
              std::to_string(std::get<2>(shape)) +
-             (std::get<1>(info.param) == ops::Bf16MatmulMode::kBfloat16Kernels ? "_bf16_kernels"
+             (std::get<1>(info.param) == ops::Bf16MatmulMode::bfloat16_kernels ? "_bf16_kernels"
                                                                                : "_f32_compute");
     });
 

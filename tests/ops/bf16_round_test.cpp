@@ -179,7 +179,7 @@ void expect_bits_equal(const Tensor& a, const Tensor& b) {
 // give exactly what the all-bfloat16 linear gives when bfloat16 matmuls compute in float32; the
 // kernel and bias gradients come out float32 and equal the float32 products before rounding.
 TEST(MixedLinear, MatchesTheAllBfloat16LinearWhenComputingInFloat32) {
-  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
+  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::float32_compute);
   Tensor x = ops::cast_forward(random_f32({37, 50}, 1), DType::bfloat16);
   Tensor k32 = ops::round_to_bfloat16_forward(random_f32({50, 23}, 2));
   Tensor b32 = ops::round_to_bfloat16_forward(random_f32({23}, 3));

@@ -115,19 +115,19 @@ TEST(LinearBackward, ReluAndBiasGradientsInOnePassFloat32) {
 }
 
 TEST(LinearBackward, ReluAndBiasGradientsInOnePassBfloat16Kernels) {
-  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kBfloat16Kernels);
+  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
   check(DType::bfloat16);
 }
 
 TEST(LinearBackward, ReluAndBiasGradientsInOnePassBfloat16ComputedInFloat32) {
-  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
+  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::float32_compute);
   check(DType::bfloat16);
 }
 
 // A bfloat16 layer's float32 bias gradient (mixed_bfloat16 with float32 variables): the sum is
 // not rounded to bfloat16.
 TEST(LinearBackward, Bfloat16OperandsWithAFloat32BiasGradientKeepTheFloat32Sum) {
-  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kBfloat16Kernels);
+  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
   const Operands o = make(DType::bfloat16);
   Tensor dbias({kCols}, DType::float32), dkernel({kIn, kCols}, DType::float32);
   ops::linear_backward_into(o.dy, o.x, o.kernel, o.y, ops::FusedActivation::relu, Tensor(), dkernel,

@@ -78,12 +78,12 @@ struct SharedMemoryState {
   std::atomic<int> sleepers{0};
   std::atomic<bool> broken{false};
   std::mutex error_mutex;
-  StatusCode error_code = StatusCode::kInternal;
+  StatusCode error_code = StatusCode::internal;
   std::string error_message;
 
   [[noreturn]] void throw_broken() {
     std::lock_guard lock(error_mutex);
-    if (error_code == StatusCode::kDeadlineExceeded) throw DeadlineExceeded(error_message);
+    if (error_code == StatusCode::deadline_exceeded) throw DeadlineExceeded(error_message);
     throw Unavailable(error_message);
   }
 
@@ -322,7 +322,7 @@ class SharedMemoryCommunicator final : public Communicator {
                           " s (CommunicationOptions::timeout_seconds); ranks " + arrived +
                           " were waiting. A replica that failed or stopped calling collectives "
                           "leaves the others waiting; the group is now broken.";
-    s.break_locked(StatusCode::kDeadlineExceeded, message);
+    s.break_locked(StatusCode::deadline_exceeded, message);
     lock.unlock();
     throw DeadlineExceeded(message);
   }
@@ -365,7 +365,7 @@ std::shared_ptr<Communicator> SharedMemoryGroup::communicator(int rank) const {
 void SharedMemoryGroup::abort(const std::string& reason) {
   std::lock_guard lock(state_->error_mutex);
   state_->break_locked(
-      StatusCode::kUnavailable,
+      StatusCode::unavailable,
       "shared-memory group of " + std::to_string(state_->size) + " ranks aborted: " + reason);
 }
 

@@ -155,14 +155,14 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     const size_t n = static_cast<size_t>(c.n);
     float* g = sc.g.data();
     switch (mode_) {
-      case ChunkMode::kAccumulate:
-      case ChunkMode::kSum:
+      case ChunkMode::accumulate:
+      case ChunkMode::sum:
         s.sum_chunk(c, in, g);
         return &sc;
-      case ChunkMode::kApplyFromSum:
+      case ChunkMode::apply_from_sum:
         std::memcpy(g, s.summed_.data<float>() + c.flat, n * sizeof(float));
         break;
-      case ChunkMode::kApply:
+      case ChunkMode::apply:
         if (const float* only = s.sole_gradient(c, in); only != nullptr) {
           // One replica's gradient is the sum: read it where it is (apply() does not write it).
           g = const_cast<float*>(only);
@@ -193,14 +193,14 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     const Chunk& c = *sc.chunk;
     const size_t bytes = static_cast<size_t>(c.n) * sizeof(float);
     switch (mode_) {
-      case ChunkMode::kAccumulate:
+      case ChunkMode::accumulate:
         std::memcpy(s.accumulator_[1 - in.accumulator].data<float>() + c.flat, sc.g.data(), bytes);
         return;
-      case ChunkMode::kSum:
+      case ChunkMode::sum:
         std::memcpy(s.summed_.data<float>() + c.flat, sc.g.data(), bytes);
         return;
-      case ChunkMode::kApplyFromSum:
-      case ChunkMode::kApply:
+      case ChunkMode::apply_from_sum:
+      case ChunkMode::apply:
         break;
     }
     const size_t i = c.var;
@@ -264,8 +264,8 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
     sc->slot_in.assign(max_slots_, nullptr);
     scratch_.push_back(std::move(sc));
   }
-  const ChunkMode modes[4] = {ChunkMode::kAccumulate, ChunkMode::kSum, ChunkMode::kApplyFromSum,
-                              ChunkMode::kApply};
+  const ChunkMode modes[4] = {ChunkMode::accumulate, ChunkMode::sum, ChunkMode::apply_from_sum,
+                              ChunkMode::apply};
   for (int m = 0; m < 4; ++m) chunk_phases_[m] = std::make_unique<ChunkPhase>(*this, modes[m]);
   committed_[0].assign(static_cast<size_t>(num_local_), nullptr);
   committed_[1].assign(static_cast<size_t>(num_local_), nullptr);
@@ -622,7 +622,7 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   // After the buckets: the communicator has one user at a time.
   apply_deferred_sums();
   if (!apply) {
-    run_chunks(ChunkMode::kAccumulate);
+    run_chunks(ChunkMode::accumulate);
     acc_current_ = 1 - acc_current_;
     acc_valid_ = true;
   } else {
@@ -630,7 +630,7 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
     if (workers || update_.wants_gradient_norms()) {
       if (!summed_.defined()) summed_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
       if (!overlapped) {
-        run_chunks(ChunkMode::kSum);
+        run_chunks(ChunkMode::sum);
         if (workers) {
           const auto tc = Clock::now();
           all_reduce_across_workers();
@@ -650,10 +650,10 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
         }
       }
       update_.begin_update(norms);
-      run_chunks(ChunkMode::kApplyFromSum);
+      run_chunks(ChunkMode::apply_from_sum);
     } else {
       update_.begin_update({});
-      run_chunks(ChunkMode::kApply);
+      run_chunks(ChunkMode::apply);
     }
     update_.end_update();
     for (size_t i = 0; i < vars_.size(); ++i) {
