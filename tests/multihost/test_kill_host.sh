@@ -93,10 +93,12 @@ echo "==== 4. elastic restart: resume on ls-host-a alone, 1 worker x 2 replicas"
 # The global batch must stay 256: 2 replicas on global batches of 128 are refused at their first
 # step, and the backup stays as it was (the resume below uses it).
 cp -a "$W/backup" "$W/backup.before"
-on_host ls-host-a "$LOCKSTEP" "${TRAIN[@]}" --epochs 6 --replicas 2 --global-batch-size 128 \
-  --backup-dir "$W/backup" >"$W/half.log" 2>&1 && { echo "FAIL: resumed on another global batch"; fail=1; }
+HALF=("${TRAIN[@]/#256/128}")  # the same arguments with --global-batch-size 128
+on_host ls-host-a "$LOCKSTEP" "${HALF[@]}" --epochs 6 --replicas 2 --backup-dir "$W/backup" \
+  >"$W/half.log" 2>&1 && { echo "FAIL: resumed on another global batch"; fail=1; }
 grep -q 'InvalidArgument: BackupAndRestore: .*written by 2 workers x 2 replicas (4 in sync) training on a global batch of 256 examples per step; this job (1 worker x 2 replicas (2 in sync)) resumed it on global batches of 128' "$W/half.log" ||
   { cat "$W/half.log"; echo "FAIL: another global batch was not refused clearly"; fail=1; }
+grep -o 'InvalidArgument: BackupAndRestore: .*' "$W/half.log"
 cmp -s "$W/backup/backup.safetensors" "$W/backup.before/backup.safetensors" ||
   { echo "FAIL: the refused resume changed the backup"; fail=1; }
 on_host ls-host-a "$LOCKSTEP" "${TRAIN[@]}" --replicas 2 --epochs 3 --backup-dir "$W/backup" \
