@@ -1,0 +1,28 @@
+#pragma once
+// How busy the machine is, for deciding whether a waiting thread may spin: spinning pays only
+// when every runnable thread has a core (available_core_count(), core/cpu_cores.h); otherwise the
+// spin takes the time a descheduled peer (a replica task, another rank) needs. Internal to the
+// distribute layer.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace lockstep::distribute::detail {
+
+// Runnable threads on the whole machine (the caller included), from /proc/stat; -1 when unknown.
+inline int procs_running() {
+  FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int n = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "procs_running ", 14) == 0) {
+      n = std::atoi(line + 14);
+      break;
+    }
+  }
+  std::fclose(f);
+  return n;
+}
+
+}  // namespace lockstep::distribute::detail
