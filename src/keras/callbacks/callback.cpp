@@ -2,10 +2,25 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/keras/callbacks/history.h"
+#include "lockstep/keras/model.h"
 
 namespace lockstep::keras::callbacks {
 
+TrainingTarget training_target(Model& model) {
+  return TrainingTarget{
+      .stop_training = [&model] { model.stop_training = true; },
+      .optimizer = [&model]() -> optimizers::Optimizer& { return model.optimizer(); },
+      .weights = [&model] { return model.weights(); },
+      .save_weights = [&model](const std::string& path) { model.save_weights(path); },
+  };
+}
+
 Callback::~Callback() = default;
+
+void Callback::set_model(Model* model) {
+  model_ = model;
+  target_ = model == nullptr ? TrainingTarget{} : training_target(*model);
+}
 
 Model& Callback::model() const {
   if (model_ == nullptr) {

@@ -50,6 +50,10 @@ struct TrainingTarget {
   std::function<int64_t()> global_batch_size;
 };
 
+// The TrainingTarget of `model` (stop_training, optimizer, weights, save_weights; fit adds the
+// fields it alone sets).
+TrainingTarget training_target(Model& model);
+
 class Callback {
  public:
   virtual ~Callback();

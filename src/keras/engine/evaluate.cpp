@@ -1,0 +1,56 @@
+// Model::evaluate: the loss and metrics over a dataset, each replica on its slice of every batch.
+#include "lockstep/distribute/strategy.h"
+#include "lockstep/keras/callbacks.h"
+#include "lockstep/keras/model.h"
+#include "trainer.h"
+
+namespace lockstep::keras {
+
+std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
+                                              EvaluateOptions options) {
+  return evaluate(dataset_from_arrays(x, y, options.batch_size, false, 0), options);
+}
+
+std::map<std::string, double> Model::evaluate(const Dataset& dataset, EvaluateOptions options) {
+  if (!training_)
+    throw FailedPrecondition("Model '" + name() + "' must be compiled before evaluate().");
+  if (options.steps == 0 && dataset.cardinality() == Dataset::kInfinite) {
+    throw InvalidArgument("evaluate: the dataset is infinite, so steps must be given.");
+  }
+  Trainer t(*this);
+  auto dist = strategy_->experimental_distribute_dataset(dataset);
+  auto it = dist.make_iterator();
+  callbacks::CallbackList cbs(options.callbacks);
+  cbs.set_model(this);
+  cbs.set_target(callbacks::training_target(*this));
+  cbs.on_test_begin({});
+  bool prepared = false;
+  int64_t k = training_->steps_per_execution;
+  for (int64_t step = 0; options.steps == 0 || step < options.steps;) {
+    std::vector<PerReplica<Element>> inputs;
+    for (int64_t s = 0; s < k && (options.steps == 0 || step + s < options.steps); ++s) {
+      auto next = it.next();
+      if (!next) break;
+      t.check_element((*next)[0]);
+      inputs.push_back(std::move(*next));
+    }
+    if (inputs.empty()) break;
+    if (!prepared) {
+      t.prepare(inputs[0][0]);
+      t.reset_state();
+      prepared = true;
+    }
+    strategy_->run_on_replicas([&](ReplicaContext& ctx) {
+      for (auto& in : inputs) t.test_step(ctx, in[ctx.local_replica_id()]);
+    });
+    step += static_cast<int64_t>(inputs.size());
+    cbs.on_test_batch_end(step - 1, t.logs());
+  }
+  if (!prepared) throw OutOfRange("evaluate: the dataset produced no batch.");
+  callbacks::Logs logs = t.logs();
+  cbs.on_test_end(logs);
+  t.reset_state();
+  return {logs.begin(), logs.end()};
+}
+
+}  // namespace lockstep::keras

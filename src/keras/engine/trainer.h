@@ -1,0 +1,88 @@
+#pragma once
+// Trainer: the engine behind fit / evaluate / train_on_batch (internal to the keras engine). It
+// builds the model and its training state on the first batch, hands the strategy's ReplicatedStep
+// each step's replica function (forward, loss / global batch, gradients on the tape) and merges
+// the replicas' loss sums and metrics when they are read (sync-on-read).
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "lockstep/data/element.h"
+#include "lockstep/distribute/distributed_dataset.h"
+#include "lockstep/distribute/replicated_step.h"
+#include "lockstep/keras/callbacks/callback.h"
+#include "lockstep/keras/model.h"
+#include "training_state.h"
+
+namespace lockstep::keras {
+
+using distribute::PerReplica;
+using distribute::ReplicaContext;
+
+// What one run of a replica's training step produces besides gradients: its loss sum, example
+// count and metric updates, merged into the replica's running state when the run commits.
+struct TrainRunState : distribute::RunState {
+  double loss_sum = 0;
+  double examples = 0;
+  std::vector<std::unique_ptr<metrics::Metric>> metrics;
+  void reset() {
+    loss_sum = 0;
+    examples = 0;
+    for (auto& m : metrics) m->reset_state();
+  }
+};
+
+struct Trainer {
+  Model& model;
+  Model::TrainingState& state;
+  distribute::Strategy& strategy;
+  // Per-replica pipelines pulled inside the step: each replica's element of the current step,
+  // pulled once whichever run of the replica's task gets there first.
+  struct ReplicaInput {
+    std::mutex mu;
+    int64_t step = -1;
+    Element element;
+  };
+  std::vector<std::unique_ptr<ReplicaInput>> replica_inputs;
+  int64_t steps_run = 0;
+
+  explicit Trainer(Model& m);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  Tensor as_model_input(const Tensor& x) const { return as_model_input(model, x); }
+
+  // A replica's run that lost to its backup may still be executing (it stops at its next
+  // cancellation check); it must be gone before what it refers to (this, the iterator) is.
+  ~Trainer();
+  static Tensor as_model_input(const Model& m, const Tensor& x);
+  // Builds the model (on a one-row slice of the first batch) and the training state.
+  void prepare(const Element& first_batch);
+  void reset_state();
+  // Sync-on-read: merges the replicas' loss sums and metric states. With several workers the
+  // merged [loss sum, example count, metric states...] are SUM-all-reduced across workers in one
+  // small collective, so every worker reports the global numbers (as MultiWorkerMirroredStrategy
+  // does). That collective runs at every logs() call on every worker: fit and evaluate call it
+  // after each dispatch and at the end, at the same steps everywhere since every worker runs the
+  // same number of steps.
+  callbacks::Logs logs() const;
+  void check_element(const Element& e) const;
+  // One replica's forward and backward on its slice of a global batch of `global_batch`
+  // examples, into the run's private gradients and state. Safe to run twice (a backup run): it
+  // writes nothing shared.
+  void replica_step(distribute::ReplicaRun& run, const Element& e, int64_t global_batch) const;
+  // One training step with `fn` computing each replica's part; then the update (or, with
+  // gradient_accumulation_steps N, only accumulation on N - 1 steps of N), and the committed
+  // runs' loss sums and metrics merged into the replicas' running state.
+  void train_step(distribute::ReplicatedStep::ReplicaFn fn);
+  void test_step(ReplicaContext& ctx, const Element& e);
+  // Runs up to `k` train steps from `it`; returns the number run (0 at the end).
+  int64_t run_train(distribute::DistributedDataset::Iterator& it, int64_t k);
+};
+
+// fit(x, y) / evaluate(x, y): the arrays as a dataset of (x, y) batches, shuffled when asked.
+Dataset dataset_from_arrays(const Tensor& x, const Tensor& y, int64_t batch_size, bool shuffle,
+                            uint64_t seed);
+
+}  // namespace lockstep::keras
