@@ -1,19 +1,13 @@
+#include "lockstep/keras/callbacks/learning_rate_scheduler.h"
+
 #include <cmath>
 #include <iostream>
+#include <string>
 
 #include "lockstep/core/error.h"
-#include "lockstep/keras/callbacks/learning_rate_scheduler.h"
-#include "lockstep/keras/callbacks/terminate_on_nan.h"
 #include "lockstep/keras/optimizers/optimizer.h"
 
 namespace lockstep::keras::callbacks {
-
-void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
-  auto it = logs.find("loss");
-  if (it == logs.end() || std::isfinite(it->second)) return;
-  (out_ ? *out_ : std::cout) << "Batch " << batch << ": Invalid loss, terminating training\n";
-  request_stop();
-}
 
 LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> schedule,
                                              int verbose)
