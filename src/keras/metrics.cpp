@@ -1,5 +1,6 @@
-#include "lockstep/core/error.h"
 #include "lockstep/keras/metrics.h"
+
+#include "lockstep/core/error.h"
 
 namespace lockstep::keras::metrics {
 

@@ -1,8 +1,9 @@
+#include "lockstep/keras/optimizers.h"
+
 #include <algorithm>
 #include <cctype>
 
 #include "lockstep/core/error.h"
-#include "lockstep/keras/optimizers.h"
 
 namespace lockstep::keras::optimizers {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Umbrella header of keras.metrics.
+// Umbrella header of keras.metrics, and keras.metrics.get: a metric by its Keras name.
 #include <memory>
 #include <string>
 

@@ -1,5 +1,6 @@
 #pragma once
-// Umbrella header of keras.optimizers (and keras.optimizers.schedules).
+// Umbrella header of keras.optimizers (and keras.optimizers.schedules), and
+// keras.optimizers.get: an optimizer by its Keras name.
 #include <memory>
 #include <string>
 
