@@ -2,7 +2,7 @@
 // a few steps on the convex quadratic L(w) = Σ_i (w_i - t_i)² over two variables of odd sizes
 // lower the loss every step, count iterations, and create the optimizer's slots with the shape of
 // each variable. Exact update rules are checked against float64 loops in
-// optimizers_optimizer_test.cpp; this file checks the shared contract.
+// optimizer_test.cpp; this file checks the shared contract.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
