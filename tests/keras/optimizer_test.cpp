@@ -196,13 +196,13 @@ TEST(SGD, MatchesKerasNesterovRule) {
 }
 
 TEST(SGD, ClipvalueClipsEachElementBeforeTheUpdate) {
-  SGD opt({.learning_rate = 0.1, .momentum = 0.5, .clipvalue = 0.3});
+  SGD opt({.learning_rate = 0.1, .momentum = 0.5, .base = {.clipvalue = 0.3}});
   expect_matches_reference(
       opt, {.kind = "sgd", .lr = constant(0.1), .momentum = 0.5, .clipvalue = 0.3}, 1);
 }
 
 TEST(SGD, WeightDecayShrinksWeightsBeforeTheUpdate) {
-  SGD opt({.learning_rate = 0.1, .weight_decay = 0.05});
+  SGD opt({.learning_rate = 0.1, .base = {.weight_decay = 0.05}});
   expect_matches_reference(opt, {.kind = "sgd", .lr = constant(0.1), .weight_decay = 0.05}, 0);
 }
 
@@ -227,7 +227,7 @@ TEST(Adam, AmsgradKeepsTheMaximumSecondMoment) {
 }
 
 TEST(Adam, ClipnormClipsEachGradientByItsOwnNorm) {
-  Adam opt({.learning_rate = 0.05, .clipnorm = 0.5});
+  Adam opt({.learning_rate = 0.05, .base = {.clipnorm = 0.5}});
   expect_matches_reference(opt, {.kind = "adam", .lr = constant(0.05), .clipnorm = 0.5}, 2);
 }
 
@@ -253,7 +253,9 @@ TEST(AdamW, DefaultWeightDecayIsKeras) {
 }
 
 TEST(AdamW, ExcludedVariablesGetNoWeightDecay) {
-  AdamW opt({.learning_rate = 0.05, .weight_decay = 0.2, .exclude_from_weight_decay = {"bias"}});
+  AdamW opt({.learning_rate = 0.05,
+             .weight_decay = 0.2,
+             .base = {.exclude_from_weight_decay = {"bias"}}});
   expect_matches_reference(
       opt, {.kind = "adam", .lr = constant(0.05), .weight_decay = 0.2, .exclude = "bias"}, 2);
 }
@@ -270,7 +272,7 @@ TEST(RMSprop, CenteredWithMomentumMatchesKerasRule) {
 }
 
 TEST(RMSprop, GlobalClipnormScalesAllGradientsByTheGlobalNorm) {
-  RMSprop opt({.learning_rate = 0.01, .global_clipnorm = 1.0});
+  RMSprop opt({.learning_rate = 0.01, .base = {.global_clipnorm = 1.0}});
   expect_matches_reference(opt, {.kind = "rmsprop", .lr = constant(0.01), .global_clipnorm = 1.0},
                            1);
 }
@@ -281,9 +283,15 @@ TEST(Adagrad, MatchesKerasRuleFromTheInitialAccumulator) {
 }
 
 TEST(Optimizer, OnlyOneClipOptionMayBeSet) {
-  EXPECT_THROW(Adam({.clipnorm = 1.0, .global_clipnorm = 1.0}), InvalidArgument);
-  EXPECT_THROW(SGD({.clipnorm = 1.0, .clipvalue = 1.0}), InvalidArgument);
-  EXPECT_THROW(SGD({.clipnorm = -1.0}), InvalidArgument);
+  EXPECT_THROW(Adam({.base = {.clipnorm = 1.0, .global_clipnorm = 1.0}}), InvalidArgument);
+  EXPECT_THROW(SGD({.base = {.clipnorm = 1.0, .clipvalue = 1.0}}), InvalidArgument);
+  EXPECT_THROW(SGD({.base = {.clipnorm = -1.0}}), InvalidArgument);
+}
+
+TEST(AdamW, RefusesASecondWeightDecayInTheSharedOptions) {
+  // AdamW's weight decay is its own option; base.weight_decay would be a second value.
+  EXPECT_THROW(AdamW({.base = {.weight_decay = 0.1}}), InvalidArgument);
+  EXPECT_NO_THROW(AdamW({.weight_decay = 0.1, .base = {.clipnorm = 1.0}}));
 }
 
 TEST(Optimizer, SlotsAreNamedAfterOptimizerSlotAndVariable) {
@@ -376,19 +384,20 @@ void expect_range_split_is_exact(const std::function<std::unique_ptr<Optimizer>(
 TEST(Optimizer, RangeSplitAcrossThreeThreadsEqualsApplyGradients) {
   expect_range_split_is_exact(
       [] {
-        return std::make_unique<AdamW>(AdamWOptions{.learning_rate = 0.05, .global_clipnorm = 1.0});
+        return std::make_unique<AdamW>(
+            AdamWOptions{.learning_rate = 0.05, .base = {.global_clipnorm = 1.0}});
       },
       {5, 600});
   expect_range_split_is_exact(
       [] {
         return std::make_unique<RMSprop>(
-            RMSpropOptions{.momentum = 0.5, .centered = true, .clipnorm = 0.7});
+            RMSpropOptions{.momentum = 0.5, .centered = true, .base = {.clipnorm = 0.7}});
       },
       {17});
   expect_range_split_is_exact(
       [] {
         return std::make_unique<SGD>(
-            SGDOptions{.momentum = 0.9, .nesterov = true, .clipvalue = 0.5});
+            SGDOptions{.momentum = 0.9, .nesterov = true, .base = {.clipvalue = 0.5}});
       },
       {1, 16, 1000});
 }

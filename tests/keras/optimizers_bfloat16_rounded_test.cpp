@@ -86,7 +86,8 @@ TEST(OptimizerBfloat16Rounded, AdamUpdatesTheCopyInTheUnclippedPath) {
 
 TEST(OptimizerBfloat16Rounded, SgdWithClipvalueUpdatesTheCopyInTheChunkedPath) {
   check_keeps_copies_current(
-      [] { return std::make_unique<SGD>(SGDOptions{.momentum = 0.9, .clipvalue = 0.5}); }, false);
+      [] { return std::make_unique<SGD>(SGDOptions{.momentum = 0.9, .base = {.clipvalue = 0.5}}); },
+      false);
 }
 
 TEST(OptimizerBfloat16Rounded, AdamWWeightDecayUpdatesTheCopy) {

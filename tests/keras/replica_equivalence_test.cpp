@@ -147,8 +147,9 @@ TEST(GradientAccumulation, TwoAccumulatedHalfBatchesMatchOneFullBatch) {
     Sequential model = seed_mlp();
     std::vector<Variable> ws = model.weights();
     for (size_t i = 0; i < ws.size(); ++i) ws[i].assign(init[i]);
-    model.compile({.optimizer = optimizers::Adam({.gradient_accumulation_steps = accumulate}),
-                   .loss = losses::CategoricalCrossentropy()});
+    model.compile(
+        {.optimizer = optimizers::Adam({.base = {.gradient_accumulation_steps = accumulate}}),
+         .loss = losses::CategoricalCrossentropy()});
     model.fit(Dataset::from_tensor_slices({data.x, data.y}).batch(batch),
               {.epochs = 2, .verbose = 0});
     EXPECT_EQ(model.optimizer().iterations(), 8);  // 2 epochs x 4 updates
@@ -172,7 +173,7 @@ TEST(GradientAccumulation, TwoAccumulatedHalfBatchesMatchOneFullBatch) {
 }
 
 TEST(GradientAccumulation, ANonPositiveCountIsRefused) {
-  EXPECT_THROW(optimizers::Adam({.gradient_accumulation_steps = 0}), InvalidArgument);
+  EXPECT_THROW(optimizers::Adam({.base = {.gradient_accumulation_steps = 0}}), InvalidArgument);
 }
 
 // Everything from the seed: initial weights from the initializers (set_random_seed) and a

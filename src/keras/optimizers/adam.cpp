@@ -154,18 +154,21 @@ std::unique_ptr<Optimizer> Adam::clone() const {
 
 namespace {
 AdamOptions to_adam(const AdamWOptions& w) {
-  return {.learning_rate = w.learning_rate,
-          .beta_1 = w.beta_1,
-          .beta_2 = w.beta_2,
-          .epsilon = w.epsilon,
-          .amsgrad = w.amsgrad,
-          .weight_decay = w.weight_decay,
-          .clipnorm = w.clipnorm,
-          .clipvalue = w.clipvalue,
-          .global_clipnorm = w.global_clipnorm,
-          .exclude_from_weight_decay = w.exclude_from_weight_decay,
-          .gradient_accumulation_steps = w.gradient_accumulation_steps,
-          .name = w.name};
+  if (w.base.weight_decay) {
+    throw InvalidArgument(
+        "AdamW: expected weight_decay (AdamW's own option) and base.weight_decay unset. Received: "
+        "base.weight_decay=" +
+        std::to_string(*w.base.weight_decay));
+  }
+  AdamOptions a{.learning_rate = w.learning_rate,
+                .beta_1 = w.beta_1,
+                .beta_2 = w.beta_2,
+                .epsilon = w.epsilon,
+                .amsgrad = w.amsgrad,
+                .base = w.base,
+                .name = w.name};
+  a.base.weight_decay = w.weight_decay;
+  return a;
 }
 }  // namespace
 

@@ -48,28 +48,28 @@ nlohmann::json LearningRate::to_json() const {
 }
 
 Optimizer::Optimizer(CommonOptions options) : options_(std::move(options)) {
-  int clip_options = (options_.clipnorm ? 1 : 0) + (options_.clipvalue ? 1 : 0) +
-                     (options_.global_clipnorm ? 1 : 0);
+  int clip_options = (options_.base.clipnorm ? 1 : 0) + (options_.base.clipvalue ? 1 : 0) +
+                     (options_.base.global_clipnorm ? 1 : 0);
   if (clip_options > 1) {
     throw InvalidArgument(
         "Optimizer: only one of clipnorm, clipvalue and global_clipnorm can be set. Received: "
         "clipnorm=" +
-        optional_json(options_.clipnorm).dump() +
-        ", clipvalue=" + optional_json(options_.clipvalue).dump() +
-        ", global_clipnorm=" + optional_json(options_.global_clipnorm).dump());
+        optional_json(options_.base.clipnorm).dump() +
+        ", clipvalue=" + optional_json(options_.base.clipvalue).dump() +
+        ", global_clipnorm=" + optional_json(options_.base.global_clipnorm).dump());
   }
-  if (options_.gradient_accumulation_steps && *options_.gradient_accumulation_steps < 1) {
+  if (options_.base.gradient_accumulation_steps && *options_.base.gradient_accumulation_steps < 1) {
     throw InvalidArgument(
         "Optimizer: expected gradient_accumulation_steps >= 1. Received: "
         "gradient_accumulation_steps=" +
-        std::to_string(*options_.gradient_accumulation_steps));
+        std::to_string(*options_.base.gradient_accumulation_steps));
   }
-  check_positive(options_.clipnorm, "clipnorm");
-  check_positive(options_.clipvalue, "clipvalue");
-  check_positive(options_.global_clipnorm, "global_clipnorm");
-  if (options_.weight_decay && !(*options_.weight_decay >= 0.0)) {
+  check_positive(options_.base.clipnorm, "clipnorm");
+  check_positive(options_.base.clipvalue, "clipvalue");
+  check_positive(options_.base.global_clipnorm, "global_clipnorm");
+  if (options_.base.weight_decay && !(*options_.base.weight_decay >= 0.0)) {
     throw InvalidArgument("Optimizer: expected weight_decay >= 0. Received: weight_decay=" +
-                          fmt(*options_.weight_decay));
+                          fmt(*options_.base.weight_decay));
   }
   iterations_ = Variable(Tensor::zeros({}, DType::int64), options_.name + "/iterations", false);
   if (!options_.learning_rate.is_schedule()) {
@@ -117,8 +117,8 @@ void Optimizer::build(const std::vector<Variable>& vars) {
           name() + "/" + names[s] + "/" + v.name(), false);
     }
     slots_.push_back(std::move(slots));
-    bool decay = options_.weight_decay.has_value() && *options_.weight_decay > 0.0;
-    for (const std::string& pattern : options_.exclude_from_weight_decay) {
+    bool decay = options_.base.weight_decay.has_value() && *options_.base.weight_decay > 0.0;
+    for (const std::string& pattern : options_.base.exclude_from_weight_decay) {
       if (v.name().find(pattern) != std::string::npos) decay = false;
     }
     decay_.push_back(decay ? 1 : 0);
@@ -189,18 +189,18 @@ std::vector<Variable> Optimizer::variables() const {
 }
 
 nlohmann::json Optimizer::get_config() const {
-  return {
-      {"name", options_.name},
-      {"learning_rate", learning_rate_.defined() ? nlohmann::json(learning_rate())
-                                                 : options_.learning_rate.to_json()},
-      {"weight_decay", optional_json(options_.weight_decay)},
-      {"clipnorm", optional_json(options_.clipnorm)},
-      {"global_clipnorm", optional_json(options_.global_clipnorm)},
-      {"clipvalue", optional_json(options_.clipvalue)},
-      {"exclude_from_weight_decay", options_.exclude_from_weight_decay},
-      {"gradient_accumulation_steps", options_.gradient_accumulation_steps
-                                          ? nlohmann::json(*options_.gradient_accumulation_steps)
-                                          : nlohmann::json()}};
+  return {{"name", options_.name},
+          {"learning_rate", learning_rate_.defined() ? nlohmann::json(learning_rate())
+                                                     : options_.learning_rate.to_json()},
+          {"weight_decay", optional_json(options_.base.weight_decay)},
+          {"clipnorm", optional_json(options_.base.clipnorm)},
+          {"global_clipnorm", optional_json(options_.base.global_clipnorm)},
+          {"clipvalue", optional_json(options_.base.clipvalue)},
+          {"exclude_from_weight_decay", options_.base.exclude_from_weight_decay},
+          {"gradient_accumulation_steps",
+           options_.base.gradient_accumulation_steps
+               ? nlohmann::json(*options_.base.gradient_accumulation_steps)
+               : nlohmann::json()}};
 }
 
 void Optimizer::update_step_rounded(float* var, const float* grad, std::span<float* const> slots,
@@ -251,12 +251,12 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
   }
 
   double global_scale = 1.0;
-  if (options_.global_clipnorm) {
+  if (options_.base.global_clipnorm) {
     double sq = 0.0;
     for (const Tensor& g : grads) {
       if (g.defined()) sq += squared_norm(g);
     }
-    double c = *options_.global_clipnorm;
+    double c = *options_.base.global_clipnorm;
     global_scale = c / std::max(std::sqrt(sq), c);
   }
 
@@ -264,8 +264,9 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
   info.step = iterations() + 1;
   info.learning_rate = learning_rate();
   prepare_step(info);
-  const float clip = options_.clipvalue ? static_cast<float>(*options_.clipvalue) : 0.0f;
-  const float wd_lr = static_cast<float>(options_.weight_decay.value_or(0.0) * info.learning_rate);
+  const float clip = options_.base.clipvalue ? static_cast<float>(*options_.base.clipvalue) : 0.0f;
+  const float wd_lr =
+      static_cast<float>(options_.base.weight_decay.value_or(0.0) * info.learning_rate);
 
   int64_t offset = 0;
   for (size_t i = 0; i < vars.size(); ++i) {
@@ -277,8 +278,8 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
     const int k = same_order ? static_cast<int>(i) : index_of(vars[i]);
 
     double scale = global_scale;
-    if (options_.clipnorm) {
-      double c = *options_.clipnorm;
+    if (options_.base.clipnorm) {
+      double c = *options_.base.clipnorm;
       scale = c / std::max(std::sqrt(squared_norm(grads[i])), c);
     }
     const size_t local = static_cast<size_t>(lo - start), count = static_cast<size_t>(hi - lo);
@@ -296,7 +297,7 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
     // forward pass.
     float* rounded = vars[i].bfloat16_rounded_data();
     if (rounded != nullptr) rounded += local;
-    if (scale == 1.0 && !options_.clipvalue && !decay) {
+    if (scale == 1.0 && !options_.base.clipvalue && !decay) {
       const std::span<float* const> all_slots(slot_ptr, slots.size());
       if (rounded == nullptr) {
         update_step(w, g, all_slots, count, info);
@@ -349,11 +350,11 @@ std::vector<Variable> Optimizer::slot_variables(size_t i) const {
 }
 
 bool Optimizer::wants_gradient_norms() const {
-  return options_.clipnorm.has_value() || options_.global_clipnorm.has_value();
+  return options_.base.clipnorm.has_value() || options_.base.global_clipnorm.has_value();
 }
 
 bool Optimizer::rewrites_gradient() const {
-  return options_.clipvalue.has_value() || wants_gradient_norms();
+  return options_.base.clipvalue.has_value() || wants_gradient_norms();
 }
 
 void Optimizer::begin_update(std::span<const double> squared_norms) {
@@ -368,14 +369,14 @@ void Optimizer::begin_update(std::span<const double> squared_norms) {
                    std::to_string(bound_.size()) + " squared norms. Received " +
                    std::to_string(squared_norms.size()) + ".");
   }
-  if (options_.global_clipnorm) {
+  if (options_.base.global_clipnorm) {
     double sq = 0.0;
     for (double v : squared_norms) sq += v;
-    const double c = *options_.global_clipnorm;
+    const double c = *options_.base.global_clipnorm;
     std::fill(bound_scale_.begin(), bound_scale_.end(),
               static_cast<float>(c / std::max(std::sqrt(sq), c)));
   } else {
-    const double c = *options_.clipnorm;
+    const double c = *options_.base.clipnorm;
     for (size_t i = 0; i < bound_.size(); ++i)
       bound_scale_[i] = static_cast<float>(c / std::max(std::sqrt(squared_norms[i]), c));
   }
@@ -399,8 +400,8 @@ void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
                       std::span<float* const> slots_out, size_t n, float* rounded) const {
   const int k = bound_[i];
   const float scale = bound_scale_[i];
-  if (options_.clipvalue) {
-    const float clip = static_cast<float>(*options_.clipvalue);
+  if (options_.base.clipvalue) {
+    const float clip = static_cast<float>(*options_.base.clipvalue);
     for (size_t j = 0; j < n; ++j) g[j] = std::clamp(g[j], -clip, clip);
   } else if (scale != 1.0f) {
     for (size_t j = 0; j < n; ++j) g[j] *= scale;
@@ -408,7 +409,7 @@ void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
   if (decay_[static_cast<size_t>(k)] != 0) {
     // Decoupled weight decay first (w <- w - w * wd * lr), then the rule on the decayed weights.
     const float wd_lr =
-        static_cast<float>(options_.weight_decay.value_or(0.0) * update_info_.learning_rate);
+        static_cast<float>(options_.base.weight_decay.value_or(0.0) * update_info_.learning_rate);
     for (size_t j = 0; j < n; ++j) w_out[j] = w[j] - w[j] * wd_lr;
     w = w_out;
   }

@@ -13,12 +13,7 @@ struct AdagradOptions {
   LearningRate learning_rate = 0.001;
   double initial_accumulator_value = 0.1;
   double epsilon = 1e-7;
-  std::optional<double> weight_decay{};
-  std::optional<double> clipnorm{};
-  std::optional<double> clipvalue{};
-  std::optional<double> global_clipnorm{};
-  std::vector<std::string> exclude_from_weight_decay{};
-  std::optional<int> gradient_accumulation_steps{};
+  BaseOptions base{};
   std::string name = "adagrad";
 };
 

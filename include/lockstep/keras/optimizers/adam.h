@@ -19,12 +19,7 @@ struct AdamOptions {
   double beta_2 = 0.999;
   double epsilon = 1e-7;
   bool amsgrad = false;
-  std::optional<double> weight_decay{};
-  std::optional<double> clipnorm{};
-  std::optional<double> clipvalue{};
-  std::optional<double> global_clipnorm{};
-  std::vector<std::string> exclude_from_weight_decay{};
-  std::optional<int> gradient_accumulation_steps{};
+  BaseOptions base{};
   std::string name = "adam";
 };
 

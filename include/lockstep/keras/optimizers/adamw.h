@@ -17,11 +17,9 @@ struct AdamWOptions {
   double beta_2 = 0.999;
   double epsilon = 1e-7;
   bool amsgrad = false;
-  std::optional<double> clipnorm{};
-  std::optional<double> clipvalue{};
-  std::optional<double> global_clipnorm{};
-  std::vector<std::string> exclude_from_weight_decay{};
-  std::optional<int> gradient_accumulation_steps{};
+  // Clipping, exclude_from_weight_decay, gradient accumulation; base.weight_decay stays unset
+  // (AdamW's weight_decay above is the one).
+  BaseOptions base{};
   std::string name = "adamw";
 };
 

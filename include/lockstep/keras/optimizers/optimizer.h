@@ -61,11 +61,11 @@ class LearningRate {
   std::shared_ptr<schedules::LearningRateSchedule> schedule_;
 };
 
-// The options every optimizer takes (Keras' BaseOptimizer arguments). Each optimizer's options
-// struct repeats them so designated initialisers work: `Adam({.learning_rate = 3e-4,
-// .global_clipnorm = 1.0})`.
-struct CommonOptions {
-  LearningRate learning_rate = 0.001;
+// The options every optimizer shares besides its learning rate and name, whose defaults differ
+// (Keras' BaseOptimizer arguments): gradient clipping, decoupled weight decay and gradient
+// accumulation. Each optimizer's options hold them as `base`:
+// `Adam({.learning_rate = 3e-4, .base = {.global_clipnorm = 1.0}})`.
+struct BaseOptions {
   std::optional<double> weight_decay{};
   std::optional<double> clipnorm{};
   std::optional<double> clipvalue{};
@@ -73,23 +73,22 @@ struct CommonOptions {
   // Variables whose name contains one of these substrings get no weight decay
   // (Keras: exclude_from_weight_decay(var_names=...)).
   std::vector<std::string> exclude_from_weight_decay{};
-  std::string name{};
   // Keras 3's gradient_accumulation_steps: when set (> 1), fit updates the variables every N
   // steps with the average of the N steps' gradients; replicas communicate only on those steps
   // (the strategy's step accumulates locally, DDP's no_sync). iterations counts updates.
   std::optional<int> gradient_accumulation_steps{};
 };
 
+// What the base class keeps of an optimizer's options.
+struct CommonOptions {
+  LearningRate learning_rate = 0.001;
+  std::string name{};
+  BaseOptions base{};
+};
+
 template <typename Options>
 CommonOptions common_options(const Options& o) {
-  return {o.learning_rate,
-          o.weight_decay,
-          o.clipnorm,
-          o.clipvalue,
-          o.global_clipnorm,
-          o.exclude_from_weight_decay,
-          o.name,
-          o.gradient_accumulation_steps};
+  return {o.learning_rate, o.name, o.base};
 }
 
 // Per-step values handed to update_step; `c` holds the optimizer's per-step constants filled once
@@ -139,7 +138,7 @@ class Optimizer : public distribute::ElementwiseUpdate {
   const std::string& name() const { return options_.name; }
   // 1 unless gradient_accumulation_steps was set.
   int gradient_accumulation_steps() const {
-    return options_.gradient_accumulation_steps.value_or(1);
+    return options_.base.gradient_accumulation_steps.value_or(1);
   }
   virtual nlohmann::json get_config() const;
   // A fresh, unbuilt optimizer with the same configuration (for compile() taking a prototype).

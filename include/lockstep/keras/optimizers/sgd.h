@@ -15,12 +15,7 @@ struct SGDOptions {
   LearningRate learning_rate = 0.01;
   double momentum = 0.0;  // in [0, 1]
   bool nesterov = false;
-  std::optional<double> weight_decay{};
-  std::optional<double> clipnorm{};
-  std::optional<double> clipvalue{};
-  std::optional<double> global_clipnorm{};
-  std::vector<std::string> exclude_from_weight_decay{};
-  std::optional<int> gradient_accumulation_steps{};
+  BaseOptions base{};
   std::string name = "SGD";
 };
 
