@@ -20,15 +20,23 @@ float Adagrad::slot_initial_value(int) const {
   return static_cast<float>(o_.initial_accumulator_value);
 }
 
+namespace {
+// Adagrad's per-step constants (StepInfo::set_constants).
+struct AdagradConstants {
+  float learning_rate, epsilon;
+};
+}  // namespace
+
 void Adagrad::prepare_step(StepInfo& info) const {
-  info.c[0] = static_cast<float>(info.learning_rate);
-  info.c[1] = static_cast<float>(o_.epsilon);
+  info.set_constants(AdagradConstants{.learning_rate = static_cast<float>(info.learning_rate),
+                                      .epsilon = static_cast<float>(o_.epsilon)});
 }
 
 void Adagrad::update_step(float* __restrict w, const float* __restrict g,
                           std::span<float* const> slots, size_t n, const StepInfo& info) const {
   float* __restrict acc = slots[0];
-  const float lr = info.c[0], eps = info.c[1];
+  const auto k = info.constants<AdagradConstants>();
+  const float lr = k.learning_rate, eps = k.epsilon;
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i];
     const float ai = acc[i] + gi * gi;

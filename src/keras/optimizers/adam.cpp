@@ -17,14 +17,21 @@ std::vector<std::string> Adam::slot_names() const {
   return {"m", "v"};
 }
 
+namespace {
+// Adam's per-step constants (StepInfo::set_constants).
+struct AdamConstants {
+  float alpha, one_minus_beta_1, one_minus_beta_2, epsilon;
+};
+}  // namespace
+
 void Adam::prepare_step(StepInfo& info) const {
   const double t = static_cast<double>(info.step);
   const double alpha =
       info.learning_rate * std::sqrt(1.0 - std::pow(o_.beta_2, t)) / (1.0 - std::pow(o_.beta_1, t));
-  info.c[0] = static_cast<float>(alpha);
-  info.c[1] = static_cast<float>(1.0 - o_.beta_1);
-  info.c[2] = static_cast<float>(1.0 - o_.beta_2);
-  info.c[3] = static_cast<float>(o_.epsilon);
+  info.set_constants(AdamConstants{.alpha = static_cast<float>(alpha),
+                                   .one_minus_beta_1 = static_cast<float>(1.0 - o_.beta_1),
+                                   .one_minus_beta_2 = static_cast<float>(1.0 - o_.beta_2),
+                                   .epsilon = static_cast<float>(o_.epsilon)});
 }
 
 namespace {
@@ -99,8 +106,9 @@ void Adam::update_step_out(const float* w, const float* g, std::span<const float
     Optimizer::update_step_out(w, g, slots, w_out, slots_out, n, info, rounded);
     return;
   }
-  adam_update_out(w, g, slots[0], slots[1], w_out, slots_out[0], slots_out[1], rounded, n,
-                  info.c[0], info.c[1], info.c[2], info.c[3]);
+  const auto k = info.constants<AdamConstants>();
+  adam_update_out(w, g, slots[0], slots[1], w_out, slots_out[0], slots_out[1], rounded, n, k.alpha,
+                  k.one_minus_beta_1, k.one_minus_beta_2, k.epsilon);
 }
 
 void Adam::update_step_rounded(float* __restrict w, const float* __restrict g,
@@ -110,16 +118,18 @@ void Adam::update_step_rounded(float* __restrict w, const float* __restrict g,
     Optimizer::update_step_rounded(w, g, slots, n, info, rounded);
     return;
   }
-  adam_update_rounded(w, g, slots[0], slots[1], rounded, n, info.c[0], info.c[1], info.c[2],
-                      info.c[3]);
+  const auto k = info.constants<AdamConstants>();
+  adam_update_rounded(w, g, slots[0], slots[1], rounded, n, k.alpha, k.one_minus_beta_1,
+                      k.one_minus_beta_2, k.epsilon);
 }
 
 void Adam::update_step(float* __restrict w, const float* __restrict g,
                        std::span<float* const> slots, size_t n, const StepInfo& info) const {
   float* __restrict m = slots[0];
   float* __restrict v = slots[1];
-  const float alpha = info.c[0], one_minus_b1 = info.c[1], one_minus_b2 = info.c[2],
-              eps = info.c[3];
+  const auto k = info.constants<AdamConstants>();
+  const float alpha = k.alpha, one_minus_b1 = k.one_minus_beta_1, one_minus_b2 = k.one_minus_beta_2,
+              eps = k.epsilon;
   if (!o_.amsgrad) {
     adam_update(w, g, m, v, n, alpha, one_minus_b1, one_minus_b2, eps);
     return;

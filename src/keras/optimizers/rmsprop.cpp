@@ -9,11 +9,18 @@ namespace lockstep::keras::optimizers {
 
 namespace {
 
+// RMSprop's per-step constants (StepInfo::set_constants).
+struct RmspropConstants {
+  float learning_rate, rho, one_minus_rho, epsilon, momentum;
+};
+
 // One loop per (momentum, centered) combination so the element loop has no branches.
 template <bool kMomentum, bool kCentered>
 void rmsprop_loop(float* __restrict w, const float* __restrict g, float* __restrict vel,
-                  float* __restrict mom, float* __restrict avg, size_t n, const float* c) {
-  const float lr = c[0], rho = c[1], one_minus_rho = c[2], eps = c[3], mu = c[4];
+                  float* __restrict mom, float* __restrict avg, size_t n,
+                  const RmspropConstants& k) {
+  const float lr = k.learning_rate, rho = k.rho, one_minus_rho = k.one_minus_rho, eps = k.epsilon,
+              mu = k.momentum;
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i];
     const float vi = rho * vel[i] + one_minus_rho * gi * gi;
@@ -53,23 +60,24 @@ std::vector<std::string> RMSprop::slot_names() const {
 }
 
 void RMSprop::prepare_step(StepInfo& info) const {
-  info.c[0] = static_cast<float>(info.learning_rate);
-  info.c[1] = static_cast<float>(o_.rho);
-  info.c[2] = static_cast<float>(1.0 - o_.rho);
-  info.c[3] = static_cast<float>(o_.epsilon);
-  info.c[4] = static_cast<float>(o_.momentum);
+  info.set_constants(RmspropConstants{.learning_rate = static_cast<float>(info.learning_rate),
+                                      .rho = static_cast<float>(o_.rho),
+                                      .one_minus_rho = static_cast<float>(1.0 - o_.rho),
+                                      .epsilon = static_cast<float>(o_.epsilon),
+                                      .momentum = static_cast<float>(o_.momentum)});
 }
 
 void RMSprop::update_step(float* w, const float* g, std::span<float* const> slots, size_t n,
                           const StepInfo& info) const {
   const bool momentum = o_.momentum > 0.0;
+  const auto k = info.constants<RmspropConstants>();
   float* vel = slots[0];
   float* mom = momentum ? slots[1] : nullptr;
   float* avg = o_.centered ? slots[momentum ? 2 : 1] : nullptr;
-  if (momentum && o_.centered) return rmsprop_loop<true, true>(w, g, vel, mom, avg, n, info.c);
-  if (momentum) return rmsprop_loop<true, false>(w, g, vel, mom, avg, n, info.c);
-  if (o_.centered) return rmsprop_loop<false, true>(w, g, vel, mom, avg, n, info.c);
-  rmsprop_loop<false, false>(w, g, vel, mom, avg, n, info.c);
+  if (momentum && o_.centered) return rmsprop_loop<true, true>(w, g, vel, mom, avg, n, k);
+  if (momentum) return rmsprop_loop<true, false>(w, g, vel, mom, avg, n, k);
+  if (o_.centered) return rmsprop_loop<false, true>(w, g, vel, mom, avg, n, k);
+  rmsprop_loop<false, false>(w, g, vel, mom, avg, n, k);
 }
 
 nlohmann::json RMSprop::get_config() const {

@@ -18,14 +18,22 @@ std::vector<std::string> SGD::slot_names() const {
   return {};
 }
 
+namespace {
+// SGD's per-step constants (StepInfo::set_constants).
+struct SgdConstants {
+  float learning_rate, momentum;
+};
+}  // namespace
+
 void SGD::prepare_step(StepInfo& info) const {
-  info.c[0] = static_cast<float>(info.learning_rate);
-  info.c[1] = static_cast<float>(o_.momentum);
+  info.set_constants(SgdConstants{.learning_rate = static_cast<float>(info.learning_rate),
+                                  .momentum = static_cast<float>(o_.momentum)});
 }
 
 void SGD::update_step(float* __restrict w, const float* __restrict g, std::span<float* const> slots,
                       size_t n, const StepInfo& info) const {
-  const float lr = info.c[0], mu = info.c[1];
+  const auto k = info.constants<SgdConstants>();
+  const float lr = k.learning_rate, mu = k.momentum;
   if (slots.empty()) {
     for (size_t i = 0; i < n; ++i) w[i] -= g[i] * lr;
     return;

@@ -26,10 +26,12 @@
 // result is bit-identical to apply_gradients.
 #include <concepts>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -91,12 +93,30 @@ CommonOptions common_options(const Options& o) {
   return {o.learning_rate, o.name, o.base};
 }
 
-// Per-step values handed to update_step; `c` holds the optimizer's per-step constants filled once
-// per call by prepare_step (e.g. Adam's alpha), so the element loops do no pow/sqrt of scalars.
+// Per-step values handed to update_step. An optimizer's own per-step constants (Adam's alpha,
+// 1 - beta_1, ...) are a struct of its own, computed once per update by prepare_step so that the
+// element loops do no pow/sqrt of scalars: prepare_step calls set_constants(k), update_step reads
+// constants<K>().
 struct StepInfo {
   double learning_rate = 0.0;
   int64_t step = 1;  // iterations + 1 (Keras' local_step)
-  float c[8] = {};
+
+  template <typename K>
+  void set_constants(const K& k) {
+    static_assert(std::is_trivially_copyable_v<K> && sizeof(K) <= kConstantBytes);
+    std::memcpy(constants_, &k, sizeof(K));
+  }
+  template <typename K>
+  K constants() const {
+    static_assert(std::is_trivially_copyable_v<K> && sizeof(K) <= kConstantBytes);
+    K k;
+    std::memcpy(&k, constants_, sizeof(K));
+    return k;
+  }
+
+ private:
+  static constexpr size_t kConstantBytes = 32;
+  alignas(8) unsigned char constants_[kConstantBytes] = {};
 };
 
 class Optimizer : public distribute::ElementwiseUpdate {
@@ -162,7 +182,8 @@ class Optimizer : public distribute::ElementwiseUpdate {
   // Slot names, in the order update_step receives them.
   virtual std::vector<std::string> slot_names() const { return {}; }
   virtual float slot_initial_value(int /*slot*/) const { return 0.0f; }
-  // Fills info.c with the per-step constants; called once per apply call.
+  // Stores the optimizer's per-step constants in `info` (StepInfo::set_constants); called once
+  // per update.
   virtual void prepare_step(StepInfo& /*info*/) const {}
   // The optimizer's rule on n contiguous elements: var, grad (already clipped) and slots aligned.
   // Must depend on nothing but these elements and `info` (the range split relies on it).
