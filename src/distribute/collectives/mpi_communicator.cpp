@@ -1,223 +1,37 @@
+// MpiCommunicator: the collectives over MPI, each a non-blocking MPI call polled until done or
+// past its deadline (failure diagnosis: mpi_communicator_failure.cpp).
 #include "mpi_communicator.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <map>
 
 #include "host_shared_reducer.h"
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
-#include "lockstep/distribute/shared_memory_group.h"
+#include "mpi_bfloat16.h"
 #include "mpi_diagnosis.h"
+#include "mpi_support.h"
 #include "poll_backoff.h"
 #include "reduce_kernels.h"
-#include "seconds_text.h"
 
 namespace lockstep::distribute {
 namespace {
-
 using Clock = std::chrono::steady_clock;
-
-// Set once any communicator saw a peer fail: MPI_Finalize would then block on the lost peer.
-std::atomic<bool> g_job_failed{false};
-
-bool env_set(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0';
-}
-
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<size_t>(len));
-}
-
-void check_mpi(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw Unavailable(std::string(what) + " failed: " + mpi_error_text(rc));
-}
-
-constexpr size_t kHostBytes = 64;
-
-std::string local_host_name() {
-  char host[kHostBytes] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
-
-// What the kernel says about a process of this host that does not answer: /proc/<pid>/stat's
-// state letter tells a stopped process (SIGSTOP, job control, a debugger) from a busy one.
-std::string local_process_fate(int pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return "it has exited (no such process)";
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  // The state follows the command name, which is in parentheses and may itself contain ") ".
-  const size_t close = line.rfind(')');
-  const char state = close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
-  switch (state) {
-    case 'T':
-    case 't':
-      return "it is stopped (process state " + std::string(1, state) +
-             ": SIGSTOP, job control or a debugger)";
-    case 'Z':
-      return "it has exited (a zombie not yet reaped)";
-    case 'D':
-      return "it is blocked in the kernel (process state D: uninterruptible I/O)";
-    default:
-      return "it is still running but not communicating (stalled: a long computation, a "
-             "deadlock, or a different collective)";
-  }
-}
-
-MPI_Datatype mpi_type(DType dtype) {
-  switch (dtype) {
-    case DType::float32:
-      return MPI_FLOAT;
-    case DType::float64:
-      return MPI_DOUBLE;
-    case DType::int32:
-      return MPI_INT32_T;
-    case DType::int64:
-      return MPI_INT64_T;
-    case DType::uint8:
-      return MPI_UINT8_T;
-    case DType::bfloat16:
-      break;  // widened by the caller
-  }
-  throw Internal("mpi_type: no MPI type for " + std::string(dtype_name(dtype)));
-}
-
-MPI_Op mpi_op(ReduceOp op) {
-  return op == ReduceOp::MAX ? MPI_MAX : MPI_SUM;
-}
-
-int to_int_count(size_t n, const char* what) {
-  if (n > static_cast<size_t>(INT_MAX)) {
-    throw InvalidArgument(std::string(what) + ": " + std::to_string(n) +
-                          " elements exceed MPI's int count; split the buffer");
-  }
-  return static_cast<int>(n);
-}
-
-// Open MPI's shared-memory transport (btl/vader) moves large messages between processes of one
-// host with a single-copy mechanism, by default CMA (process_vm_readv: one system call per
-// fragment and, in containers, often refused by the ptrace policy, which makes Open MPI print
-// warnings and fall back). For gradient-sized messages (0.1-25 MB) the copy through the shared
-// segment was faster on every machine we measured (docs/performance.md, "Multi-worker (MPI)
-// throughput": a 407 KB all-reduce between 2 ranks took 25 us instead of 53 us, 23 MB 3.9 ms
-// instead of 6.0 ms), so Lockstep makes it the default. MCA settings the user gave (mpirun
-// --mca ..., or the OMPI_MCA_ variable) win: setenv with overwrite = 0, before MPI_Init, where
-// Open MPI reads its parameters. LOCKSTEP_MPI_TRANSPORT_DEFAULTS=0 turns this off.
-void apply_transport_defaults() {
-  const char* off = std::getenv("LOCKSTEP_MPI_TRANSPORT_DEFAULTS");
-  if (off != nullptr && std::string_view(off) == "0") return;
-  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", /*overwrite=*/0);
-}
-
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
-// MpiContext
-
-MpiContext::MpiContext(int* argc, char*** argv) {
-  thread_level_ = MPI_THREAD_SINGLE;
-  launched_ = env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK") ||
-              env_set("PMI_SIZE");
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized) {
-    MPI_Query_thread(&thread_level_);
-  } else if (launched_) {
-    apply_transport_defaults();
-    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_), "MPI_Init_thread");
-    owns_mpi_ = true;
-  } else {
-    return;  // a world of one, without MPI
-  }
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
-}
-
-MpiContext::~MpiContext() {
-  finalize();
-}
-
-bool MpiContext::active() const {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
-
-std::string_view MpiContext::thread_level_name() const {
-  switch (thread_level_) {
-    case MPI_THREAD_SINGLE:
-      return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED:
-      return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED:
-      return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE:
-      return "MPI_THREAD_MULTIPLE";
-  }
-  return "unknown";
-}
-
-std::shared_ptr<Communicator> MpiContext::world(const CommunicationOptions& options) const {
-  if (!active()) {
-    if (finalized_) throw FailedPrecondition("MpiContext::world: MPI was already finalised");
-    return SharedMemoryGroup(1, options).communicator(0);
-  }
-  return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, options);
-}
-
-std::vector<std::string> MpiContext::world_hosts() const {
-  if (!active()) return {local_host_name()};
-  struct Wire {
-    char host[kHostBytes];
-  };
-  Wire mine{};
-  const std::string host = local_host_name();
-  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
-  std::vector<Wire> all(static_cast<size_t>(world_size_));
-  check_mpi(MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE,
-                          MPI_COMM_WORLD),
-            "MPI_Allgather (host names)");
-  std::vector<std::string> hosts;
-  for (const Wire& w : all) hosts.emplace_back(w.host, strnlen(w.host, sizeof w.host));
-  return hosts;
-}
-
-void MpiContext::finalize() {
-  if (finalized_) return;
-  finalized_ = true;
-  if (!owns_mpi_ || g_job_failed.load()) return;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
-}
-
-MpiContext& mpi_initialize(int* argc, char*** argv) {
-  // A function-local static: constructed once, thread-safely, and destroyed (finalising MPI) at
-  // exit after main returns.
-  static MpiContext context(argc, argv);
-  return context;
-}
-
-// ---------------------------------------------------------------------------------------------
-// MpiCommunicator
+using detail::check_mpi;
+using detail::kHostBytes;
+using detail::local_host_name;
+using detail::mpi_error_text;
+using detail::mpi_op;
+using detail::mpi_type;
+using detail::to_int_count;
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicationOptions& options)
     : Communicator(options) {
@@ -302,92 +116,6 @@ void MpiCommunicator::wait(MPI_Request* request, size_t bytes) {
   }
 }
 
-// "world rank 1 (pid 1234 on host node-a) stopped answering: it did not join all_reduce #57 ...
-// within 10 s; it is stopped (...)", one clause per lost worker; when every worker of another host
-// is lost, one clause naming the host.
-std::string MpiCommunicator::describe_lost(const std::vector<char>& answered) const {
-  const double timeout = options().timeout_seconds;
-  const std::string joined =
-      "did not join " + describe_current() +
-      (timeout > 0 ? " within " + detail::seconds_text(timeout) + " s" : std::string());
-  auto who = [&](int p) {
-    const Peer& peer = peers_[static_cast<size_t>(p)];
-    return "world rank " + std::to_string(peer.world_rank) + " (pid " + std::to_string(peer.pid) +
-           " on host " + peer.host + ")";
-  };
-  // Hosts in the order of their first lost worker; for each, its workers and how many are lost.
-  std::vector<std::string> order;
-  std::map<std::string, std::pair<std::vector<int>, int>> by_host;  // lost ranks, all workers
-  for (int p = 0; p < size_; ++p) {
-    const std::string& host = peers_[static_cast<size_t>(p)].host;
-    auto& entry = by_host[host];
-    ++entry.second;
-    if (answered[static_cast<size_t>(p)]) continue;
-    if (entry.first.empty()) order.push_back(host);
-    entry.first.push_back(p);
-  }
-  const std::string& my_host = peers_[static_cast<size_t>(rank_)].host;
-  std::string text;
-  for (const std::string& host : order) {
-    const auto& [lost, workers] = by_host[host];
-    if (!text.empty()) text += "; ";
-    if (host != my_host && static_cast<int>(lost.size()) == workers) {
-      text += "host " + host + " is unreachable or down: none of its workers answered (";
-      for (size_t i = 0; i < lost.size(); ++i) text += (i ? ", " : "") + who(lost[i]);
-      text += lost.size() == 1 ? "; it " : "; they ";
-      text += joined + ")";
-      continue;
-    }
-    for (size_t i = 0; i < lost.size(); ++i) {
-      if (i) text += "; ";
-      text += who(lost[i]) + " stopped answering: it " + joined + "; ";
-      text += host == my_host ? local_process_fate(peers_[static_cast<size_t>(lost[i])].pid)
-                              : "it is on another host (exited, stopped or hung)";
-    }
-  }
-  return text;
-}
-
-// Diagnoses a collective that did not complete: asks every peer, on the control communicator,
-// which collective it is in; peers that do not answer within a grace period are reported lost.
-void MpiCommunicator::fail(const std::string& cause) {
-  g_job_failed.store(true);
-  const double timeout = options().timeout_seconds;
-  const double grace = std::clamp(0.1 * timeout, 0.5, 2.0);
-  const std::string what = describe_current();
-  const std::vector<char> answered =
-      detail::ask_peers(control_, rank_, sequence(), grace, *responder_);
-  std::vector<int> survivors;
-  int n_lost = 0;
-  for (int p = 0; p < size_; ++p) {
-    if (!answered[static_cast<size_t>(p)])
-      ++n_lost;
-    else if (p != rank_)
-      survivors.push_back(p);
-  }
-  const std::string prefix =
-      "world rank " + std::to_string(peers_[static_cast<size_t>(rank_)].world_rank) + ": ";
-  if (n_lost > 0) {
-    error_ = describe_lost(answered) + (cause.empty() ? "" : " (" + cause + ")") +
-             ". Seen from world rank " +
-             std::to_string(peers_[static_cast<size_t>(rank_)].world_rank) + ".";
-    error_is_deadline_ = false;
-    detail::record_job_failure(Unavailable(error_).what(), control_, rank_, std::move(survivors),
-                               sequence(), grace);
-  } else if (!cause.empty()) {
-    error_ = prefix + what + " failed: " + cause + "; every peer still answers.";
-    error_is_deadline_ = false;
-  } else {
-    error_ = prefix + what + " did not complete within " + detail::seconds_text(timeout) +
-             " s (CommunicationOptions::timeout_seconds), although every peer is alive and " +
-             "waiting in a collective; a rank may have called a different collective.";
-    error_is_deadline_ = true;
-  }
-  broken_ = true;
-  check_usable();
-  throw Internal("unreachable");
-}
-
 void MpiCommunicator::do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   check_usable();
   if (dtype == DType::bfloat16) {
@@ -415,37 +143,6 @@ void MpiCommunicator::do_all_reduce(void* buf, size_t count, DType dtype, Reduce
   if (op == ReduceOp::MEAN) detail::divide_in_place(buf, count, dtype, size_);
 }
 
-namespace {
-
-// inout[i] <- bfloat16(float(in[i]) + float(inout[i])): one partial sum, rounded once. Float
-// addition is commutative bit for bit, so MPI may combine in any order it fixes.
-void bfloat16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const bfloat16*>(in);
-  auto* b = static_cast<bfloat16*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    b[i] = bfloat16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
-  }
-}
-
-struct Bfloat16Wire {
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  MPI_Op sum = MPI_OP_NULL;
-};
-
-// Created on first use (MPI is initialised by then) and kept until MPI_Finalize frees it.
-const Bfloat16Wire& bfloat16_wire() {
-  static const Bfloat16Wire wire = [] {
-    Bfloat16Wire w;
-    check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &w.type), "MPI_Type_contiguous");
-    check_mpi(MPI_Type_commit(&w.type), "MPI_Type_commit");
-    check_mpi(MPI_Op_create(&bfloat16_sum, /*commute=*/1, &w.sum), "MPI_Op_create");
-    return w;
-  }();
-  return wire;
-}
-
-}  // namespace
-
 void MpiCommunicator::do_all_reduce_compressed(bfloat16* buf, size_t count) {
   check_usable();
   // Between ranks of one host the bytes cross memory, not a wire: sum exactly in float32 and round
@@ -454,7 +151,7 @@ void MpiCommunicator::do_all_reduce_compressed(bfloat16* buf, size_t count) {
     do_all_reduce(buf, count, DType::bfloat16, ReduceOp::SUM);
     return;
   }
-  const Bfloat16Wire& wire = bfloat16_wire();
+  const detail::Bfloat16Wire& wire = detail::bfloat16_wire();
   all_reduce_in_packs(buf, count, sizeof(bfloat16), wire.type, wire.sum);
 }
 

@@ -1,6 +1,7 @@
 #include "mpi_diagnosis.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -162,6 +163,17 @@ void record_job_failure(std::string report, MPI_Comm control, int rank, std::vec
 std::string job_failure_report() {
   std::lock_guard lock(g_failure_mutex);
   return g_failure ? g_failure->report : std::string();
+}
+
+namespace {
+std::atomic<bool> g_job_failed{false};
+}  // namespace
+
+void mark_job_failed() {
+  g_job_failed.store(true);
+}
+bool job_failed() {
+  return g_job_failed.load();
 }
 
 WaitRegistration::WaitRegistration(double timeout_seconds) {

@@ -62,6 +62,11 @@ void record_job_failure(std::string report, MPI_Comm control, int rank, std::vec
 // The recorded report, or empty when no collective of this process found a lost worker.
 std::string job_failure_report();
 
+// Set once a collective of this process saw a peer fail (before its diagnosis): MPI_Finalize
+// would then block on the lost peer, so MpiContext leaves MPI to process teardown.
+void mark_job_failed();
+bool job_failed();
+
 // Collectives now waiting with a deadline register here, so that a process ending because of a
 // consequence of a stuck collective (a local replica that timed out waiting for the one in MPI)
 // can let the collective finish its own diagnosis first.
