@@ -1,27 +1,16 @@
-#include "lockstep/keras/layers/core.h"
-#include "lockstep/ops/shape_ops.h"
+#include "lockstep/keras/layers/dense.h"
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
-#include "lockstep/autodiff/nn_functions.h"
-#include "lockstep/distribute/replica_context.h"
 #include "lockstep/keras/activations.h"
+#include "lockstep/keras/initializers.h"
 #include "lockstep/ops/linear.h"
 #include "lockstep/ops/matmul.h"
+#include "lockstep/ops/shape_ops.h"
 
-namespace lockstep::keras {
-
-KerasTensor Input(const Shape& shape, DType dtype, const std::string& name) {
-  auto layer = std::make_shared<layers::InputLayer>(shape, dtype, name);
-  layer->set_built();
-  auto node = std::make_shared<KerasNode>(KerasNode{layer, {}});
-  return KerasTensor(layer->batch_shape(), dtype, node);
-}
-
-namespace layers {
+namespace lockstep::keras::layers {
 
 namespace {
 // act(x·kernel + bias) with a bfloat16 x and float32 variables, written as `out`: the Dense
@@ -66,25 +55,6 @@ Tensor dense_linear(const Tensor& x, const Variable& kernel_var, const Variable&
   return y;
 }
 }  // namespace
-
-InputLayer::InputLayer(const Shape& shape, DType dtype, const std::string& name)
-    : LayerImpl(name, "input_layer"), batch_shape_(shape.with_inserted(0, 0)), dtype_(dtype) {}
-
-Tensor InputLayer::call(const Tensor& inputs, bool) {
-  if (inputs.rank() != batch_shape_.rank() || !(inputs.shape().with_dim(0, 0) == batch_shape_)) {
-    throw InvalidArgument("Input '" + name() + "' expects batches of shape " +
-                          batch_shape_.to_string() +
-                          " (batch first; 0 = any). Received: " + inputs.describe() + ".");
-  }
-  return inputs;
-}
-
-nlohmann::json InputLayer::get_config() const {
-  auto c = Layer::get_config();
-  c["batch_shape"] = batch_shape_.to_vector();
-  c["dtype"] = std::string(dtype_name(dtype_));
-  return c;
-}
 
 Dense::Dense(DenseOptions options)
     : LayerImpl(options.name, "dense", options.dtype), options_(options) {
@@ -180,141 +150,4 @@ nlohmann::json Dense::get_config() const {
   return c;
 }
 
-Activation::Activation(const std::string& activation, const std::string& name)
-    : LayerImpl(name, "activation"), activation_(activation) {
-  activations::get(activation_);
-}
-
-Tensor Activation::call(const Tensor& inputs, bool) {
-  return activations::get(activation_)(inputs);
-}
-
-nlohmann::json Activation::get_config() const {
-  auto c = Layer::get_config();
-  c["activation"] = activation_;
-  return c;
-}
-
-Flatten::Flatten(const std::string& name) : LayerImpl(name, "flatten") {}
-
-Shape Flatten::compute_output_shape(const Shape& s) const {
-  int64_t n = 1;
-  for (int i = 1; i < s.rank(); ++i) n *= s[i];
-  return Shape{s.rank() ? s[0] : 1, n};
-}
-
-Tensor Flatten::call(const Tensor& inputs, bool) {
-  return reshape(inputs, compute_output_shape(inputs.shape()));
-}
-
-Reshape::Reshape(std::vector<int64_t> target_shape, const std::string& name)
-    : LayerImpl(name, "reshape"), target_(std::move(target_shape)) {
-  int unknown = 0;
-  for (int64_t d : target_) {
-    if (d == -1)
-      ++unknown;
-    else if (d < 0)
-      throw InvalidArgument("Reshape: dimensions must be >= 0 or -1.");
-  }
-  if (unknown > 1) throw InvalidArgument("Reshape: at most one dimension can be -1.");
-}
-
-Shape Reshape::resolve(const Shape& in) const {
-  int64_t per_example = 1;
-  for (int i = 1; i < in.rank(); ++i) per_example *= in[i];
-  int64_t known = 1;
-  for (int64_t d : target_)
-    if (d != -1) known *= d;
-  Shape out{in.rank() ? in[0] : 0};
-  for (int64_t d : target_) {
-    if (d == -1) {
-      if (known == 0 || per_example % known != 0) {
-        throw InvalidArgument("Reshape '" + name() + "': cannot reshape " + in.to_string() +
-                              " to a target with " + std::to_string(known) + " elements.");
-      }
-      out.push_back(per_example / known);
-    } else {
-      out.push_back(d);
-    }
-  }
-  if (out.num_elements() != in.num_elements() && in[0] != 0) {
-    throw InvalidArgument("Reshape '" + name() + "': input shape " + in.to_string() +
-                          " does not have the target's element count (target " + out.to_string() +
-                          ").");
-  }
-  return out;
-}
-
-Shape Reshape::compute_output_shape(const Shape& input_shape) const {
-  return resolve(input_shape);
-}
-
-Tensor Reshape::call(const Tensor& inputs, bool) {
-  return reshape(inputs, resolve(inputs.shape()));
-}
-
-nlohmann::json Reshape::get_config() const {
-  auto c = Layer::get_config();
-  c["target_shape"] = target_;
-  return c;
-}
-
-Dropout::Dropout(DropoutOptions options)
-    : LayerImpl(options.name, "dropout"),
-      options_(options),
-      seed_(options.seed ? *options.seed : next_seed()) {
-  if (options_.rate < 0 || options_.rate >= 1) {
-    throw InvalidArgument(
-        "Dropout: expected 0 <= rate < 1. Received: rate=" + std::to_string(options_.rate) + ".");
-  }
-}
-
-Generator& Dropout::generator_for_this_thread() {
-  auto* ctx = distribute::get_replica_context();
-  size_t r = ctx ? static_cast<size_t>(ctx->replica_id_in_sync_group()) : 0;
-  Generator* shared = nullptr;
-  {
-    std::lock_guard lock(*mu_);
-    if (generators_.size() <= r) generators_.resize(r + 1);
-    if (!generators_[r]) generators_[r] = std::make_unique<Generator>(seed_, r);
-    shared = generators_[r].get();
-  }
-  // A training step may run a replica's task twice (a backup); the stream advances once, by the
-  // run that commits.
-  return ctx ? ctx->replica_local(*shared, *mu_) : *shared;
-}
-
-std::vector<std::pair<uint64_t, uint32_t>> Dropout::generator_positions(int num_replicas) const {
-  std::lock_guard lock(*mu_);
-  std::vector<std::pair<uint64_t, uint32_t>> out(static_cast<size_t>(num_replicas), {0, 0});
-  for (size_t r = 0; r < generators_.size() && r < out.size(); ++r) {
-    if (!generators_[r]) continue;
-    Generator::State s = generators_[r]->state();
-    out[r] = {s.counter, s.buffered};
-  }
-  return out;
-}
-
-void Dropout::set_generator_positions(const std::vector<std::pair<uint64_t, uint32_t>>& positions) {
-  std::lock_guard lock(*mu_);
-  generators_.resize(std::max(generators_.size(), positions.size()));
-  for (size_t r = 0; r < positions.size(); ++r) {
-    generators_[r] = std::make_unique<Generator>(seed_, r);
-    generators_[r]->set_state({seed_, r, positions[r].first, positions[r].second});
-  }
-}
-
-Tensor Dropout::call(const Tensor& inputs, bool training) {
-  if (!training || options_.rate == 0) return inputs;
-  return dropout(inputs, options_.rate, generator_for_this_thread());
-}
-
-nlohmann::json Dropout::get_config() const {
-  auto c = Layer::get_config();
-  c["rate"] = options_.rate;
-  if (options_.seed) c["seed"] = *options_.seed;
-  return c;
-}
-
-}  // namespace layers
-}  // namespace lockstep::keras
+}  // namespace lockstep::keras::layers
