@@ -1,5 +1,6 @@
 #include "lockstep/autodiff/gradient_tape.h"
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/ops/elementwise.h"
 
@@ -102,11 +103,9 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
         "GradientTape::gradient can only be called once on a non-persistent tape. Create the "
         "tape with persistent = true to compute several gradients.");
   }
-  if (!destinations.empty() && destinations.size() != sources.size()) {
-    throw InvalidArgument("GradientTape::gradient: expected one destination per source (" +
-                          std::to_string(sources.size()) + "). Received " +
-                          std::to_string(destinations.size()) + ".");
-  }
+  LOCKSTEP_CHECK(destinations.empty() || destinations.size() == sources.size(),
+                 "GradientTape::gradient: expected one destination per source (", sources.size(),
+                 "). Received ", destinations.size(), ".");
   t.used = true;
   // Backward functions must not append to the record list this loop walks.
   struct Pause {
@@ -115,13 +114,12 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     ~Pause() { t.recording = was; }
   } pause{t, t.recording};
   t.recording = false;
-  if (!target.defined()) throw InvalidArgument("GradientTape::gradient: the target is undefined.");
+  LOCKSTEP_CHECK(target.defined(), "GradientTape::gradient: the target is undefined.");
   Tensor seed = output_gradient;
   if (seed.defined()) {
-    if (!(seed.shape() == target.shape()) || seed.dtype() != target.dtype()) {
-      throw InvalidArgument("GradientTape::gradient: output_gradient " + seed.describe() +
-                            " does not match the target " + target.describe() + ".");
-    }
+    LOCKSTEP_CHECK(seed.shape() == target.shape() && seed.dtype() == target.dtype(),
+                   "GradientTape::gradient: output_gradient ", seed.describe(),
+                   " does not match the target ", target.describe(), ".");
   } else {
     seed = Tensor::ones(target.shape(), target.dtype());
   }
@@ -347,10 +345,8 @@ void note_variable_read(const Tensor& v) {
 
 namespace {
 void check_accumulable(const Tensor& a, const Tensor& b) {
-  if (!(a.shape() == b.shape()) || a.dtype() != b.dtype()) {
-    throw InvalidArgument("accumulate: gradients " + a.describe() + " and " + b.describe() +
-                          " differ in shape or dtype.");
-  }
+  LOCKSTEP_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "accumulate: gradients ",
+                 a.describe(), " and ", b.describe(), " differ in shape or dtype.");
 }
 }  // namespace
 

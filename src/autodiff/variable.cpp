@@ -6,6 +6,7 @@
 
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/core/check.h"
 #include "lockstep/ops/elementwise.h"
 
 namespace lockstep {
@@ -14,10 +15,8 @@ namespace {
 thread_local VariableCreationObserver* current_observer = nullptr;
 
 void check_same(const Tensor& var, const Tensor& value, const std::string& name, const char* op) {
-  if (!(var.shape() == value.shape()) || var.dtype() != value.dtype()) {
-    throw InvalidArgument(std::string(op) + " on variable '" + name + "': expected " +
-                          var.describe() + ". Received: " + value.describe() + ".");
-  }
+  LOCKSTEP_CHECK(var.shape() == value.shape() && var.dtype() == value.dtype(), op, " on variable '",
+                 name, "': expected ", var.describe(), ". Received: ", value.describe(), ".");
 }
 
 }  // namespace
@@ -52,9 +51,8 @@ struct Variable::State {
 };
 
 Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
-  if (!initial_value.defined()) {
-    throw InvalidArgument("Variable '" + name + "': the initial value is an undefined tensor.");
-  }
+  LOCKSTEP_CHECK(initial_value.defined(), "Variable '", name,
+                 "': the initial value is an undefined tensor.");
   const void* owner = nullptr;
   if (auto* obs = VariableCreationScope::current()) owner = obs->on_variable_created(name);
   state_ = std::make_shared<State>();
@@ -104,11 +102,8 @@ void Variable::assign_sub(const Tensor& delta) const {
 
 Tensor Variable::bfloat16_rounded() const {
   const Tensor& v = raw_value();
-  if (v.dtype() != DType::float32) {
-    throw InvalidArgument(
-        "Variable '" + state_->name +
-        "'.bfloat16_rounded: expected a float32 variable. Received: " + v.describe() + ".");
-  }
+  LOCKSTEP_CHECK(v.dtype() == DType::float32, "Variable '", state_->name,
+                 "'.bfloat16_rounded: expected a float32 variable. Received: ", v.describe(), ".");
   State& s = *state_;
   const int c = s.cur();
   if (!s.rounded_current[c].load(std::memory_order_acquire)) {

@@ -1,4 +1,5 @@
 #include "lockstep/core/random.h"
+#include "lockstep/core/check.h"
 
 #include <cmath>
 #include <numbers>
@@ -56,7 +57,7 @@ double Generator::normal() {
 }
 
 uint64_t Generator::uniform_int(uint64_t n) {
-  if (n == 0) throw InvalidArgument("uniform_int: n must be positive.");
+  LOCKSTEP_CHECK(n != 0, "uniform_int: n must be positive.");
   // Rejection sampling removes the modulo bias.
   uint64_t limit = UINT64_MAX - UINT64_MAX % n;
   uint64_t r;
@@ -68,10 +69,8 @@ uint64_t Generator::uniform_int(uint64_t n) {
 namespace {
 template <typename F>
 Tensor fill(const Shape& shape, DType dtype, const char* what, F&& draw) {
-  if (!is_floating(dtype)) {
-    throw InvalidArgument(std::string(what) + ": expected a floating dtype. Received: " +
-                          std::string(dtype_name(dtype)) + ".");
-  }
+  LOCKSTEP_CHECK(is_floating(dtype), what,
+                 ": expected a floating dtype. Received: ", dtype_name(dtype), ".");
   Tensor t(shape, dtype);
   int64_t n = t.num_elements();
   if (dtype == DType::float32) {

@@ -1,5 +1,6 @@
 #include "lockstep/core/shape.h"
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -8,29 +9,21 @@ Shape::Shape(std::initializer_list<int64_t> dims)
     : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
 
 Shape::Shape(std::span<const int64_t> dims) {
-  if (dims.size() > static_cast<size_t>(kMaxRank)) {
-    throw InvalidArgument("Shapes have at most " + std::to_string(kMaxRank) +
-                          " dimensions. Received rank " + std::to_string(dims.size()) + ".");
-  }
+  LOCKSTEP_CHECK(dims.size() <= static_cast<size_t>(kMaxRank), "Shapes have at most ", kMaxRank,
+                 " dimensions. Received rank ", dims.size(), ".");
   for (int64_t d : dims) push_back(d);
 }
 
 void Shape::push_back(int64_t d) {
-  if (rank_ == kMaxRank) {
-    throw InvalidArgument("Shapes have at most " + std::to_string(kMaxRank) + " dimensions.");
-  }
-  if (d < 0) {
-    throw InvalidArgument("Dimensions must be >= 0. Received " + std::to_string(d) + ".");
-  }
+  LOCKSTEP_CHECK(rank_ != kMaxRank, "Shapes have at most ", kMaxRank, " dimensions.");
+  LOCKSTEP_CHECK(d >= 0, "Dimensions must be >= 0. Received ", d, ".");
   dims_[static_cast<size_t>(rank_++)] = d;
 }
 
 int Shape::normalize_axis(int axis) const {
   int a = axis < 0 ? axis + rank_ : axis;
-  if (a < 0 || a >= rank_) {
-    throw InvalidArgument("Axis " + std::to_string(axis) + " is out of range for shape " +
-                          to_string() + " of rank " + std::to_string(rank_) + ".");
-  }
+  LOCKSTEP_CHECK(a >= 0 && a < rank_, "Axis ", axis, " is out of range for shape ", to_string(),
+                 " of rank ", rank_, ".");
   return a;
 }
 
@@ -50,10 +43,8 @@ Shape Shape::without(int axis) const {
 
 Shape Shape::with_inserted(int axis, int64_t size) const {
   int a = axis < 0 ? axis + rank_ + 1 : axis;
-  if (a < 0 || a > rank_) {
-    throw InvalidArgument("Cannot insert axis " + std::to_string(axis) + " into shape " +
-                          to_string() + ".");
-  }
+  LOCKSTEP_CHECK(a >= 0 && a <= rank_, "Cannot insert axis ", axis, " into shape ", to_string(),
+                 ".");
   Shape s;
   for (int i = 0; i < rank_; ++i) {
     if (i == a) s.push_back(size);

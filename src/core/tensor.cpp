@@ -1,4 +1,5 @@
 #include "lockstep/core/tensor.h"
+#include "lockstep/core/check.h"
 
 #include <atomic>
 #include <cmath>
@@ -70,11 +71,9 @@ void Tensor::reset() {
 }
 
 void Tensor::swap_storage(Tensor& other) {
-  if (!(shape_ == other.shape_) || dtype_ != other.dtype_) {
-    throw InvalidArgument(
-        "Tensor::swap_storage: expected tensors of one shape and dtype. Received: " + describe() +
-        " and " + other.describe() + ".");
-  }
+  LOCKSTEP_CHECK(shape_ == other.shape_ && dtype_ == other.dtype_,
+                 "Tensor::swap_storage: expected tensors of one shape and dtype. Received: ",
+                 describe(), " and ", other.describe(), ".");
   std::swap(storage_, other.storage_);
   std::swap(offset_, other.offset_);
 }
@@ -85,10 +84,8 @@ void* Tensor::raw_data() const {
 }
 
 void Tensor::check_dtype(DType expected, const char* what) const {
-  if (dtype_ != expected) {
-    throw InvalidArgument(std::string(what) + ": expected dtype " +
-                          std::string(dtype_name(expected)) + ". Received: " + describe() + ".");
-  }
+  LOCKSTEP_CHECK(dtype_ == expected, what, ": expected dtype ", dtype_name(expected),
+                 ". Received: ", describe(), ".");
 }
 
 namespace {
@@ -160,7 +157,7 @@ Tensor Tensor::reshape(std::initializer_list<int64_t> dims) const {
   int i = 0;
   for (int64_t d : dims) {
     if (d == -1) {
-      if (infer >= 0) throw InvalidArgument("reshape: only one dimension can be -1.");
+      LOCKSTEP_CHECK(infer < 0, "reshape: only one dimension can be -1.");
       infer = i;
     } else {
       known *= d;
@@ -171,10 +168,10 @@ Tensor Tensor::reshape(std::initializer_list<int64_t> dims) const {
   for (int64_t d : dims) {
     if (d != -1) {
       s.push_back(d);
-    } else if (known == 0 || num_elements() % known != 0) {
-      throw InvalidArgument("reshape: cannot infer the -1 dimension viewing " + describe() +
-                            " with " + std::to_string(known) + " elements per slice.");
     } else {
+      LOCKSTEP_CHECK(known != 0 && num_elements() % known == 0,
+                     "reshape: cannot infer the -1 dimension viewing ", describe(), " with ", known,
+                     " elements per slice.");
       s.push_back(num_elements() / known);
     }
   }
@@ -183,11 +180,8 @@ Tensor Tensor::reshape(std::initializer_list<int64_t> dims) const {
 
 Tensor Tensor::reshape(const Shape& shape) const {
   int64_t known = shape.num_elements();
-  if (known != num_elements()) {
-    throw InvalidArgument("reshape: cannot view " + describe() + " (" +
-                          std::to_string(num_elements()) + " elements) as shape " +
-                          shape.to_string() + " (" + std::to_string(known) + " elements).");
-  }
+  LOCKSTEP_CHECK(known == num_elements(), "reshape: cannot view ", describe(), " (", num_elements(),
+                 " elements) as shape ", shape, " (", known, " elements).");
   Tensor v(*this);
   v.shape_ = shape;
   v.id_ = next_tensor_id();
@@ -195,12 +189,10 @@ Tensor Tensor::reshape(const Shape& shape) const {
 }
 
 Tensor Tensor::slice(int64_t begin, int64_t end) const {
-  if (rank() == 0) throw InvalidArgument("slice: cannot slice a scalar " + describe() + ".");
+  LOCKSTEP_CHECK(rank() != 0, "slice: cannot slice a scalar ", describe(), ".");
   int64_t n = shape_[0];
-  if (begin < 0 || end < begin || end > n) {
-    throw InvalidArgument("slice: rows [" + std::to_string(begin) + ", " + std::to_string(end) +
-                          ") are out of range for " + describe() + ".");
-  }
+  LOCKSTEP_CHECK(begin >= 0 && end >= begin && end <= n, "slice: rows [", begin, ", ", end,
+                 ") are out of range for ", describe(), ".");
   Tensor v(*this);
   int64_t row_elems = n ? num_elements() / n : 0;
   v.offset_ += static_cast<size_t>(begin * row_elems) * dtype_size(dtype_);
@@ -222,10 +214,8 @@ Tensor Tensor::clone() const {
 }
 
 void Tensor::copy_from(const Tensor& src) const {
-  if (!(src.shape_ == shape_) || src.dtype_ != dtype_) {
-    throw InvalidArgument("copy_from: destination " + describe() + " and source " + src.describe() +
-                          " differ in shape or dtype.");
-  }
+  LOCKSTEP_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy_from: destination ",
+                 describe(), " and source ", src.describe(), " differ in shape or dtype.");
   std::memmove(raw_data(), src.raw_data(), nbytes());
 }
 
@@ -253,10 +243,8 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 double Tensor::at(int64_t i) const {
-  if (i < 0 || i >= num_elements()) {
-    throw InvalidArgument("at: flat index " + std::to_string(i) + " out of range for " +
-                          describe() + ".");
-  }
+  LOCKSTEP_CHECK(i >= 0 && i < num_elements(), "at: flat index ", i, " out of range for ",
+                 describe(), ".");
   double r = 0;
   dispatch(dtype_, [&](auto tag) {
     using T = decltype(tag);
@@ -266,10 +254,8 @@ double Tensor::at(int64_t i) const {
 }
 
 double Tensor::item() const {
-  if (num_elements() != 1) {
-    throw InvalidArgument("item: expected a tensor with one element. Received: " + describe() +
-                          ".");
-  }
+  LOCKSTEP_CHECK(num_elements() == 1,
+                 "item: expected a tensor with one element. Received: ", describe(), ".");
   return at(0);
 }
 

@@ -1,4 +1,5 @@
 #include "lockstep/data/idx.h"
+#include "lockstep/core/check.h"
 
 #include <zlib.h>
 
@@ -256,13 +257,11 @@ std::vector<uint8_t> encode_idx(const Tensor& t) {
       throw InvalidArgument("write_idx: IDX holds uint8, int32, float32 or float64. Received " +
                             t.describe() + ".");
   }
-  if (t.rank() < 1)
-    throw InvalidArgument("write_idx: IDX needs rank >= 1. Received " + t.describe() + ".");
+  LOCKSTEP_CHECK(t.rank() >= 1, "write_idx: IDX needs rank >= 1. Received ", t.describe(), ".");
   std::vector<uint8_t> out = {0, 0, code, static_cast<uint8_t>(t.rank())};
   for (int64_t d : t.shape().dims()) {
-    if (d > std::numeric_limits<uint32_t>::max()) {
-      throw InvalidArgument("write_idx: dimension too large for IDX in " + t.describe() + ".");
-    }
+    LOCKSTEP_CHECK(d <= std::numeric_limits<uint32_t>::max(),
+                   "write_idx: dimension too large for IDX in ", t.describe(), ".");
     for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<uint8_t>(d >> s));
   }
   size_t es = dtype_size(t.dtype());

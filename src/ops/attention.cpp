@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cpu_dispatch.h"
+#include "lockstep/core/check.h"
 #include "lockstep/ops/masked_softmax.h"
 
 #include "batched_gemm.h"
@@ -35,26 +36,20 @@ Dims check(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
   detail::check_floating(q, op, "query");
   detail::check_floating(k, op, "key");
   detail::check_floating(v, op, "value");
-  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected query, key and value of one dtype. Received: query " +
-                          q.describe() + ", key " + k.describe() + ", value " + v.describe() + ".");
-  }
-  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected query [B, T, H, Dk], key [B, S, H, Dk] and value [B, S, H, "
-                          "Dv] (rank 4). Received: query " +
-                          q.describe() + ", key " + k.describe() + ", value " + v.describe() + ".");
-  }
+  LOCKSTEP_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), op,
+                 ": expected query, key and value of one dtype. Received: query ", q.describe(),
+                 ", key ", k.describe(), ", value ", v.describe(), ".");
+  LOCKSTEP_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, op,
+                 ": expected query [B, T, H, Dk], key [B, S, H, Dk] and value [B, S, H, Dv] (rank "
+                 "4). Received: query ",
+                 q.describe(), ", key ", k.describe(), ", value ", v.describe(), ".");
   Dims d{q.dim(0), q.dim(1), k.dim(1), q.dim(2), q.dim(3), v.dim(3)};
   const bool ok = k.dim(0) == d.B && v.dim(0) == d.B && k.dim(2) == d.H && v.dim(2) == d.H &&
                   k.dim(3) == d.Dk && v.dim(1) == d.S;
-  if (!ok) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected query [B, T, H, Dk], key [B, S, H, Dk] and value [B, S, H, "
-                          "Dv] with equal B, H, Dk and S. Received: query " +
-                          q.describe() + ", key " + k.describe() + ", value " + v.describe() + ".");
-  }
+  LOCKSTEP_CHECK(ok, op,
+                 ": expected query [B, T, H, Dk], key [B, S, H, Dk] and value [B, S, H, Dv] with "
+                 "equal B, H, Dk and S. Received: query ",
+                 q.describe(), ", key ", k.describe(), ", value ", v.describe(), ".");
   return d;
 }
 
@@ -70,10 +65,8 @@ struct Plan {
 };
 
 Plan make_plan(const Dims& d, DType dtype, const AttentionOptions& o, const char* op) {
-  if (o.scale < 0 || !std::isfinite(o.scale)) {
-    throw InvalidArgument(std::string(op) + ": expected scale >= 0 (0: 1/sqrt(Dk)). Received: " +
-                          std::to_string(o.scale) + ".");
-  }
+  LOCKSTEP_CHECK(o.scale >= 0 && std::isfinite(o.scale), op,
+                 ": expected scale >= 0 (0: 1/sqrt(Dk)). Received: ", o.scale, ".");
   Plan p{d,
          dtype,
          dtype == DType::float64 ? DType::float64 : DType::float32,
@@ -346,11 +339,9 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
   const Dims d = check(query, key, value, op);
   detail::check_defined(doutput, op, "doutput");
   const Shape expected{d.B, d.T, d.H, d.Dv};
-  if (!(doutput.shape() == expected) || doutput.dtype() != query.dtype()) {
-    throw InvalidArgument(std::string(op) + ": expected doutput of shape " + expected.to_string() +
-                          " and dtype " + std::string(dtype_name(query.dtype())) +
-                          ". Received: " + doutput.describe() + ".");
-  }
+  LOCKSTEP_CHECK(doutput.shape() == expected && doutput.dtype() == query.dtype(), op,
+                 ": expected doutput of shape ", expected.to_string(), " and dtype ",
+                 dtype_name(query.dtype()), ". Received: ", doutput.describe(), ".");
   const Plan p = make_plan(d, query.dtype(), options, op);
   AttentionGrads g;
   if (d.B * d.H * d.T * d.S == 0) {  // no scores: nothing depends on the inputs

@@ -1,4 +1,5 @@
 #include "lockstep/ops/batch_matmul.h"
+#include "lockstep/core/check.h"
 
 #include <string>
 
@@ -30,23 +31,16 @@ Dims check(const Tensor& a, const Tensor& b, bool ta, bool tb, const char* op) {
   const int r = a.rank();
   int64_t batch = 1;
   for (int d = 0; d < r - 2; ++d) {
-    if (a.dim(d) != b.dim(d)) {
-      throw InvalidArgument(std::string(op) +
-                            ": expected equal batch dimensions. Received: " + a.describe() +
-                            " and " + b.describe() + " (dimension " + std::to_string(d) + ": " +
-                            std::to_string(a.dim(d)) + " vs " + std::to_string(b.dim(d)) + ").");
-    }
+    LOCKSTEP_CHECK(a.dim(d) == b.dim(d), op,
+                   ": expected equal batch dimensions. Received: ", a.describe(), " and ",
+                   b.describe(), " (dimension ", d, ": ", a.dim(d), " vs ", b.dim(d), ").");
     batch *= a.dim(d);
   }
   Dims d{batch, ta ? a.dim(r - 1) : a.dim(r - 2), ta ? a.dim(r - 2) : a.dim(r - 1),
          tb ? b.dim(r - 2) : b.dim(r - 1)};
   const int64_t kb = tb ? b.dim(r - 1) : b.dim(r - 2);
-  if (d.k != kb) {
-    throw InvalidArgument(std::string(op) + ": shapes " + a.shape().to_string() + " and " +
-                          b.shape().to_string() + " cannot be multiplied" + flags(ta, tb) +
-                          ": op(a) has " + std::to_string(d.k) + " columns, op(b) has " +
-                          std::to_string(kb) + " rows.");
-  }
+  LOCKSTEP_CHECK(d.k == kb, op, ": shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied",
+                 flags(ta, tb), ": op(a) has ", d.k, " columns, op(b) has ", kb, " rows.");
   return d;
 }
 
@@ -87,12 +81,10 @@ BatchMatmulGrads batch_matmul_backward(const Tensor& dy, const Tensor& a, const 
   Dims d = check(a, b, ta, tb, "batch_matmul_backward");
   detail::check_defined(dy, "batch_matmul_backward", "dy");
   const Shape expected = a.shape().with_dim(-2, d.m).with_dim(-1, d.n);
-  if (!(dy.shape() == expected) || dy.dtype() != a.dtype()) {
-    throw InvalidArgument("batch_matmul_backward: expected dy of shape " + expected.to_string() +
-                          " and dtype " + std::string(dtype_name(a.dtype())) + " for a " +
-                          a.describe() + " and b " + b.describe() + ". Received: " + dy.describe() +
-                          ".");
-  }
+  LOCKSTEP_CHECK(dy.shape() == expected && dy.dtype() == a.dtype(),
+                 "batch_matmul_backward: expected dy of shape ", expected.to_string(),
+                 " and dtype ", dtype_name(a.dtype()), " for a ", a.describe(), " and b ",
+                 b.describe(), ". Received: ", dy.describe(), ".");
   BatchMatmulGrads g;
   if (need_da) {
     g.da = Tensor(a.shape(), a.dtype());

@@ -1,4 +1,5 @@
 #include "broadcast_mask.h"
+#include "lockstep/core/check.h"
 
 #include <string>
 
@@ -14,12 +15,9 @@ BroadcastMask broadcast_mask(const Tensor& mask, const Shape& shape, const char*
     const int64_t md = m[d], sd = shape[shape.rank() - m.rank() + d];
     ok = md == sd || md == 1;
   }
-  if (!ok) {
-    throw InvalidArgument(
-        std::string(op) + ": expected a mask that broadcasts to " + shape.to_string() +
-        " (dimensions aligned from the right, each equal or 1). Received: " + mask.describe() +
-        ".");
-  }
+  LOCKSTEP_CHECK(
+      ok, op, ": expected a mask that broadcasts to ", shape,
+      " (dimensions aligned from the right, each equal or 1). Received: ", mask.describe(), ".");
   BroadcastMask out;
   out.keep = Tensor(m, DType::uint8);
   uint8_t* keep = out.keep.data<uint8_t>();

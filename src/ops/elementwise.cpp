@@ -1,4 +1,5 @@
 #include "lockstep/ops/elementwise.h"
+#include "lockstep/core/check.h"
 
 #include <string>
 
@@ -70,10 +71,9 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
 
 template <Binary OP>
 void in_place(const Tensor& dst, const Tensor& src, const char* name) {
-  if (!(dst.shape() == src.shape()) || dst.dtype() != src.dtype()) {
-    throw InvalidArgument(std::string(name) + ": expected src of dst's shape and dtype (" +
-                          dst.describe() + "). Received: src=" + src.describe() + ".");
-  }
+  LOCKSTEP_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), name,
+                 ": expected src of dst's shape and dtype (", dst.describe(),
+                 "). Received: src=", src.describe(), ".");
   const int64_t n = dst.num_elements();
   // Integers add in their own type (the floating loop computes in float).
   auto integer = [&](auto tag) {
@@ -98,11 +98,9 @@ void in_place(const Tensor& dst, const Tensor& src, const char* name) {
 void check_dy(const Tensor& dy, const Shape& a_shape, const Shape& b_shape, const char* op) {
   detail::check_floating(dy, op, "dy");
   Shape out = detail::broadcast_shapes(a_shape, b_shape, op);
-  if (!(dy.shape() == out)) {
-    throw InvalidArgument(std::string(op) + ": expected dy of shape " + out.to_string() +
-                          " (the broadcast of " + a_shape.to_string() + " and " +
-                          b_shape.to_string() + "). Received: " + dy.describe() + ".");
-  }
+  LOCKSTEP_CHECK(dy.shape() == out, op, ": expected dy of shape ", out.to_string(),
+                 " (the broadcast of ", a_shape, " and ", b_shape, "). Received: ", dy.describe(),
+                 ".");
 }
 
 }  // namespace
@@ -131,10 +129,8 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   detail::check_floating(g, "sum_to", "g");
   if (g.shape() == shape) return g;
   Shape check = detail::broadcast_shapes(g.shape(), shape, "sum_to");
-  if (!(check == g.shape())) {
-    throw InvalidArgument("sum_to: shape " + shape.to_string() + " does not broadcast to " +
-                          g.shape().to_string() + ".");
-  }
+  LOCKSTEP_CHECK(check == g.shape(), "sum_to: shape ", shape, " does not broadcast to ", g.shape(),
+                 ".");
   Tensor out(shape, g.dtype());
   detail::dispatch_floating(g.dtype(), "sum_to", [&](auto tag) {
     using T = decltype(tag);
@@ -218,19 +214,16 @@ Tensor bias_add_forward(const Tensor& x, const Tensor& bias) {
   detail::check_floating(x, "bias_add", "x");
   detail::check_floating(bias, "bias_add", "bias");
   detail::check_same_dtype(x, bias, "bias_add");
-  if (x.rank() < 1 || bias.rank() != 1 || bias.dim(0) != x.dim(-1)) {
-    throw InvalidArgument("bias_add: expected bias [n] matching x's last dimension. Received: x " +
-                          x.describe() + " and bias " + bias.describe() + ".");
-  }
+  LOCKSTEP_CHECK(x.rank() >= 1 && bias.rank() == 1 && bias.dim(0) == x.dim(-1),
+                 "bias_add: expected bias [n] matching x's last dimension. Received: x ",
+                 x.describe(), " and bias ", bias.describe(), ".");
   return add_forward(x, bias);
 }
 
 BiasAddGrads bias_add_backward(const Tensor& dy, bool need_dx, bool need_dbias) {
   detail::check_floating(dy, "bias_add_backward", "dy");
-  if (dy.rank() < 1) {
-    throw InvalidArgument(
-        "bias_add_backward: expected dy of rank >= 1. Received: " + dy.describe() + ".");
-  }
+  LOCKSTEP_CHECK(dy.rank() >= 1,
+                 "bias_add_backward: expected dy of rank >= 1. Received: ", dy.describe(), ".");
   BiasAddGrads g;
   if (need_dx) g.dx = dy;
   if (need_dbias) {

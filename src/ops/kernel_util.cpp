@@ -1,35 +1,30 @@
 #include "kernel_util.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::ops::detail {
 
 void check_defined(const Tensor& t, const char* op, const char* name) {
-  if (!t.defined()) {
-    throw InvalidArgument(std::string(op) + ": expected a tensor for `" + name +
-                          "`. Received: an undefined Tensor.");
-  }
+  LOCKSTEP_CHECK(t.defined(), op, ": expected a tensor for `", name,
+                 "`. Received: an undefined Tensor.");
 }
 
 void check_floating(const Tensor& t, const char* op, const char* name) {
   check_defined(t, op, name);
-  if (!is_floating(t.dtype())) {
-    throw InvalidArgument(
-        std::string(op) + ": expected `" + name +
-        "` of a floating dtype (float32, bfloat16, float64). Received: " + t.describe() + ".");
-  }
+  LOCKSTEP_CHECK(is_floating(t.dtype()), op, ": expected `", name,
+                 "` of a floating dtype (float32, bfloat16, float64). Received: ", t.describe(),
+                 ".");
 }
 
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
-  if (a.dtype() != b.dtype()) {
-    throw InvalidArgument(std::string(op) + ": expected operands of the same dtype. Received: " +
-                          a.describe() + " and " + b.describe() + ". Cast one of them first.");
-  }
+  LOCKSTEP_CHECK(a.dtype() == b.dtype(), op,
+                 ": expected operands of the same dtype. Received: ", a.describe(), " and ",
+                 b.describe(), ". Cast one of them first.");
 }
 
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
-  if (!(a.shape() == b.shape())) {
-    throw InvalidArgument(std::string(op) + ": expected operands of the same shape. Received: " +
-                          a.describe() + " and " + b.describe() + ".");
-  }
+  LOCKSTEP_CHECK(a.shape() == b.shape(), op,
+                 ": expected operands of the same shape. Received: ", a.describe(), " and ",
+                 b.describe(), ".");
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
@@ -38,12 +33,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (int d = 0; d < r; ++d) {
     int ia = d - (r - a.rank()), ib = d - (r - b.rank());
     int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
-    if (da != db && da != 1 && db != 1) {
-      throw InvalidArgument(std::string(op) + ": shapes " + a.to_string() + " and " +
-                            b.to_string() + " cannot be broadcast together (dimension " +
-                            std::to_string(d) + ": " + std::to_string(da) + " vs " +
-                            std::to_string(db) + ").");
-    }
+    LOCKSTEP_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a.to_string(), " and ",
+                   b.to_string(), " cannot be broadcast together (dimension ", d, ": ", da, " vs ",
+                   db, ").");
     out.push_back(da == 1 ? db : da);
   }
   return out;

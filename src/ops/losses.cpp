@@ -1,4 +1,5 @@
 #include "lockstep/ops/losses.h"
+#include "lockstep/core/check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,49 +15,37 @@ namespace {
 void check_pair(const Tensor& y_true, const Tensor& y_pred, const char* op) {
   detail::check_floating(y_true, op, "y_true");
   detail::check_floating(y_pred, op, "y_pred");
-  if (!(y_true.shape() == y_pred.shape()) || y_true.dtype() != y_pred.dtype()) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected y_true and y_pred of the same shape and dtype. Received: "
-                          "y_true " +
-                          y_true.describe() + " and y_pred " + y_pred.describe() + ".");
-  }
-  if (y_pred.rank() == 0) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected y_pred of rank >= 1. Received: " + y_pred.describe() + ".");
-  }
+  LOCKSTEP_CHECK(y_true.shape() == y_pred.shape() && y_true.dtype() == y_pred.dtype(), op,
+                 ": expected y_true and y_pred of the same shape and dtype. Received: y_true ",
+                 y_true.describe(), " and y_pred ", y_pred.describe(), ".");
+  LOCKSTEP_CHECK(y_pred.rank() != 0, op,
+                 ": expected y_pred of rank >= 1. Received: ", y_pred.describe(), ".");
 }
 
 void check_dloss(const Tensor& dloss, const Tensor& y_pred, int axis, const char* op) {
   detail::check_floating(dloss, op, "dloss");
   Shape expected = y_pred.shape().without(axis);
-  if (!(dloss.shape() == expected) || dloss.dtype() != y_pred.dtype()) {
-    throw InvalidArgument(std::string(op) + ": expected dloss of shape " + expected.to_string() +
-                          " for y_pred " + y_pred.describe() + ". Received: " + dloss.describe() +
-                          ".");
-  }
+  LOCKSTEP_CHECK(dloss.shape() == expected && dloss.dtype() == y_pred.dtype(), op,
+                 ": expected dloss of shape ", expected.to_string(), " for y_pred ",
+                 y_pred.describe(), ". Received: ", dloss.describe(), ".");
 }
 
 void check_labels(const Tensor& labels, const Tensor& y_pred, const char* op) {
   detail::check_defined(labels, op, "labels");
   detail::check_floating(y_pred, op, "y_pred");
-  if (labels.dtype() != DType::int32 && labels.dtype() != DType::int64) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected int32 or int64 labels. Received: " + labels.describe() + ".");
-  }
-  if (y_pred.rank() == 0 || !(labels.shape() == y_pred.shape().without(-1))) {
-    throw InvalidArgument(std::string(op) + ": expected labels of shape [...] and y_pred of " +
-                          "shape [..., classes]. Received: labels " + labels.describe() +
-                          " and y_pred " + y_pred.describe() + ".");
-  }
+  LOCKSTEP_CHECK(labels.dtype() == DType::int32 || labels.dtype() == DType::int64, op,
+                 ": expected int32 or int64 labels. Received: ", labels.describe(), ".");
+  LOCKSTEP_CHECK(
+      y_pred.rank() != 0 && labels.shape() == y_pred.shape().without(-1), op,
+      ": expected labels of shape [...] and y_pred of shape [..., classes]. Received: labels ",
+      labels.describe(), " and y_pred ", y_pred.describe(), ".");
 }
 
 int64_t label_at(const Tensor& labels, int64_t i, int64_t classes, const char* op) {
   int64_t k =
       labels.dtype() == DType::int32 ? labels.data<int32_t>()[i] : labels.data<int64_t>()[i];
-  if (k < 0 || k >= classes) {
-    throw InvalidArgument(std::string(op) + ": label " + std::to_string(k) + " at index " +
-                          std::to_string(i) + " is outside [0, " + std::to_string(classes) + ").");
-  }
+  LOCKSTEP_CHECK(k >= 0 && k < classes, op, ": label ", k, " at index ", i, " is outside [0, ",
+                 classes, ").");
   return k;
 }
 
@@ -126,11 +115,10 @@ namespace {
 void check_softmax_operands(const Tensor& y_true, const Tensor& logits, const Tensor& p,
                             const char* op) {
   check_pair(y_true, p, op);
-  if (!(logits.shape() == p.shape()) || logits.dtype() != p.dtype() || p.rank() != 2) {
-    throw InvalidArgument(std::string(op) + ": expected logits and probabilities of one rank-2 " +
-                          "shape and dtype. Received: logits " + logits.describe() +
-                          ", probabilities " + p.describe() + ".");
-  }
+  LOCKSTEP_CHECK(
+      logits.shape() == p.shape() && logits.dtype() == p.dtype() && p.rank() == 2, op,
+      ": expected logits and probabilities of one rank-2 shape and dtype. Received: logits ",
+      logits.describe(), ", probabilities ", p.describe(), ".");
 }
 }  // namespace
 

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "lockstep/core/check.h"
 #include "lockstep/ops/softmax.h"
 
 #include "broadcast_mask.h"
@@ -37,10 +38,8 @@ void for_each_kept(const detail::BroadcastMask& m, const Shape& shape, F&& f) {
 Tensor masked_softmax_forward(const Tensor& x, const Tensor& mask) {
   const char* op = "masked_softmax";
   detail::check_floating(x, op, "x");
-  if (x.rank() == 0) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected a tensor of rank >= 1. Received: " + x.describe() + ".");
-  }
+  LOCKSTEP_CHECK(x.rank() != 0, op, ": expected a tensor of rank >= 1. Received: ", x.describe(),
+                 ".");
   if (!mask.defined()) return softmax_forward(x, -1);
   const detail::BroadcastMask m = detail::broadcast_mask(mask, x.shape(), op);
   Tensor z(x.shape(), x.dtype());

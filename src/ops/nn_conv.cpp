@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "onednn.h"
 
@@ -23,22 +24,16 @@ ConvDims conv_dims(const Shape& input, const Shape& kernel, const Conv2DOptions&
   auto received = [&] {
     return " Received: input=" + input_desc + ", kernel=" + kernel_desc + ".";
   };
-  if (input.rank() != 4 || kernel.rank() != 4) {
-    throw InvalidArgument(
-        "conv2d: expected input of rank 4 [batch, height, width, in_channels] and kernel of rank 4 "
-        "[kernel_height, kernel_width, in_channels, out_channels]." +
-        received());
-  }
-  if (input[3] != kernel[2]) {
-    throw InvalidArgument("conv2d: input channels (" + std::to_string(input[3]) +
-                          ") must equal the kernel's in_channels (dimension 2, " +
-                          std::to_string(kernel[2]) + ")." + received());
-  }
-  if (options.strides[0] <= 0 || options.strides[1] <= 0) {
-    throw InvalidArgument("conv2d: strides must be positive. Received: strides=[" +
-                          std::to_string(options.strides[0]) + ", " +
-                          std::to_string(options.strides[1]) + "].");
-  }
+  LOCKSTEP_CHECK(input.rank() == 4 && kernel.rank() == 4,
+                 "conv2d: expected input of rank 4 [batch, height, width, in_channels] and kernel "
+                 "of rank 4 [kernel_height, kernel_width, in_channels, out_channels].",
+                 received());
+  LOCKSTEP_CHECK(input[3] == kernel[2], "conv2d: input channels (", input[3],
+                 ") must equal the kernel's in_channels (dimension 2, ", kernel[2], ").",
+                 received());
+  LOCKSTEP_CHECK(options.strides[0] > 0 && options.strides[1] > 0,
+                 "conv2d: strides must be positive. Received: strides=[", options.strides[0], ", ",
+                 options.strides[1], "].");
   WindowGeometry gh, gw;
   try {
     gh = window_geometry("conv2d", input[1], kernel[0], options.strides[0], options.padding);
@@ -61,12 +56,10 @@ void check_dtypes(const char* op, std::initializer_list<const Tensor*> tensors) 
     all += t->describe();
     mismatch = mismatch || t->dtype() != d;
   }
-  if (mismatch || !is_floating(d)) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected operands of one floating dtype (float32, bfloat16 or "
-                          "float64). Received: " +
-                          all + ".");
-  }
+  LOCKSTEP_CHECK(
+      !mismatch && is_floating(d), op,
+      ": expected operands of one floating dtype (float32, bfloat16 or float64). Received: ", all,
+      ".");
 }
 
 // ---- float64 loops: the reference path used by gradient checks -------------------------------
@@ -300,11 +293,10 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& kernel, const Tensor& b
   ConvDims d =
       conv_dims(input.shape(), kernel.shape(), options, input.describe(), kernel.describe());
   check_dtypes("conv2d", {&input, &kernel, &bias});
-  if (bias.defined() && !(bias.rank() == 1 && bias.dim(0) == d.o)) {
-    throw InvalidArgument("conv2d: expected bias of shape [" + std::to_string(d.o) +
-                          "] (the kernel's out_channels). Received: bias=" + bias.describe() +
-                          ", kernel=" + kernel.describe() + ".");
-  }
+  LOCKSTEP_CHECK(!bias.defined() || (bias.rank() == 1 && bias.dim(0) == d.o),
+                 "conv2d: expected bias of shape [", d.o,
+                 "] (the kernel's out_channels). Received: bias=", bias.describe(),
+                 ", kernel=", kernel.describe(), ".");
   Tensor out({d.n, d.oh, d.ow, d.o}, input.dtype());
   // oneDNN rejects zero-sized dimensions; an empty batch has nothing to compute.
   if (out.num_elements() == 0) return out;
@@ -325,12 +317,10 @@ Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& kernel,
       conv_dims(input_shape, kernel.shape(), options, input_shape.to_string(), kernel.describe());
   check_dtypes("conv2d_backward_input", {&grad_output, &kernel});
   Shape expected{d.n, d.oh, d.ow, d.o};
-  if (!(grad_output.shape() == expected)) {
-    throw InvalidArgument("conv2d_backward_input: expected grad_output of shape " +
-                          expected.to_string() + " (the conv2d output for input " +
-                          input_shape.to_string() + "). Received: grad_output=" +
-                          grad_output.describe() + ", kernel=" + kernel.describe() + ".");
-  }
+  LOCKSTEP_CHECK(
+      grad_output.shape() == expected, "conv2d_backward_input: expected grad_output of shape ",
+      expected.to_string(), " (the conv2d output for input ", input_shape,
+      "). Received: grad_output=", grad_output.describe(), ", kernel=", kernel.describe(), ".");
   Tensor dx(input_shape, grad_output.dtype());
   if (dx.num_elements() == 0) return dx;
   if (grad_output.dtype() == DType::float64) {
@@ -349,12 +339,10 @@ Tensor conv2d_backward_kernel(const Tensor& grad_output, const Tensor& input,
       conv_dims(input.shape(), kernel_shape, options, input.describe(), kernel_shape.to_string());
   check_dtypes("conv2d_backward_kernel", {&grad_output, &input});
   Shape expected{d.n, d.oh, d.ow, d.o};
-  if (!(grad_output.shape() == expected)) {
-    throw InvalidArgument("conv2d_backward_kernel: expected grad_output of shape " +
-                          expected.to_string() + " (the conv2d output for input " +
-                          input.shape().to_string() + " and kernel " + kernel_shape.to_string() +
-                          "). Received: grad_output=" + grad_output.describe() + ".");
-  }
+  LOCKSTEP_CHECK(grad_output.shape() == expected,
+                 "conv2d_backward_kernel: expected grad_output of shape ", expected.to_string(),
+                 " (the conv2d output for input ", input.shape(), " and kernel ", kernel_shape,
+                 "). Received: grad_output=", grad_output.describe(), ".");
   if (d.n == 0 || kernel_shape.num_elements() == 0) {
     return Tensor::zeros(kernel_shape, input.dtype());
   }
@@ -370,12 +358,10 @@ Tensor conv2d_backward_kernel(const Tensor& grad_output, const Tensor& input,
 }
 
 Tensor conv2d_backward_bias(const Tensor& grad_output) {
-  if (grad_output.rank() != 4) {
-    throw InvalidArgument(
-        "conv2d_backward_bias: expected grad_output of rank 4 [batch, height, width, channels]. "
-        "Received: grad_output=" +
-        grad_output.describe() + ".");
-  }
+  LOCKSTEP_CHECK(grad_output.rank() == 4,
+                 "conv2d_backward_bias: expected grad_output of rank 4 [batch, height, width, "
+                 "channels]. Received: grad_output=",
+                 grad_output.describe(), ".");
   check_dtypes("conv2d_backward_bias", {&grad_output});
   int64_t channels = grad_output.dim(3);
   int64_t rows = grad_output.num_elements() / std::max<int64_t>(channels, 1);

@@ -1,4 +1,5 @@
 #include "lockstep/ops/nn_dropout.h"
+#include "lockstep/core/check.h"
 
 #include <string>
 
@@ -8,10 +9,8 @@ namespace lockstep::ops {
 namespace {
 
 void check_rate(const char* op, double rate) {
-  if (!(rate >= 0.0 && rate < 1.0)) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected 0 <= rate < 1. Received: rate=" + std::to_string(rate) + ".");
-  }
+  LOCKSTEP_CHECK(rate >= 0.0 && rate < 1.0, op, ": expected 0 <= rate < 1. Received: rate=", rate,
+                 ".");
 }
 
 void apply_mask(const Tensor& x, const uint8_t* mask, double rate, const Tensor& out,
@@ -32,9 +31,8 @@ void apply_mask(const Tensor& x, const uint8_t* mask, double rate, const Tensor&
 
 DropoutResult dropout_forward(const Tensor& x, double rate, Generator& generator) {
   check_rate("dropout", rate);
-  if (!is_floating(x.dtype())) {
-    throw InvalidArgument("dropout: expected a floating tensor. Received: x=" + x.describe() + ".");
-  }
+  LOCKSTEP_CHECK(is_floating(x.dtype()),
+                 "dropout: expected a floating tensor. Received: x=", x.describe(), ".");
   if (rate == 0.0) return {x, Tensor()};
   DropoutResult r{Tensor(x.shape(), x.dtype()), Tensor(x.shape(), DType::uint8)};
   uint8_t* mask = r.mask.data<uint8_t>();
@@ -47,18 +45,15 @@ DropoutResult dropout_forward(const Tensor& x, double rate, Generator& generator
 Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double rate) {
   check_rate("dropout_backward", rate);
   if (!mask.defined()) {
-    if (rate != 0.0) {
-      throw InvalidArgument("dropout_backward: a mask is required when rate > 0. Received: rate=" +
-                            std::to_string(rate) + ".");
-    }
+    LOCKSTEP_CHECK(rate == 0.0,
+                   "dropout_backward: a mask is required when rate > 0. Received: rate=", rate,
+                   ".");
     return grad_output;
   }
-  if (mask.dtype() != DType::uint8 || !(mask.shape() == grad_output.shape())) {
-    throw InvalidArgument(
-        "dropout_backward: expected a uint8 mask with grad_output's shape. Received: "
-        "grad_output=" +
-        grad_output.describe() + ", mask=" + mask.describe() + ".");
-  }
+  LOCKSTEP_CHECK(
+      mask.dtype() == DType::uint8 && mask.shape() == grad_output.shape(),
+      "dropout_backward: expected a uint8 mask with grad_output's shape. Received: grad_output=",
+      grad_output.describe(), ", mask=", mask.describe(), ".");
   Tensor out(grad_output.shape(), grad_output.dtype());
   apply_mask(grad_output, mask.data<uint8_t>(), rate, out, "dropout_backward");
   return out;

@@ -1,4 +1,5 @@
 #include "lockstep/ops/nn_embedding.h"
+#include "lockstep/core/check.h"
 
 #include <cstring>
 #include <string>
@@ -37,16 +38,11 @@ void with_checked_ids(const Tensor& ids, int64_t vocab, const char* op, const st
 
 Tensor embedding_lookup_forward(const Tensor& table, const Tensor& ids) {
   std::string context = "table=" + table.describe() + ", ids=" + ids.describe();
-  if (table.rank() != 2 || !is_floating(table.dtype())) {
-    throw InvalidArgument(
-        "embedding_lookup: expected a floating table of rank 2 [vocab, dim]. Received: " + context +
-        ".");
-  }
-  if (ids.rank() + 1 > Shape::kMaxRank) {
-    throw InvalidArgument("embedding_lookup: ids of rank " + std::to_string(ids.rank()) +
-                          " would give an output above the maximum rank. Received: " + context +
-                          ".");
-  }
+  LOCKSTEP_CHECK(table.rank() == 2 && is_floating(table.dtype()),
+                 "embedding_lookup: expected a floating table of rank 2 [vocab, dim]. Received: ",
+                 context, ".");
+  LOCKSTEP_CHECK(ids.rank() + 1 <= Shape::kMaxRank, "embedding_lookup: ids of rank ", ids.rank(),
+                 " would give an output above the maximum rank. Received: ", context, ".");
   const int64_t vocab = table.dim(0), dim = table.dim(1);
   Shape out_shape = ids.shape();
   out_shape.push_back(dim);
@@ -65,12 +61,11 @@ Tensor embedding_lookup_forward(const Tensor& table, const Tensor& ids) {
 
 Tensor embedding_lookup_backward(const Tensor& grad_output, const Tensor& ids, int64_t vocab_size) {
   std::string context = "grad_output=" + grad_output.describe() + ", ids=" + ids.describe();
-  if (grad_output.rank() != ids.rank() + 1 ||
-      !(grad_output.shape().without(grad_output.rank() - 1) == ids.shape())) {
-    throw InvalidArgument(
-        "embedding_lookup_backward: expected grad_output of shape ids.shape + [dim]. Received: " +
-        context + ".");
-  }
+  LOCKSTEP_CHECK(
+      grad_output.rank() == ids.rank() + 1 &&
+          grad_output.shape().without(grad_output.rank() - 1) == ids.shape(),
+      "embedding_lookup_backward: expected grad_output of shape ids.shape + [dim]. Received: ",
+      context, ".");
   const int64_t dim = grad_output.dim(-1);
   bool bf16 = grad_output.dtype() == DType::bfloat16;
   Tensor acc = Tensor::zeros({vocab_size, dim}, bf16 ? DType::float32 : grad_output.dtype());

@@ -1,4 +1,5 @@
 #include "lockstep/ops/nn_norm.h"
+#include "lockstep/core/check.h"
 
 #include <cmath>
 #include <string>
@@ -15,18 +16,13 @@ DType stats_dtype(DType x) {
 }
 
 void check_input(const char* op, const Tensor& x) {
-  if (!is_floating(x.dtype()) || x.rank() < 1 || x.num_elements() == 0) {
-    throw InvalidArgument(
-        std::string(op) +
-        ": expected a non-empty floating tensor of rank >= 1. Received: x=" + x.describe() + ".");
-  }
+  LOCKSTEP_CHECK(is_floating(x.dtype()) && x.rank() >= 1 && x.num_elements() != 0, op,
+                 ": expected a non-empty floating tensor of rank >= 1. Received: x=", x.describe(),
+                 ".");
 }
 
 void check_epsilon(const char* op, double epsilon) {
-  if (!(epsilon >= 0.0)) {
-    throw InvalidArgument(std::string(op) + ": expected epsilon >= 0. Received: epsilon=" +
-                          std::to_string(epsilon) + ".");
-  }
+  LOCKSTEP_CHECK(epsilon >= 0.0, op, ": expected epsilon >= 0. Received: epsilon=", epsilon, ".");
 }
 
 // A per-feature vector (gamma, beta, statistics) must be [n] in x's dtype, or float32 for
@@ -135,12 +131,9 @@ NormGrads batch_norm_backward(const char* op, const Tensor& dy, const Tensor& x,
 }
 
 void check_gradient(const char* op, const Tensor& dy, const Tensor& x) {
-  if (!(dy.shape() == x.shape()) || dy.dtype() != x.dtype()) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected grad_output with x's shape and dtype. Received: "
-                          "grad_output=" +
-                          dy.describe() + ", x=" + x.describe() + ".");
-  }
+  LOCKSTEP_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), op,
+                 ": expected grad_output with x's shape and dtype. Received: grad_output=",
+                 dy.describe(), ", x=", x.describe(), ".");
 }
 
 }  // namespace
@@ -293,12 +286,11 @@ NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const 
   check_vector(op, "gamma", gamma, x, features, true);
   Shape stats = x.shape().without(x.rank() - 1);
   for (const Tensor* t : {&mean, &inv_std}) {
-    if (!t->defined() || !(t->shape() == stats) || t->dtype() != stats_dtype(x.dtype())) {
-      throw InvalidArgument(std::string(op) + ": expected mean and inv_std of shape " +
-                            stats.to_string() +
-                            " as returned by layer_norm. Received: x=" + x.describe() +
-                            ", mean=" + mean.describe() + ", inv_std=" + inv_std.describe() + ".");
-    }
+    LOCKSTEP_CHECK(
+        !(!t->defined() || !(t->shape() == stats) || t->dtype() != stats_dtype(x.dtype())), op,
+        ": expected mean and inv_std of shape ", stats.to_string(),
+        " as returned by layer_norm. Received: x=", x.describe(), ", mean=", mean.describe(),
+        ", inv_std=", inv_std.describe(), ".");
   }
   thread_local std::vector<double> g, mu, rstd, dgamma, dbeta;
   read(gamma, features, 1.0, g);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::ops {
@@ -16,11 +17,9 @@ Padding padding_from_name(std::string_view name) {
 
 WindowGeometry window_geometry(std::string_view op, int64_t in, int64_t k, int64_t stride,
                                Padding padding) {
-  if (k <= 0 || stride <= 0) {
-    throw InvalidArgument(std::string(op) +
-                          ": window size and stride must be positive. Received: " + "window=" +
-                          std::to_string(k) + ", stride=" + std::to_string(stride) + ".");
-  }
+  LOCKSTEP_CHECK(k > 0 && stride > 0, op,
+                 ": window size and stride must be positive. Received: window=", k,
+                 ", stride=", stride, ".");
   WindowGeometry g;
   if (padding == Padding::valid) {
     if (in < k) {

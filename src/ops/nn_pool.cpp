@@ -1,4 +1,5 @@
 #include "lockstep/ops/nn_pool.h"
+#include "lockstep/core/check.h"
 
 #include <algorithm>
 #include <string>
@@ -80,12 +81,10 @@ void max_pool_loops(const T* __restrict x, T* __restrict y, int64_t* __restrict 
 }  // namespace
 
 MaxPool2DResult max_pool2d_forward(const Tensor& input, const Pool2DOptions& options) {
-  if (input.rank() != 4) {
-    throw InvalidArgument(
-        "max_pool2d: expected input of rank 4 [batch, height, width, channels]. Received: "
-        "input=" +
-        input.describe() + ".");
-  }
+  LOCKSTEP_CHECK(
+      input.rank() == 4,
+      "max_pool2d: expected input of rank 4 [batch, height, width, channels]. Received: input=",
+      input.describe(), ".");
   int64_t ph = options.pool_size[0], pw = options.pool_size[1];
   int64_t sh = options.strides[0] == 0 ? ph : options.strides[0];
   int64_t sw = options.strides[1] == 0 ? pw : options.strides[1];
@@ -109,12 +108,10 @@ MaxPool2DResult max_pool2d_forward(const Tensor& input, const Pool2DOptions& opt
 
 Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& argmax,
                            const Shape& input_shape) {
-  if (argmax.dtype() != DType::int64 || !(argmax.shape() == grad_output.shape())) {
-    throw InvalidArgument(
-        "max_pool2d_backward: expected argmax of dtype int64 with grad_output's shape. "
-        "Received: grad_output=" +
-        grad_output.describe() + ", argmax=" + argmax.describe() + ".");
-  }
+  LOCKSTEP_CHECK(argmax.dtype() == DType::int64 && argmax.shape() == grad_output.shape(),
+                 "max_pool2d_backward: expected argmax of dtype int64 with grad_output's shape. "
+                 "Received: grad_output=",
+                 grad_output.describe(), ", argmax=", argmax.describe(), ".");
   // bfloat16 gradients are summed in float32 (windows overlap when strides < pool_size) and
   // rounded once at the end.
   bool bf16 = grad_output.dtype() == DType::bfloat16;
@@ -127,10 +124,8 @@ Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& argmax,
     const T* dy = grad_output.data<T>();
     C* out = acc.data<C>();
     for (int64_t e = 0; e < grad_output.num_elements(); ++e) {
-      if (idx[e] < 0 || idx[e] >= limit) {
-        throw InvalidArgument("max_pool2d_backward: argmax " + std::to_string(idx[e]) +
-                              " is outside input_shape " + input_shape.to_string() + ".");
-      }
+      LOCKSTEP_CHECK(idx[e] >= 0 && idx[e] < limit, "max_pool2d_backward: argmax ", idx[e],
+                     " is outside input_shape ", input_shape, ".");
       out[idx[e]] += detail::load(dy[e]);
     }
   });

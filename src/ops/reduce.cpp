@@ -1,4 +1,5 @@
 #include "lockstep/ops/reduce.h"
+#include "lockstep/core/check.h"
 
 #include <algorithm>
 #include <limits>
@@ -25,15 +26,11 @@ Shape kept_shape(const Shape& x, const std::vector<int>& axes, const char* op) {
   }
   std::vector<bool> seen(static_cast<size_t>(x.rank()), false);
   for (int a : axes) {
-    if (a < -x.rank() || a >= x.rank()) {
-      throw InvalidArgument(std::string(op) + ": axes " + axes_string(axes) +
-                            " out of range for shape " + x.to_string() + ".");
-    }
+    LOCKSTEP_CHECK(a >= -x.rank() && a < x.rank(), op, ": axes ", axes_string(axes),
+                   " out of range for shape ", x.to_string(), ".");
     int n = a < 0 ? a + x.rank() : a;
-    if (seen[static_cast<size_t>(n)]) {
-      throw InvalidArgument(std::string(op) + ": axes " + axes_string(axes) +
-                            " repeat a dimension of shape " + x.to_string() + ".");
-    }
+    LOCKSTEP_CHECK(!seen[static_cast<size_t>(n)], op, ": axes ", axes_string(axes),
+                   " repeat a dimension of shape ", x.to_string(), ".");
     seen[static_cast<size_t>(n)] = true;
     k[n] = 1;
   }
@@ -103,11 +100,8 @@ Tensor broadcast_back(const Tensor& dy, const Shape& x_shape, const std::vector<
   detail::check_floating(dy, op, "dy");
   Shape kept = kept_shape(x_shape, axes, op);
   Shape expected = final_shape(x_shape, kept, axes, keepdims);
-  if (!(dy.shape() == expected)) {
-    throw InvalidArgument(std::string(op) + ": expected dy of shape " + expected.to_string() +
-                          " for x of shape " + x_shape.to_string() +
-                          ". Received: " + dy.describe() + ".");
-  }
+  LOCKSTEP_CHECK(dy.shape() == expected, op, ": expected dy of shape ", expected.to_string(),
+                 " for x of shape ", x_shape, ". Received: ", dy.describe(), ".");
   Tensor dx(x_shape, dy.dtype());
   detail::dispatch_floating(dy.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -164,12 +158,10 @@ Tensor reduce_max_backward(const Tensor& dy, const Tensor& x, const Tensor& y,
   detail::check_same_dtype(dy, x, op);
   detail::check_same_dtype(y, x, op);
   Shape kept = kept_shape(x.shape(), axes, op);
-  if (y.num_elements() != kept.num_elements() || dy.num_elements() != kept.num_elements()) {
-    throw InvalidArgument(std::string(op) + ": expected y and dy of shape " +
-                          final_shape(x.shape(), kept, axes, keepdims).to_string() + " for x " +
-                          x.describe() + ". Received: y " + y.describe() + " and dy " +
-                          dy.describe() + ".");
-  }
+  LOCKSTEP_CHECK(
+      y.num_elements() == kept.num_elements() && dy.num_elements() == kept.num_elements(), op,
+      ": expected y and dy of shape ", final_shape(x.shape(), kept, axes, keepdims).to_string(),
+      " for x ", x.describe(), ". Received: y ", y.describe(), " and dy ", dy.describe(), ".");
   Tensor dx(x.shape(), x.dtype());
   detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);

@@ -1,4 +1,5 @@
 #include "lockstep/ops/shape_ops.h"
+#include "lockstep/core/check.h"
 
 #include <cstring>
 #include <string>
@@ -29,10 +30,8 @@ std::vector<int> full_perm(const Tensor& x, const std::vector<int>& perm, const 
     ok = a >= 0 && a < x.rank() && !seen[static_cast<size_t>(a)];
     if (ok) seen[static_cast<size_t>(a)] = true;
   }
-  if (!ok) {
-    throw InvalidArgument(std::string(op) + ": perm " + perm_string(perm) +
-                          " is not a permutation of the dimensions of " + x.describe() + ".");
-  }
+  LOCKSTEP_CHECK(ok, op, ": perm ", perm_string(perm),
+                 " is not a permutation of the dimensions of ", x.describe(), ".");
   return p;
 }
 
@@ -89,10 +88,8 @@ Tensor reshape_forward(const Tensor& x, const Shape& shape) {
 
 Tensor flatten_forward(const Tensor& x) {
   detail::check_defined(x, "flatten", "x");
-  if (x.rank() == 0) {
-    throw InvalidArgument("flatten: expected a tensor of rank >= 1. Received: " + x.describe() +
-                          ".");
-  }
+  LOCKSTEP_CHECK(x.rank() != 0, "flatten: expected a tensor of rank >= 1. Received: ", x.describe(),
+                 ".");
   int64_t rest = 1;
   for (int d = 1; d < x.rank(); ++d) rest *= x.dim(d);
   return x.reshape(Shape{x.dim(0), rest});
@@ -120,13 +117,11 @@ Tensor transpose_backward(const Tensor& dy, const std::vector<int>& perm) {
 }
 
 Tensor concat_forward(const std::vector<Tensor>& xs, int axis) {
-  if (xs.empty()) throw InvalidArgument("concat: expected at least one tensor. Received: none.");
+  LOCKSTEP_CHECK(!xs.empty(), "concat: expected at least one tensor. Received: none.");
   const Tensor& first = xs[0];
   detail::check_defined(first, "concat", "xs[0]");
-  if (first.rank() == 0) {
-    throw InvalidArgument("concat: cannot concatenate scalars. Received: " + first.describe() +
-                          ".");
-  }
+  LOCKSTEP_CHECK(first.rank() != 0,
+                 "concat: cannot concatenate scalars. Received: ", first.describe(), ".");
   const int ax = first.shape().normalize_axis(axis);
   int64_t total = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
@@ -134,11 +129,9 @@ Tensor concat_forward(const std::vector<Tensor>& xs, int axis) {
     detail::check_defined(t, "concat", "xs[i]");
     bool ok = t.dtype() == first.dtype() && t.rank() == first.rank();
     for (int d = 0; ok && d < t.rank(); ++d) ok = d == ax || t.dim(d) == first.dim(d);
-    if (!ok) {
-      throw InvalidArgument("concat: along axis " + std::to_string(ax) + ", tensor " +
-                            std::to_string(i) + " " + t.describe() + " does not match tensor 0 " +
-                            first.describe() + " (same dtype and all other dimensions required).");
-    }
+    LOCKSTEP_CHECK(ok, "concat: along axis ", ax, ", tensor ", i, " ", t.describe(),
+                   " does not match tensor 0 ", first.describe(),
+                   " (same dtype and all other dimensions required).");
     total += t.dim(ax);
   }
   Tensor y(first.shape().with_dim(ax, total), first.dtype());
@@ -163,11 +156,8 @@ std::vector<Tensor> concat_backward(const Tensor& dy, const std::vector<int64_t>
   const int ax = dy.shape().normalize_axis(axis);
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  if (total != dy.dim(ax)) {
-    throw InvalidArgument("concat_backward: sizes add up to " + std::to_string(total) + " but dy " +
-                          dy.describe() + " has " + std::to_string(dy.dim(ax)) + " along axis " +
-                          std::to_string(ax) + ".");
-  }
+  LOCKSTEP_CHECK(total == dy.dim(ax), "concat_backward: sizes add up to ", total, " but dy ",
+                 dy.describe(), " has ", dy.dim(ax), " along axis ", ax, ".");
   detail::AxisSplit in = detail::split_at_axis(dy.shape(), ax);
   const size_t esize = dtype_size(dy.dtype());
   const char* pd = static_cast<const char*>(dy.raw_data());
@@ -214,10 +204,8 @@ Tensor cast_backward(const Tensor& dy, DType x_dtype) {
 
 Tensor round_to_bfloat16_forward(const Tensor& x) {
   detail::check_defined(x, "round_to_bfloat16", "x");
-  if (x.dtype() != DType::float32) {
-    throw InvalidArgument(
-        "round_to_bfloat16: expected a float32 tensor. Received: " + x.describe() + ".");
-  }
+  LOCKSTEP_CHECK(x.dtype() == DType::float32,
+                 "round_to_bfloat16: expected a float32 tensor. Received: ", x.describe(), ".");
   Tensor y(x.shape(), DType::float32);
   round_to_bfloat16_values(x.data<float>(), y.data<float>(), static_cast<size_t>(x.num_elements()));
   return y;
@@ -225,16 +213,11 @@ Tensor round_to_bfloat16_forward(const Tensor& x) {
 
 Tensor argmax(const Tensor& x, int axis) {
   detail::check_floating(x, "argmax", "x");
-  if (x.rank() == 0) {
-    throw InvalidArgument("argmax: expected a tensor of rank >= 1. Received: " + x.describe() +
-                          ".");
-  }
+  LOCKSTEP_CHECK(x.rank() != 0, "argmax: expected a tensor of rank >= 1. Received: ", x.describe(),
+                 ".");
   const int ax = x.shape().normalize_axis(axis);
   detail::AxisSplit s = detail::split_at_axis(x.shape(), ax);
-  if (s.n == 0) {
-    throw InvalidArgument("argmax: axis " + std::to_string(ax) + " of " + x.describe() +
-                          " is empty.");
-  }
+  LOCKSTEP_CHECK(s.n != 0, "argmax: axis ", ax, " of ", x.describe(), " is empty.");
   Tensor y(x.shape().without(ax), DType::int64);
   int64_t* py = y.data<int64_t>();
   detail::dispatch_floating(x.dtype(), "argmax", [&](auto tag) {
@@ -258,9 +241,7 @@ Tensor argmax(const Tensor& x, int axis) {
 
 Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype) {
   detail::check_defined(indices, "one_hot", "indices");
-  if (depth < 0) {
-    throw InvalidArgument("one_hot: expected depth >= 0. Received: " + std::to_string(depth) + ".");
-  }
+  LOCKSTEP_CHECK(depth >= 0, "one_hot: expected depth >= 0. Received: ", depth, ".");
   Shape out = indices.shape();
   out.push_back(depth);
   Tensor y = Tensor::zeros(out, dtype);
@@ -289,12 +270,8 @@ Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype) {
   for (int64_t i = 0; i < n; ++i) {
     int64_t k = index(i);
     // tf.one_hot writes a row of zeros here; as a label that silently trains on a wrong loss.
-    if (k < 0 || k >= depth) {
-      throw InvalidArgument("one_hot: index " + std::to_string(k) + " (element " +
-                            std::to_string(i) + " of indices " + indices.describe() +
-                            ") is outside [0, " + std::to_string(depth) + ") for depth " +
-                            std::to_string(depth) + ".");
-    }
+    LOCKSTEP_CHECK(k >= 0 && k < depth, "one_hot: index ", k, " (element ", i, " of indices ",
+                   indices.describe(), ") is outside [0, ", depth, ") for depth ", depth, ".");
     std::memcpy(py + static_cast<size_t>(i * depth + k) * esize, ones.raw_data(), esize);
   }
   return y;

@@ -1,4 +1,5 @@
 #include "lockstep/ops/softmax.h"
+#include "lockstep/core/check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,10 +36,8 @@ void softmax_f64(const Tensor& x, const Tensor& y, int axis) {
 template <bool LOG>
 Tensor softmax_forward(const Tensor& x, int axis, const char* op) {
   detail::check_floating(x, op, "x");
-  if (x.rank() == 0) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected a tensor of rank >= 1. Received: " + x.describe() + ".");
-  }
+  LOCKSTEP_CHECK(x.rank() != 0, op, ": expected a tensor of rank >= 1. Received: ", x.describe(),
+                 ".");
   const int ax = x.shape().normalize_axis(axis);
   Tensor y(x.shape(), x.dtype());
   if (x.num_elements() == 0) return y;

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::distribute {
@@ -19,10 +20,8 @@ std::string_view reduce_op_name(ReduceOp op) {
 }
 
 BlockRange block_range(size_t count, int size, int rank) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    throw InvalidArgument("block_range: expected 0 <= rank < size. Received: rank=" +
-                          std::to_string(rank) + ", size=" + std::to_string(size));
-  }
+  LOCKSTEP_CHECK(size >= 1 && rank >= 0 && rank < size,
+                 "block_range: expected 0 <= rank < size. Received: rank=", rank, ", size=", size);
   // 128-bit products: count * rank must not overflow for any size_t count.
   const auto n = static_cast<unsigned __int128>(count);
   const auto s = static_cast<unsigned __int128>(size);
@@ -31,12 +30,10 @@ BlockRange block_range(size_t count, int size, int rank) {
 }
 
 Communicator::Communicator(const CommunicationOptions& options) : options_(options) {
-  if (!(options.timeout_seconds >= 0)) {
-    throw InvalidArgument(
-        "CommunicationOptions: expected timeout_seconds >= 0 (0 = no timeout). "
-        "Received: timeout_seconds=" +
-        std::to_string(options.timeout_seconds));
-  }
+  LOCKSTEP_CHECK(options.timeout_seconds >= 0,
+                 "CommunicationOptions: expected timeout_seconds >= 0 (0 = no timeout). Received: "
+                 "timeout_seconds=",
+                 options.timeout_seconds);
 }
 
 namespace {
@@ -56,17 +53,12 @@ void check_dtype(const char* what, DType dtype) {
 }
 
 void check_op(const char* what, ReduceOp op) {
-  if (op != ReduceOp::SUM && op != ReduceOp::MEAN && op != ReduceOp::MAX) {
-    throw InvalidArgument(std::string(what) + ": unknown ReduceOp " +
-                          std::to_string(static_cast<int>(op)));
-  }
+  LOCKSTEP_CHECK(op == ReduceOp::SUM || op == ReduceOp::MEAN || op == ReduceOp::MAX, what,
+                 ": unknown ReduceOp ", static_cast<int>(op));
 }
 
 void check_buffer(const char* what, const char* name, const void* p, size_t count) {
-  if (p == nullptr && count > 0) {
-    throw InvalidArgument(std::string(what) + ": " + name + " is null but count is " +
-                          std::to_string(count));
-  }
+  LOCKSTEP_CHECK(p != nullptr || count == 0, what, ": ", name, " is null but count is ", count);
 }
 
 }  // namespace
@@ -124,10 +116,8 @@ void Communicator::all_gather(const void* send, void* recv, size_t count_per_ran
 void Communicator::broadcast(void* buf, size_t count, DType dtype, int root) {
   check_dtype("broadcast", dtype);
   check_buffer("broadcast", "buf", buf, count);
-  if (root < 0 || root >= size()) {
-    throw InvalidArgument("broadcast: expected 0 <= root < " + std::to_string(size()) +
-                          ". Received: root=" + std::to_string(root));
-  }
+  LOCKSTEP_CHECK(root >= 0 && root < size(), "broadcast: expected 0 <= root < ", size(),
+                 ". Received: root=", root);
   begin("broadcast", count, dtype, -1, root);
   do_broadcast(buf, count, dtype, root);
 }
@@ -138,44 +128,36 @@ void Communicator::barrier() {
 }
 
 void Communicator::all_reduce(const Tensor& tensor, ReduceOp op) {
-  if (!tensor.defined()) throw InvalidArgument("all_reduce: the tensor is undefined");
+  LOCKSTEP_CHECK(tensor.defined(), "all_reduce: the tensor is undefined");
   all_reduce(tensor.raw_data(), static_cast<size_t>(tensor.num_elements()), tensor.dtype(), op);
 }
 
 void Communicator::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) {
-  if (!send.defined() || !recv.defined()) {
-    throw InvalidArgument("reduce_scatter: send and recv must be defined tensors");
-  }
+  LOCKSTEP_CHECK(send.defined() && recv.defined(),
+                 "reduce_scatter: send and recv must be defined tensors");
   const size_t count = static_cast<size_t>(send.num_elements());
   const BlockRange block = block_range(count, size(), rank());
-  if (recv.dtype() != send.dtype() || static_cast<size_t>(recv.num_elements()) != block.size()) {
-    throw InvalidArgument("reduce_scatter: rank " + std::to_string(rank()) + " of " +
-                          std::to_string(size()) + " expected recv of " +
-                          std::string(dtype_name(send.dtype())) + " with " +
-                          std::to_string(block.size()) + " elements (block [" +
-                          std::to_string(block.begin) + ", " + std::to_string(block.end) +
-                          ") of send " + send.describe() + "). Received: recv " + recv.describe());
-  }
+  LOCKSTEP_CHECK(
+      !(recv.dtype() != send.dtype() || static_cast<size_t>(recv.num_elements()) != block.size()),
+      "reduce_scatter: rank ", rank(), " of ", size(), " expected recv of ",
+      dtype_name(send.dtype()), " with ", block.size(), " elements (block [", block.begin, ", ",
+      block.end, ") of send ", send.describe(), "). Received: recv ", recv.describe());
   reduce_scatter(send.raw_data(), recv.raw_data(), count, send.dtype(), op);
 }
 
 void Communicator::all_gather(const Tensor& send, const Tensor& recv) {
-  if (!send.defined() || !recv.defined()) {
-    throw InvalidArgument("all_gather: send and recv must be defined tensors");
-  }
+  LOCKSTEP_CHECK(send.defined() && recv.defined(),
+                 "all_gather: send and recv must be defined tensors");
   const size_t count = static_cast<size_t>(send.num_elements());
-  if (recv.dtype() != send.dtype() ||
-      static_cast<size_t>(recv.num_elements()) != count * static_cast<size_t>(size())) {
-    throw InvalidArgument("all_gather: expected recv of " + std::string(dtype_name(send.dtype())) +
-                          " with " + std::to_string(size()) + " x " + std::to_string(count) +
-                          " elements. Received: send " + send.describe() + ", recv " +
-                          recv.describe());
-  }
+  LOCKSTEP_CHECK(recv.dtype() == send.dtype() && static_cast<size_t>(recv.num_elements()) ==
+                                                     count * static_cast<size_t>(size()),
+                 "all_gather: expected recv of ", dtype_name(send.dtype()), " with ", size(), " x ",
+                 count, " elements. Received: send ", send.describe(), ", recv ", recv.describe());
   all_gather(send.raw_data(), recv.raw_data(), count, send.dtype());
 }
 
 void Communicator::broadcast(const Tensor& tensor, int root) {
-  if (!tensor.defined()) throw InvalidArgument("broadcast: the tensor is undefined");
+  LOCKSTEP_CHECK(tensor.defined(), "broadcast: the tensor is undefined");
   broadcast(tensor.raw_data(), static_cast<size_t>(tensor.num_elements()), tensor.dtype(), root);
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/keras/keras_tensor.h"
 
@@ -43,19 +44,15 @@ void Layer::maybe_build(const std::vector<Shape>& shapes) {
 }
 
 void Layer::build(const std::vector<Shape>& input_shapes) {
-  if (input_shapes.size() != 1 && !accepts_multiple_inputs()) {
-    throw InvalidArgument("Layer '" + name_ + "' expects 1 input. Received " +
-                          std::to_string(input_shapes.size()) + ".");
-  }
+  LOCKSTEP_CHECK(input_shapes.size() == 1 || accepts_multiple_inputs(), "Layer '", name_,
+                 "' expects 1 input. Received ", input_shapes.size(), ".");
   build(input_shapes[0]);
 }
 void Layer::build(const Shape&) {}
 
 Tensor Layer::call(const std::vector<Tensor>& inputs, bool training) {
-  if (inputs.size() != 1) {
-    throw InvalidArgument("Layer '" + name_ + "' (" + class_name() +
-                          ") expects 1 input. Received " + std::to_string(inputs.size()) + ".");
-  }
+  LOCKSTEP_CHECK(inputs.size() == 1, "Layer '", name_, "' (", class_name(),
+                 ") expects 1 input. Received ", inputs.size(), ".");
   return call(inputs[0], training);
 }
 Tensor Layer::call(const Tensor&, bool) {
@@ -64,10 +61,8 @@ Tensor Layer::call(const Tensor&, bool) {
 }
 
 std::vector<Shape> Layer::compute_output_shapes(const std::vector<Shape>& input_shapes) const {
-  if (input_shapes.size() != 1) {
-    throw InvalidArgument("Layer '" + name_ + "' expects 1 input. Received " +
-                          std::to_string(input_shapes.size()) + ".");
-  }
+  LOCKSTEP_CHECK(input_shapes.size() == 1, "Layer '", name_, "' expects 1 input. Received ",
+                 input_shapes.size(), ".");
   return {compute_output_shape(input_shapes[0])};
 }
 Shape Layer::compute_output_shape(const Shape& input_shape) const {
@@ -96,8 +91,7 @@ KerasTensor Layer::operator()(const KerasTensor& inputs) {
 KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) {
   std::vector<Shape> shapes;
   for (const KerasTensor& t : inputs) {
-    if (!t.defined())
-      throw InvalidArgument("Layer '" + name_ + "': called on an undefined KerasTensor.");
+    LOCKSTEP_CHECK(t.defined(), "Layer '", name_, "': called on an undefined KerasTensor.");
     shapes.push_back(t.shape());
   }
   maybe_build(shapes);

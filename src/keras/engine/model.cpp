@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "lockstep/core/check.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/layers/core.h"
 #include "lockstep/keras/metrics.h"
@@ -61,13 +62,10 @@ void Model::set_graph(std::vector<KerasTensor> inputs, KerasTensor outputs) {
   auto g = std::make_unique<Graph>();
   g->order = topological_order(outputs);
   for (const KerasTensor& in : inputs) {
-    if (!in.defined() || !in.node()->inputs.empty()) {
-      throw InvalidArgument("Model: every input must come from keras::Input().");
-    }
-    if (std::find(g->order.begin(), g->order.end(), in.node()) == g->order.end()) {
-      throw InvalidArgument("Model: the outputs do not depend on input '" +
-                            in.node()->layer->name() + "'.");
-    }
+    LOCKSTEP_CHECK(in.defined() && in.node()->inputs.empty(),
+                   "Model: every input must come from keras::Input().");
+    LOCKSTEP_CHECK(std::find(g->order.begin(), g->order.end(), in.node()) != g->order.end(),
+                   "Model: the outputs do not depend on input '", in.node()->layer->name(), "'.");
   }
   for (const auto& n : g->order) {
     if (n->inputs.empty() && std::none_of(inputs.begin(), inputs.end(),
@@ -107,11 +105,8 @@ Tensor Model::call(const Tensor& inputs, bool training) {
 
 Tensor Model::call(const std::vector<Tensor>& inputs, bool training) {
   if (!graph_) throw FailedPrecondition("Model '" + name() + "' has no layers to call.");
-  if (inputs.size() != graph_->inputs.size()) {
-    throw InvalidArgument("Model '" + name() + "' expects " +
-                          std::to_string(graph_->inputs.size()) + " inputs. Received " +
-                          std::to_string(inputs.size()) + ".");
-  }
+  LOCKSTEP_CHECK(inputs.size() == graph_->inputs.size(), "Model '", name(), "' expects ",
+                 graph_->inputs.size(), " inputs. Received ", inputs.size(), ".");
   std::unordered_map<KerasNode*, Tensor> values;
   for (size_t i = 0; i < inputs.size(); ++i) {
     KerasNode* n = graph_->inputs[i].node().get();
@@ -156,12 +151,11 @@ const losses::Loss& Model::loss() const {
 }
 
 void Model::compile(CompileOptions options) {
-  if (!options.optimizer.ptr) throw InvalidArgument("compile: an optimizer is required.");
-  if (!options.loss.ptr) throw InvalidArgument("compile: a loss is required.");
-  if (options.steps_per_execution < 1) {
-    throw InvalidArgument("compile: expected steps_per_execution >= 1. Received: " +
-                          std::to_string(options.steps_per_execution) + ".");
-  }
+  LOCKSTEP_CHECK(options.optimizer.ptr, "compile: an optimizer is required.");
+  LOCKSTEP_CHECK(options.loss.ptr, "compile: a loss is required.");
+  LOCKSTEP_CHECK(
+      options.steps_per_execution >= 1,
+      "compile: expected steps_per_execution >= 1. Received: ", options.steps_per_execution, ".");
   auto state = std::make_unique<TrainingState>();
   state->optimizer = options.optimizer.ptr;
   state->loss = options.loss.ptr;

@@ -1,5 +1,6 @@
 #include "lockstep/keras/sequential.h"
 
+#include "lockstep/core/check.h"
 #include "lockstep/keras/layers/core.h"
 
 namespace lockstep::keras {
@@ -11,13 +12,11 @@ Sequential::Sequential(std::vector<LayerArg> layers, const std::string& name)
 
 void Sequential::add(LayerArg arg) {
   if (arg.input) {
-    if (input_ || !layers_.empty()) {
-      throw InvalidArgument("Sequential '" + name() +
-                            "': an Input can only be the first entry of a Sequential model.");
-    }
+    LOCKSTEP_CHECK(!input_ && layers_.empty(), "Sequential '", name(),
+                   "': an Input can only be the first entry of a Sequential model.");
     input_ = arg.input;
   } else {
-    if (!arg.layer) throw InvalidArgument("Sequential::add: received a null layer.");
+    LOCKSTEP_CHECK(arg.layer, "Sequential::add: received a null layer.");
     if (arg.layer->accepts_multiple_inputs() && !dynamic_cast<Model*>(arg.layer.get())) {
       throw InvalidArgument("Sequential '" + name() + "': layer '" + arg.layer->name() +
                             "' takes several inputs; use the functional Model instead.");
@@ -35,10 +34,8 @@ void Sequential::rebuild_graph() {
 
 void Sequential::build(const std::vector<Shape>& input_shapes) {
   if (input_) return;
-  if (input_shapes.size() != 1) {
-    throw InvalidArgument("Sequential '" + name() + "' takes one input. Received " +
-                          std::to_string(input_shapes.size()) + ".");
-  }
+  LOCKSTEP_CHECK(input_shapes.size() == 1, "Sequential '", name(), "' takes one input. Received ",
+                 input_shapes.size(), ".");
   Shape per_example = input_shapes[0].without(0);
   input_ = Input(per_example);
   rebuild_graph();

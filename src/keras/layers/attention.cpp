@@ -6,6 +6,7 @@
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/transformer_functions.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::keras::layers {
 
@@ -75,27 +76,21 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
 }
 
 MultiHeadAttention::Shapes MultiHeadAttention::split_shapes(const std::vector<Shape>& s) const {
-  if (s.empty() || s.size() > 4) {
-    throw InvalidArgument("MultiHeadAttention '" + name() +
-                          "' expects [query], [query, value], [query, value, key] or [query, "
-                          "value, key, attention_mask]. Received " +
-                          std::to_string(s.size()) + " inputs.");
-  }
+  LOCKSTEP_CHECK(!s.empty() && s.size() <= 4, "MultiHeadAttention '", name(),
+                 "' expects [query], [query, value], [query, value, key] or [query, value, key, "
+                 "attention_mask]. Received ",
+                 s.size(), " inputs.");
   Shapes out{s[0], s.size() > 1 ? s[1] : s[0], s.size() > 2 ? s[2] : (s.size() > 1 ? s[1] : s[0])};
   for (const Shape* x : {&out.query, &out.value, &out.key}) {
-    if (x->rank() != 3) {
-      throw InvalidArgument("MultiHeadAttention '" + name() +
-                            "' expects query, value and key of rank 3 ([batch, sequence, "
-                            "features]). Received shapes " +
-                            describe(s) + ".");
-    }
+    LOCKSTEP_CHECK(
+        !(x->rank() != 3), "MultiHeadAttention '", name(),
+        "' expects query, value and key of rank 3 ([batch, sequence, features]). Received shapes ",
+        describe(s), ".");
   }
-  if (out.value[1] != out.key[1]) {
-    throw InvalidArgument("MultiHeadAttention '" + name() +
-                          "': all dimensions of value and key except the last must be equal. "
-                          "Received: value " +
-                          out.value.to_string() + " and key " + out.key.to_string() + ".");
-  }
+  LOCKSTEP_CHECK(
+      out.value[1] == out.key[1], "MultiHeadAttention '", name(),
+      "': all dimensions of value and key except the last must be equal. Received: value ",
+      out.value.to_string(), " and key ", out.key.to_string(), ".");
   return out;
 }
 
@@ -163,24 +158,17 @@ AttentionOutput MultiHeadAttention::attend(const Tensor& query_in, const Tensor&
   const int64_t B = s.query[0], T = s.query[1], S = s.value[1];
   const bool dims_ok = s.value[0] == B && s.key[0] == B && s.query[2] == query_kernel_.shape()[0] &&
                        s.key[2] == key_kernel_.shape()[0] && s.value[2] == value_kernel_.shape()[0];
-  if (!dims_ok) {
-    throw InvalidArgument("MultiHeadAttention '" + name() + "' expects query [B, T, " +
-                          std::to_string(query_kernel_.shape()[0]) + "], value [B, S, " +
-                          std::to_string(value_kernel_.shape()[0]) + "] and key [B, S, " +
-                          std::to_string(key_kernel_.shape()[0]) +
-                          "] (the shapes it was built for, one batch size). Received shapes " +
-                          describe(shapes) + ".");
-  }
+  LOCKSTEP_CHECK(
+      dims_ok, "MultiHeadAttention '", name(), "' expects query [B, T, ", query_kernel_.shape()[0],
+      "], value [B, S, ", value_kernel_.shape()[0], "] and key [B, S, ", key_kernel_.shape()[0],
+      "] (the shapes it was built for, one batch size). Received shapes ", describe(shapes), ".");
   const Tensor& mask = o.attention_mask;
   if (mask.defined()) {
     const bool ok = (mask.rank() == 3 && mask.shape() == Shape{B, T, S}) ||
                     (mask.rank() == 2 && mask.shape() == Shape{T, S});
-    if (!ok) {
-      throw InvalidArgument("MultiHeadAttention '" + name() +
-                            "' expects an attention_mask of shape " + Shape{B, T, S}.to_string() +
-                            " or " + Shape{T, S}.to_string() + ". Received: " + mask.describe() +
-                            ".");
-    }
+    LOCKSTEP_CHECK(ok, "MultiHeadAttention '", name(), "' expects an attention_mask of shape ",
+                   Shape{B, T, S}.to_string(), " or ", Shape{T, S}.to_string(),
+                   ". Received: ", mask.describe(), ".");
   }
 
   const Tensor q = project(autocast(query_in), query_kernel_, query_bias_);

@@ -4,6 +4,7 @@
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/nn_functions.h"
+#include "lockstep/core/check.h"
 #include "lockstep/keras/activations.h"
 
 namespace lockstep::keras::layers {
@@ -16,19 +17,14 @@ std::string pair_string(const std::array<int64_t, 2>& p) {
 
 void require_positive_pair(const std::string& layer, const std::string& what,
                            const std::array<int64_t, 2>& p) {
-  if (p[0] <= 0 || p[1] <= 0) {
-    throw InvalidArgument(layer + ": expected " + what + " > 0 in both dimensions. Received: " +
-                          what + "=" + pair_string(p) + ".");
-  }
+  LOCKSTEP_CHECK(p[0] > 0 && p[1] > 0, layer, ": expected ", what,
+                 " > 0 in both dimensions. Received: ", what, "=", pair_string(p), ".");
 }
 
 void require_nhwc(const std::string& layer, const std::string& name, const Shape& s) {
-  if (s.rank() != 4) {
-    throw InvalidArgument(layer + " '" + name +
-                          "' expects inputs of rank 4 ([batch, height, width, channels])."
-                          " Received shape " +
-                          s.to_string() + ".");
-  }
+  LOCKSTEP_CHECK(s.rank() == 4, layer, " '", name,
+                 "' expects inputs of rank 4 ([batch, height, width, channels]). Received shape ",
+                 s.to_string(), ".");
 }
 
 // [N, H, W, C] -> [N, OH, OW, channels] with TensorFlow's window rules; N may be 0 (symbolic).
@@ -46,10 +42,8 @@ Conv2D::Conv2D(Conv2DOptions options)
     : LayerImpl(options.name, "conv2d", options.dtype),
       options_(std::move(options)),
       padding_(ops::padding_from_name(options_.padding)) {
-  if (options_.filters <= 0) {
-    throw InvalidArgument("Conv2D: expected filters > 0. Received: filters=" +
-                          std::to_string(options_.filters) + ".");
-  }
+  LOCKSTEP_CHECK(options_.filters > 0,
+                 "Conv2D: expected filters > 0. Received: filters=", options_.filters, ".");
   require_positive_pair("Conv2D", "kernel_size", options_.kernel_size);
   require_positive_pair("Conv2D", "strides", options_.strides);
   activations::get(options_.activation);
@@ -76,11 +70,9 @@ void Conv2D::build(const Shape& input_shape) {
 
 Tensor Conv2D::call(const Tensor& inputs, bool) {
   require_nhwc("Conv2D", name(), inputs.shape());
-  if (inputs.dim(3) != kernel_.shape()[2]) {
-    throw InvalidArgument("Conv2D '" + name() + "' expects inputs with " +
-                          std::to_string(kernel_.shape()[2]) + " channels (kernel " +
-                          kernel_.shape().to_string() + "). Received: " + inputs.describe() + ".");
-  }
+  LOCKSTEP_CHECK(inputs.dim(3) == kernel_.shape()[2], "Conv2D '", name(), "' expects inputs with ",
+                 kernel_.shape()[2], " channels (kernel ", kernel_.shape(),
+                 "). Received: ", inputs.describe(), ".");
   Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();
   Tensor y = conv2d(autocast(inputs), autocast(kernel_.value()), bias, op_options());
   if (options_.activation == "linear") return y;

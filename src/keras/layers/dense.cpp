@@ -4,6 +4,7 @@
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/check.h"
 #include "lockstep/keras/activations.h"
 #include "lockstep/keras/initializers.h"
 #include "lockstep/ops/linear.h"
@@ -58,20 +59,15 @@ Tensor dense_linear(const Tensor& x, const Variable& kernel_var, const Variable&
 
 Dense::Dense(DenseOptions options)
     : LayerImpl(options.name, "dense", options.dtype), options_(options) {
-  if (options_.units <= 0) {
-    throw InvalidArgument(
-        "Dense: expected units > 0. Received: units=" + std::to_string(options_.units) + ".");
-  }
+  LOCKSTEP_CHECK(options_.units > 0, "Dense: expected units > 0. Received: units=", options_.units,
+                 ".");
   activations::get(options_.activation);  // validates the name now, not at first call
 }
 
 void Dense::build(const Shape& input_shape) {
-  if (input_shape.rank() < 2) {
-    throw InvalidArgument("Dense '" + name() +
-                          "' expects inputs of rank >= 2 ([batch, features])."
-                          " Received shape " +
-                          input_shape.to_string() + ".");
-  }
+  LOCKSTEP_CHECK(input_shape.rank() >= 2, "Dense '", name(),
+                 "' expects inputs of rank >= 2 ([batch, features]). Received shape ", input_shape,
+                 ".");
   int64_t in = input_shape[input_shape.rank() - 1];
   const DType vdt = dtype_policy().variable_dtype();
   kernel_ = add_weight("kernel", {in, options_.units},
@@ -84,11 +80,9 @@ void Dense::build(const Shape& input_shape) {
 
 Tensor Dense::call(const Tensor& inputs, bool) {
   int64_t in = kernel_.shape()[0];
-  if (inputs.rank() < 1 || inputs.dim(-1) != in) {
-    throw InvalidArgument("Dense '" + name() + "' expects inputs with last dimension " +
-                          std::to_string(in) + " (kernel " + kernel_.shape().to_string() +
-                          "). Received: " + inputs.describe() + ".");
-  }
+  LOCKSTEP_CHECK(inputs.rank() >= 1 && inputs.dim(-1) == in, "Dense '", name(),
+                 "' expects inputs with last dimension ", in, " (kernel ", kernel_.shape(),
+                 "). Received: ", inputs.describe(), ".");
   Shape out_shape = compute_output_shape(inputs.shape());
   Tensor x = inputs.rank() != 2 ? reshape(inputs, Shape{inputs.num_elements() / in, in}) : inputs;
   const DType compute = compute_dtype();

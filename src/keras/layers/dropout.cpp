@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/nn_functions.h"
+#include "lockstep/core/check.h"
 #include "lockstep/distribute/replica_context.h"
 
 namespace lockstep::keras::layers {
@@ -12,10 +13,8 @@ Dropout::Dropout(DropoutOptions options)
     : LayerImpl(options.name, "dropout"),
       options_(options),
       seed_(options.seed ? *options.seed : next_seed()) {
-  if (options_.rate < 0 || options_.rate >= 1) {
-    throw InvalidArgument(
-        "Dropout: expected 0 <= rate < 1. Received: rate=" + std::to_string(options_.rate) + ".");
-  }
+  LOCKSTEP_CHECK(options_.rate >= 0 && options_.rate < 1,
+                 "Dropout: expected 0 <= rate < 1. Received: rate=", options_.rate, ".");
 }
 
 Generator& Dropout::generator_for_this_thread() {

@@ -3,16 +3,16 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/nn_functions.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::keras {
 
 namespace initializers {
 
 RandomUniform::RandomUniform(double minval, double maxval) : minval_(minval), maxval_(maxval) {
-  if (!(minval < maxval)) {
-    throw InvalidArgument("RandomUniform: expected minval < maxval. Received: minval=" +
-                          std::to_string(minval) + ", maxval=" + std::to_string(maxval) + ".");
-  }
+  LOCKSTEP_CHECK(minval < maxval,
+                 "RandomUniform: expected minval < maxval. Received: minval=", minval,
+                 ", maxval=", maxval, ".");
 }
 
 Tensor RandomUniform::operator()(const Shape& shape, DType dtype) const {
@@ -36,12 +36,9 @@ std::shared_ptr<initializers::Initializer> embedding_initializer(const std::stri
 
 Embedding::Embedding(EmbeddingOptions options)
     : LayerImpl(options.name, "embedding", options.dtype), options_(std::move(options)) {
-  if (options_.input_dim <= 0 || options_.output_dim <= 0) {
-    throw InvalidArgument(
-        "Embedding: expected input_dim > 0 and output_dim > 0. Received: input_dim=" +
-        std::to_string(options_.input_dim) + ", output_dim=" + std::to_string(options_.output_dim) +
-        ".");
-  }
+  LOCKSTEP_CHECK(options_.input_dim > 0 && options_.output_dim > 0,
+                 "Embedding: expected input_dim > 0 and output_dim > 0. Received: input_dim=",
+                 options_.input_dim, ", output_dim=", options_.output_dim, ".");
   embedding_initializer(options_.embeddings_initializer);
 }
 

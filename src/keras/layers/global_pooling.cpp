@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::keras::layers {
 
@@ -11,12 +12,9 @@ GlobalAveragePooling1D::GlobalAveragePooling1D(GlobalAveragePooling1DOptions opt
       options_(std::move(options)) {}
 
 Shape GlobalAveragePooling1D::compute_output_shape(const Shape& input_shape) const {
-  if (input_shape.rank() != 3) {
-    throw InvalidArgument("GlobalAveragePooling1D '" + name() +
-                          "' expects inputs of rank 3 ([batch, steps, channels]). Received "
-                          "shape " +
-                          input_shape.to_string() + ".");
-  }
+  LOCKSTEP_CHECK(input_shape.rank() == 3, "GlobalAveragePooling1D '", name(),
+                 "' expects inputs of rank 3 ([batch, steps, channels]). Received shape ",
+                 input_shape, ".");
   return options_.keepdims ? input_shape.with_dim(1, 1) : Shape{input_shape[0], input_shape[2]};
 }
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::keras::layers {
 
@@ -22,11 +23,8 @@ std::vector<Shape> shapes_of(const std::vector<Tensor>& xs) {
 
 void require_several(const std::string& layer, const std::string& name,
                      const std::vector<Shape>& shapes) {
-  if (shapes.size() < 2) {
-    throw InvalidArgument(layer + " '" + name +
-                          "' expects a list of at least 2 inputs. Received: " +
-                          std::to_string(shapes.size()) + " input(s).");
-  }
+  LOCKSTEP_CHECK(shapes.size() >= 2, layer, " '", name,
+                 "' expects a list of at least 2 inputs. Received: ", shapes.size(), " input(s).");
 }
 
 // Dimension d of two shapes agrees; on the batch axis 0 (unknown) matches anything.
@@ -44,10 +42,8 @@ std::vector<Shape> Add::compute_output_shapes(const std::vector<Shape>& shapes) 
   for (const Shape& s : shapes) {
     bool same = s.rank() == out.rank();
     for (int d = 0; same && d < s.rank(); ++d) same = dims_agree(s, out, d);
-    if (!same) {
-      throw InvalidArgument("Add '" + name() + "' expects inputs of one shape. Received shapes " +
-                            shapes_string(shapes) + ".");
-    }
+    LOCKSTEP_CHECK(same, "Add '", name(), "' expects inputs of one shape. Received shapes ",
+                   shapes_string(shapes), ".");
     if (out.rank() && out[0] == 0) out[0] = s[0];
   }
   return {out};
@@ -72,22 +68,16 @@ std::vector<Shape> Concatenate::compute_output_shapes(const std::vector<Shape>& 
   require_several("Concatenate", name(), shapes);
   const int rank = shapes[0].rank();
   const int axis = options_.axis < 0 ? options_.axis + rank : options_.axis;
-  if (axis <= 0 || axis >= rank) {
-    throw InvalidArgument("Concatenate '" + name() + "': expected an axis in [1, " +
-                          std::to_string(rank) + ") or [" + std::to_string(-rank + 1) +
-                          ", 0) for inputs of rank " + std::to_string(rank) +
-                          ". Received: axis=" + std::to_string(options_.axis) + ".");
-  }
+  LOCKSTEP_CHECK(axis > 0 && axis < rank, "Concatenate '", name(), "': expected an axis in [1, ",
+                 rank, ") or [", -rank + 1, ", 0) for inputs of rank ", rank,
+                 ". Received: axis=", options_.axis, ".");
   Shape out = shapes[0];
   out[axis] = 0;
   for (const Shape& s : shapes) {
     bool ok = s.rank() == rank;
     for (int d = 0; ok && d < rank; ++d) ok = d == axis || dims_agree(s, shapes[0], d);
-    if (!ok) {
-      throw InvalidArgument(
-          "Concatenate '" + name() + "' expects inputs that match except along axis " +
-          std::to_string(options_.axis) + ". Received shapes " + shapes_string(shapes) + ".");
-    }
+    LOCKSTEP_CHECK(ok, "Concatenate '", name(), "' expects inputs that match except along axis ",
+                   options_.axis, ". Received shapes ", shapes_string(shapes), ".");
     out[axis] += s[axis];
     if (out[0] == 0) out[0] = s[0];
   }

@@ -5,6 +5,7 @@
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/nn_functions.h"
+#include "lockstep/core/check.h"
 #include "lockstep/distribute/replica_context.h"
 
 namespace lockstep::keras::layers {
@@ -12,17 +13,12 @@ namespace lockstep::keras::layers {
 namespace {
 
 void require_last_axis(const std::string& layer, int axis) {
-  if (axis != -1) {
-    throw InvalidArgument(layer + ": only axis=-1 (the last axis) is supported. Received: axis=" +
-                          std::to_string(axis) + ".");
-  }
+  LOCKSTEP_CHECK(axis == -1, layer,
+                 ": only axis=-1 (the last axis) is supported. Received: axis=", axis, ".");
 }
 
 void require_epsilon(const std::string& layer, double epsilon) {
-  if (!(epsilon > 0)) {
-    throw InvalidArgument(
-        layer + ": expected epsilon > 0. Received: epsilon=" + std::to_string(epsilon) + ".");
-  }
+  LOCKSTEP_CHECK(epsilon > 0, layer, ": expected epsilon > 0. Received: epsilon=", epsilon, ".");
 }
 
 }  // namespace
@@ -31,10 +27,9 @@ BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
     : LayerImpl(options.name, "batch_normalization", options.dtype), options_(std::move(options)) {
   require_last_axis("BatchNormalization", options_.axis);
   require_epsilon("BatchNormalization", options_.epsilon);
-  if (!(options_.momentum >= 0 && options_.momentum <= 1)) {
-    throw InvalidArgument("BatchNormalization: expected 0 <= momentum <= 1. Received: momentum=" +
-                          std::to_string(options_.momentum) + ".");
-  }
+  LOCKSTEP_CHECK(options_.momentum >= 0 && options_.momentum <= 1,
+                 "BatchNormalization: expected 0 <= momentum <= 1. Received: momentum=",
+                 options_.momentum, ".");
   for (const std::string* init :
        {&options_.beta_initializer, &options_.gamma_initializer, &options_.moving_mean_initializer,
         &options_.moving_variance_initializer}) {
@@ -43,12 +38,9 @@ BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
 }
 
 void BatchNormalization::build(const Shape& input_shape) {
-  if (input_shape.rank() < 2) {
-    throw InvalidArgument("BatchNormalization '" + name() +
-                          "' expects inputs of rank >= 2 ([batch, ..., channels]). Received "
-                          "shape " +
-                          input_shape.to_string() + ".");
-  }
+  LOCKSTEP_CHECK(input_shape.rank() >= 2, "BatchNormalization '", name(),
+                 "' expects inputs of rank >= 2 ([batch, ..., channels]). Received shape ",
+                 input_shape, ".");
   const Shape c{input_shape.dim(-1)};
   const DType d = variable_dtype();
   if (options_.scale)
@@ -63,11 +55,9 @@ void BatchNormalization::build(const Shape& input_shape) {
 
 Tensor BatchNormalization::call(const Tensor& inputs, bool training) {
   const int64_t channels = moving_mean_.shape()[0];
-  if (inputs.rank() < 2 || inputs.dim(-1) != channels) {
-    throw InvalidArgument("BatchNormalization '" + name() + "' expects inputs with " +
-                          std::to_string(channels) +
-                          " channels on the last axis. Received: " + inputs.describe() + ".");
-  }
+  LOCKSTEP_CHECK(inputs.rank() >= 2 && inputs.dim(-1) == channels, "BatchNormalization '", name(),
+                 "' expects inputs with ", channels,
+                 " channels on the last axis. Received: ", inputs.describe(), ".");
   // x takes the compute dtype; gamma, beta and the moving statistics stay in the variable dtype
   // (under mixed_bfloat16 the kernels read bfloat16 x with float32 parameters and compute the
   // statistics in float32, as Keras computes normalization in float32 under mixed policies).
@@ -144,10 +134,8 @@ LayerNormalization::LayerNormalization(LayerNormalizationOptions options)
 }
 
 void LayerNormalization::build(const Shape& input_shape) {
-  if (input_shape.rank() < 1) {
-    throw InvalidArgument("LayerNormalization '" + name() +
-                          "' expects inputs of rank >= 1. Received a scalar shape.");
-  }
+  LOCKSTEP_CHECK(input_shape.rank() >= 1, "LayerNormalization '", name(),
+                 "' expects inputs of rank >= 1. Received a scalar shape.");
   const Shape d{input_shape.dim(-1)};
   if (options_.scale) {
     gamma_ = add_weight("gamma", d, *initializers::get(options_.gamma_initializer), true,
@@ -161,11 +149,9 @@ void LayerNormalization::build(const Shape& input_shape) {
 
 Tensor LayerNormalization::call(const Tensor& inputs, bool) {
   const Variable& any = options_.scale ? gamma_ : beta_;
-  if (any.defined() && (inputs.rank() < 1 || inputs.dim(-1) != any.shape()[0])) {
-    throw InvalidArgument("LayerNormalization '" + name() + "' expects inputs with " +
-                          std::to_string(any.shape()[0]) +
-                          " features on the last axis. Received: " + inputs.describe() + ".");
-  }
+  LOCKSTEP_CHECK(!any.defined() || (inputs.rank() >= 1 && inputs.dim(-1) == any.shape()[0]),
+                 "LayerNormalization '", name(), "' expects inputs with ", any.shape()[0],
+                 " features on the last axis. Received: ", inputs.describe(), ".");
   Tensor gamma = options_.scale ? gamma_.value() : Tensor();
   Tensor beta = options_.center ? beta_.value() : Tensor();
   return layer_norm(autocast(inputs), gamma, beta, options_.epsilon);

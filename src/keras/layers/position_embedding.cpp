@@ -5,6 +5,7 @@
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/check.h"
 #include "lockstep/ops/reduce.h"
 
 namespace lockstep::keras::layers {
@@ -38,23 +39,17 @@ Tensor leading_rows_over_batch(const Tensor& table, int64_t t, int64_t batch) {
 
 PositionEmbedding::PositionEmbedding(PositionEmbeddingOptions options)
     : LayerImpl(options.name, "position_embedding", options.dtype), options_(std::move(options)) {
-  if (options_.sequence_length <= 0) {
-    throw InvalidArgument(
-        "PositionEmbedding: expected sequence_length > 0. Received: "
-        "sequence_length=" +
-        std::to_string(options_.sequence_length) + ".");
-  }
+  LOCKSTEP_CHECK(options_.sequence_length > 0,
+                 "PositionEmbedding: expected sequence_length > 0. Received: sequence_length=",
+                 options_.sequence_length, ".");
   initializers::get(options_.initializer);
 }
 
 Shape PositionEmbedding::compute_output_shape(const Shape& input_shape) const {
-  if (input_shape.rank() != 3 || input_shape[1] > options_.sequence_length) {
-    throw InvalidArgument("PositionEmbedding '" + name() +
-                          "' expects inputs [batch, sequence, features] with at most " +
-                          std::to_string(options_.sequence_length) +
-                          " positions (sequence_length). Received shape " +
-                          input_shape.to_string() + ".");
-  }
+  LOCKSTEP_CHECK(
+      input_shape.rank() == 3 && input_shape[1] <= options_.sequence_length, "PositionEmbedding '",
+      name(), "' expects inputs [batch, sequence, features] with at most ",
+      options_.sequence_length, " positions (sequence_length). Received shape ", input_shape, ".");
   return input_shape;
 }
 
@@ -67,11 +62,9 @@ void PositionEmbedding::build(const Shape& input_shape) {
 Tensor PositionEmbedding::call(const Tensor& inputs, bool) {
   compute_output_shape(inputs.shape());
   const int64_t T = inputs.dim(1), D = embeddings_.shape()[1];
-  if (inputs.dim(2) != D) {
-    throw InvalidArgument("PositionEmbedding '" + name() + "' expects " + std::to_string(D) +
-                          " features (its embeddings are " + embeddings_.shape().to_string() +
-                          "). Received: " + inputs.describe() + ".");
-  }
+  LOCKSTEP_CHECK(inputs.dim(2) == D, "PositionEmbedding '", name(), "' expects ", D,
+                 " features (its embeddings are ", embeddings_.shape(),
+                 "). Received: ", inputs.describe(), ".");
   return leading_rows_over_batch(autocast(embeddings_.value()), T, inputs.dim(0));
 }
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::keras::layers {
 
@@ -22,12 +23,13 @@ Reshape::Reshape(std::vector<int64_t> target_shape, const std::string& name)
     : LayerImpl(name, "reshape"), target_(std::move(target_shape)) {
   int unknown = 0;
   for (int64_t d : target_) {
-    if (d == -1)
+    if (d == -1) {
       ++unknown;
-    else if (d < 0)
-      throw InvalidArgument("Reshape: dimensions must be >= 0 or -1.");
+    } else {
+      LOCKSTEP_CHECK(d >= 0, "Reshape: dimensions must be >= 0 or -1.");
+    }
   }
-  if (unknown > 1) throw InvalidArgument("Reshape: at most one dimension can be -1.");
+  LOCKSTEP_CHECK(unknown <= 1, "Reshape: at most one dimension can be -1.");
 }
 
 Shape Reshape::resolve(const Shape& in) const {
@@ -39,20 +41,17 @@ Shape Reshape::resolve(const Shape& in) const {
   Shape out{in.rank() ? in[0] : 0};
   for (int64_t d : target_) {
     if (d == -1) {
-      if (known == 0 || per_example % known != 0) {
-        throw InvalidArgument("Reshape '" + name() + "': cannot reshape " + in.to_string() +
-                              " to a target with " + std::to_string(known) + " elements.");
-      }
+      LOCKSTEP_CHECK(known != 0 && per_example % known == 0, "Reshape '", name(),
+                     "': cannot reshape ", in.to_string(), " to a target with ", known,
+                     " elements.");
       out.push_back(per_example / known);
     } else {
       out.push_back(d);
     }
   }
-  if (out.num_elements() != in.num_elements() && in[0] != 0) {
-    throw InvalidArgument("Reshape '" + name() + "': input shape " + in.to_string() +
-                          " does not have the target's element count (target " + out.to_string() +
-                          ").");
-  }
+  LOCKSTEP_CHECK(out.num_elements() == in.num_elements() || in[0] == 0, "Reshape '", name(),
+                 "': input shape ", in.to_string(),
+                 " does not have the target's element count (target ", out.to_string(), ").");
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::metrics {
@@ -181,10 +182,7 @@ std::unique_ptr<Metric> SparseCategoricalAccuracy::clone() const {
 
 TopKCategoricalAccuracy::TopKCategoricalAccuracy(TopKCategoricalAccuracyOptions options)
     : Metric(options.name), o_(std::move(options)) {
-  if (o_.k < 1) {
-    throw InvalidArgument("TopKCategoricalAccuracy: expected k >= 1. Received: k=" +
-                          std::to_string(o_.k));
-  }
+  LOCKSTEP_CHECK(o_.k >= 1, "TopKCategoricalAccuracy: expected k >= 1. Received: k=", o_.k);
 }
 
 void TopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
@@ -208,10 +206,7 @@ nlohmann::json TopKCategoricalAccuracy::get_config() const {
 SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(
     SparseTopKCategoricalAccuracyOptions options)
     : Metric(options.name), o_(std::move(options)) {
-  if (o_.k < 1) {
-    throw InvalidArgument("SparseTopKCategoricalAccuracy: expected k >= 1. Received: k=" +
-                          std::to_string(o_.k));
-  }
+  LOCKSTEP_CHECK(o_.k >= 1, "SparseTopKCategoricalAccuracy: expected k >= 1. Received: k=", o_.k);
 }
 
 void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,

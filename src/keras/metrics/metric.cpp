@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <typeinfo>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/keras/metrics/mean.h"
 
@@ -20,11 +21,9 @@ void Metric::reset_state() {
 }
 
 void Metric::merge_state(const Metric& other) {
-  if (typeid(*this) != typeid(other)) {
-    throw InvalidArgument("Metric '" + name() +
-                          "'.merge_state: expected a metric of the same kind. Received: '" +
-                          other.name() + "'.");
-  }
+  LOCKSTEP_CHECK(typeid(*this) == typeid(other), "Metric '", name(),
+                 "'.merge_state: expected a metric of the same kind. Received: '", other.name(),
+                 "'.");
   total_ += other.total_;
   count_ += other.count_;
 }
@@ -34,10 +33,8 @@ std::vector<double> Metric::state() const {
 }
 
 void Metric::set_state(const std::vector<double>& state) {
-  if (state.size() != 2) {
-    throw InvalidArgument("Metric '" + name() + "'.set_state: expected 2 values (total, count). " +
-                          "Received " + std::to_string(state.size()) + ".");
-  }
+  LOCKSTEP_CHECK(state.size() == 2, "Metric '", name(),
+                 "'.set_state: expected 2 values (total, count). Received ", state.size(), ".");
   total_ = state[0];
   count_ = state[1];
 }
@@ -53,13 +50,10 @@ Tensor Metric::prepare_weights(const Tensor& sample_weight, int64_t rows, int64_
   }
   if (!sample_weight.defined()) return {};
   const int64_t n = sample_weight.num_elements();
-  if (n != 1 && n != samples && n != rows) {
-    throw InvalidArgument("Metric '" + name() +
-                          "'.update_state: expected sample_weight to be a scalar, one weight per "
-                          "sample (" +
-                          std::to_string(samples) + ") or one per value (" + std::to_string(rows) +
-                          "). Received: sample_weight " + sample_weight.describe() + ".");
-  }
+  LOCKSTEP_CHECK(n == 1 || n == samples || n == rows, "Metric '", name(),
+                 "'.update_state: expected sample_weight to be a scalar, one weight per sample (",
+                 samples, ") or one per value (", rows, "). Received: sample_weight ",
+                 sample_weight.describe(), ".");
   return as_float32(sample_weight);
 }
 

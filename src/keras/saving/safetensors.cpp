@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/core/atomic_file.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::saving {
@@ -106,25 +107,17 @@ void save_safetensors(const std::string& path,
                       const std::map<std::string, std::string>& metadata) {
   std::set<std::string> seen;
   for (const auto& [name, t] : tensors) {
-    if (name.empty() || name == "__metadata__") {
-      throw InvalidArgument(
-          "save_safetensors: expected non-empty tensor names other than "
-          "'__metadata__'. Received: name='" +
-          name + "'");
-    }
-    if (!seen.insert(name).second) {
-      throw InvalidArgument("save_safetensors: expected unique tensor names. Received: '" + name +
-                            "' twice.");
-    }
-    if (!t.defined()) {
-      throw InvalidArgument("save_safetensors: tensor '" + name + "' is undefined.");
-    }
+    LOCKSTEP_CHECK(!name.empty() && name != "__metadata__",
+                   "save_safetensors: expected non-empty tensor names other than '__metadata__'. "
+                   "Received: name='",
+                   name, "'");
+    LOCKSTEP_CHECK(seen.insert(name).second,
+                   "save_safetensors: expected unique tensor names. Received: '", name, "' twice.");
+    LOCKSTEP_CHECK(t.defined(), "save_safetensors: tensor '", name, "' is undefined.");
   }
   for (const char* reserved : {kFormat, kCrc, kTensorCrc, kHeaderCrc}) {
-    if (metadata.count(reserved)) {
-      throw InvalidArgument("save_safetensors: the metadata key '" + std::string(reserved) +
-                            "' is reserved by Lockstep.");
-    }
+    LOCKSTEP_CHECK(!metadata.count(reserved), "save_safetensors: the metadata key '", reserved,
+                   "' is reserved by Lockstep.");
   }
 
   uint32_t data_crc = crc(0, nullptr, 0);
@@ -372,12 +365,10 @@ class Loader {
       }
     }
     if (!known) {
-      if (kOtherSpecDTypes.count(code)) {
-        throw InvalidArgument("load_safetensors: tensor '" + name + "' in '" + path_ +
-                              "' has dtype " + code +
-                              ", which Lockstep does not support. Expected one of F32, BF16, "
-                              "F64, I32, I64, U8.");
-      }
+      LOCKSTEP_CHECK(
+          !kOtherSpecDTypes.count(code), "load_safetensors: tensor '", name, "' in '", path_,
+          "' has dtype ", code,
+          ", which Lockstep does not support. Expected one of F32, BF16, F64, I32, I64, U8.");
       bad("unknown dtype '" + code + "'");
     }
     const auto& js = e["shape"];

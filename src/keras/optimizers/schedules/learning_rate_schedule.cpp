@@ -5,19 +5,17 @@
 #include <nlohmann/json.hpp>
 #include <numbers>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::optimizers::schedules {
 
 ExponentialDecay::ExponentialDecay(ExponentialDecayOptions options) : o_(options) {
-  if (o_.decay_steps <= 0) {
-    throw InvalidArgument("ExponentialDecay: expected decay_steps > 0. Received: decay_steps=" +
-                          std::to_string(o_.decay_steps));
-  }
-  if (!(o_.decay_rate > 0.0)) {
-    throw InvalidArgument("ExponentialDecay: expected decay_rate > 0. Received: decay_rate=" +
-                          std::to_string(o_.decay_rate));
-  }
+  LOCKSTEP_CHECK(
+      o_.decay_steps > 0,
+      "ExponentialDecay: expected decay_steps > 0. Received: decay_steps=", o_.decay_steps);
+  LOCKSTEP_CHECK(o_.decay_rate > 0.0,
+                 "ExponentialDecay: expected decay_rate > 0. Received: decay_rate=", o_.decay_rate);
 }
 
 double ExponentialDecay::operator()(int64_t step) const {
@@ -35,16 +33,12 @@ nlohmann::json ExponentialDecay::get_config() const {
 }
 
 CosineDecay::CosineDecay(CosineDecayOptions options) : o_(options) {
-  if (o_.decay_steps <= 0) {
-    throw InvalidArgument("CosineDecay: expected decay_steps > 0. Received: decay_steps=" +
-                          std::to_string(o_.decay_steps));
-  }
-  if (o_.warmup_steps < 0 || (o_.warmup_target && o_.warmup_steps == 0)) {
-    throw InvalidArgument(
-        "CosineDecay: expected warmup_steps > 0 when warmup_target is set, and >= 0 otherwise. "
-        "Received: warmup_steps=" +
-        std::to_string(o_.warmup_steps));
-  }
+  LOCKSTEP_CHECK(o_.decay_steps > 0,
+                 "CosineDecay: expected decay_steps > 0. Received: decay_steps=", o_.decay_steps);
+  LOCKSTEP_CHECK(!(o_.warmup_steps < 0 || (o_.warmup_target && o_.warmup_steps == 0)),
+                 "CosineDecay: expected warmup_steps > 0 when warmup_target is set, and >= 0 "
+                 "otherwise. Received: warmup_steps=",
+                 o_.warmup_steps);
 }
 
 double CosineDecay::operator()(int64_t step) const {
@@ -78,16 +72,13 @@ nlohmann::json CosineDecay::get_config() const {
 PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<int64_t> boundaries,
                                                std::vector<double> values)
     : boundaries_(std::move(boundaries)), values_(std::move(values)) {
-  if (values_.size() != boundaries_.size() + 1) {
-    throw InvalidArgument(
-        "PiecewiseConstantDecay: expected len(values) == len(boundaries) + 1. Received: "
-        "len(boundaries)=" +
-        std::to_string(boundaries_.size()) + ", len(values)=" + std::to_string(values_.size()));
-  }
-  if (!std::is_sorted(boundaries_.begin(), boundaries_.end()) ||
-      std::adjacent_find(boundaries_.begin(), boundaries_.end()) != boundaries_.end()) {
-    throw InvalidArgument("PiecewiseConstantDecay: expected strictly increasing boundaries.");
-  }
+  LOCKSTEP_CHECK(values_.size() == boundaries_.size() + 1,
+                 "PiecewiseConstantDecay: expected len(values) == len(boundaries) + 1. Received: "
+                 "len(boundaries)=",
+                 boundaries_.size(), ", len(values)=", values_.size());
+  LOCKSTEP_CHECK(!(!std::is_sorted(boundaries_.begin(), boundaries_.end()) ||
+                   std::adjacent_find(boundaries_.begin(), boundaries_.end()) != boundaries_.end()),
+                 "PiecewiseConstantDecay: expected strictly increasing boundaries.");
 }
 
 double PiecewiseConstantDecay::operator()(int64_t step) const {
