@@ -3,6 +3,7 @@
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/profiler.h"
 #include "lockstep/core/random.h"
 #include "lockstep/core/shape.h"
 #include "lockstep/core/storage.h"

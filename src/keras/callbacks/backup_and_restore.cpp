@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/profiler.h"
 #include "lockstep/distribute/replica_context.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/initializers.h"
@@ -257,6 +258,7 @@ void BackupAndRestore::on_train_begin(const Logs&) {
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
+  profiler::ScopedSpan write(profiler::Phase::kCheckpoint);
   // Every worker takes part: the Dropout streams are gathered with a collective.
   std::map<std::string, std::string> metadata = random_state_metadata(model());
   if (is_chief()) {
@@ -274,7 +276,9 @@ void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
                      {"backup.iterator_position", std::to_string(position.position)}});
     saving::save_safetensors(backup_path(), tensors, metadata);
   }
+  write.end();
   // No worker may run ahead into an epoch whose predecessor has no backup yet.
+  profiler::ScopedSpan wait(profiler::Phase::kWait);
   barrier_workers();
 }
 
