@@ -194,8 +194,9 @@ TEST_F(Recorder, RefusesASecondStartAndAnEmptyBuffer) {
 }
 
 TEST(ProfilerPhase, NamesEveryPhase) {
-  const char* names[] = {"none",         "step",       "input",  "replica", "forward",   "backward",
-                         "local_reduce", "all_reduce", "update", "wait",    "checkpoint"};
+  const char* names[] = {"none",    "step",     "input",        "replica",
+                         "forward", "backward", "local_reduce", "all_reduce",
+                         "update",  "wait",     "checkpoint",   "tasks"};
   for (int p = 0; p < kNumPhases; ++p) EXPECT_EQ(phase_name(static_cast<Phase>(p)), names[p]) << p;
 }
 

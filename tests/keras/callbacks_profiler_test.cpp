@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -67,7 +68,12 @@ class ProfilerFiles : public ::testing::Test {
   }
   void TearDown() override {
     if (profiler::recording()) profiler::stop();
-    fs::remove_all(dir_);
+    // A failing test leaves its profile to look at.
+    if (HasFailure()) {
+      std::cerr << "profile kept in " << dir_ << "\n";
+    } else {
+      fs::remove_all(dir_);
+    }
   }
   std::string read(const std::string& name) const {
     std::ifstream f(dir_ / name);
@@ -204,7 +210,7 @@ TEST_F(ProfilerFiles, FitWritesTheFourFilesAndATraceEventFormatTrace) {
 TEST_F(ProfilerFiles, SpansNestOnEveryTrackAndAStepsSpansAccountForItsWallTime) {
   distribute::Strategy strategy(config(2, 2));
   auto dist = strategy.experimental_distribute_dataset(random_dataset(2 * 128, 2));
-  const distribute::ProfileSummary s = fit_profiled(strategy, dist, 22, 3, 22);
+  const distribute::ProfileSummary s = fit_profiled(strategy, dist, 42, 3, 42);
   const auto tracks = by_track(spans_of(trace()));
   const auto names = thread_names(trace());
   int64_t wall = 0, covered = 0;
@@ -241,13 +247,13 @@ TEST_F(ProfilerFiles, SpansNestOnEveryTrackAndAStepsSpansAccountForItsWallTime) 
       per_step.push_back(static_cast<double>(children) / static_cast<double>(events[i].dur_ns));
     }
   }
-  ASSERT_EQ(per_step.size(), 20u);
-  // The phases of the steps sum to within 5% of their wall time (overall, and for the median
-  // step: a preemption inside an untraced stretch of one step is not the profiler's gap).
-  EXPECT_GE(static_cast<double>(covered), 0.95 * static_cast<double>(wall))
-      << "covered " << covered << " ns of " << wall;
-  std::nth_element(per_step.begin(), per_step.begin() + 10, per_step.end());
-  EXPECT_GE(per_step[10], 0.95);
+  ASSERT_EQ(per_step.size(), 40u);
+  // The phases of a step sum to within 5% of its wall time. A thread the OS deschedules between
+  // two spans leaves that time untraced (on a busy machine, milliseconds at a time, in a few
+  // steps): 36 of the 40 steps must be covered, not every one.
+  const auto covered_steps =
+      std::count_if(per_step.begin(), per_step.end(), [](double c) { return c >= 0.95; });
+  EXPECT_GE(covered_steps, 36) << "covered " << covered << " ns of " << wall << " in all";
   // The summary's rows add up to the step time.
   double rows = 0;
   for (const distribute::PhaseRow& r : s.phases) rows += r.mean_ms;
@@ -281,9 +287,14 @@ TEST_F(ProfilerFiles, ASlowInputPipelineIsInputBoundAndAFastOneIsNot) {
   EXPECT_NE(read("report.html").find("add prefetch / num_parallel_calls / cache before batch"),
             std::string::npos);
 
+  // Batches cached in memory after the first pass (8 batches): from step 10 on, the host takes
+  // each from memory in microseconds. (A shuffle buffer refilled every pass stalls the host, and
+  // so does a prefetch thread that a busy machine deschedules: the profiler rightly reports either
+  // as input-bound.)
+  testing::ClassificationData d = testing::random_classification(8 * 256, kInputs, kClasses, 3);
   auto fast = strategy.experimental_distribute_dataset(
-      random_dataset(2 * 128, 3).prefetch(Dataset::AUTOTUNE));
-  const distribute::ProfileSummary f = fit_profiled(strategy, fast, 12, 2, 12);
+      Dataset::from_tensor_slices({d.x, d.y}).batch(256).cache().repeat());
+  const distribute::ProfileSummary f = fit_profiled(strategy, fast, 24, 10, 24);
   EXPECT_NE(input_verdict(f).severity, Severity::kBound) << input_verdict(f).message;
   EXPECT_LT(f.input_percent, 20.0);
 }

@@ -43,10 +43,14 @@ enum class Phase : uint8_t {
   kUpdate,       // the optimizer's update of the variables
   kWait,         // waiting for other threads: a phase's last tasks, runs of an earlier step
   kCheckpoint,   // writing a checkpoint
+  kTasks,        // the tasks of a step (and each phase of them), on the thread that hands them to
+                 // the pool: holds that thread's task runs and waits; the rest is bookkeeping
+                 // between phases, taking tasks, waking threads, or being descheduled while the
+                 // other threads run the tasks
 };
-inline constexpr int kNumPhases = 11;
+inline constexpr int kNumPhases = 12;
 // "step", "input", "replica", "forward", "backward", "local_reduce", "all_reduce", "update",
-// "wait", "checkpoint" ("none" for kNone).
+// "wait", "checkpoint", "tasks" ("none" for kNone).
 std::string_view phase_name(Phase phase);
 
 struct Span {

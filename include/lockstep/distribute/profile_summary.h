@@ -4,7 +4,10 @@
 //
 // Per step, the *host view* is the thread that ran the step (its StepTrace): each of its spans
 // inside the step counts its exclusive time (its duration less its children's) to its phase, and
-// what no span covers is "other", so the rows of a step add up to its wall time exactly. The
+// what no span covers is "other", so the rows of a step add up to its wall time exactly. Its
+// "tasks (scheduling)" row is the time it spent handing the step's tasks to the pool without
+// running one or waiting for one: bookkeeping between phases, taking tasks, waking threads, and —
+// on a busy machine — being descheduled while the threads it woke ran the tasks. The
 // *all threads* figure adds the exclusive times of every thread of the worker whose spans began
 // inside the step (the pool threads working in parallel: forward on two threads counts twice).
 //

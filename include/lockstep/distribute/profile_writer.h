@@ -15,11 +15,13 @@ namespace lockstep::distribute {
 
 class Strategy;
 
-// Collective across the strategy's workers: call it on every worker, after profiler::stop(). The
-// chief gathers every worker's spans, creates `dir` and writes the four files there; it returns
-// the summary. Other workers write nothing and return nullopt. Throws FailedPrecondition while the
-// profiler is recording and Unavailable when `dir` cannot be written (naming the path).
-std::optional<ProfileSummary> write_profile(const std::string& dir, const Strategy& strategy,
+// Collective across the strategy's workers: call it on every worker, after profiler::stop(). It
+// first waits until no task of the strategy's pool is running (a task's span ends just after its
+// result is committed, which may be after the step returned), then the chief gathers every
+// worker's spans, creates `dir` and writes the four files there; it returns the summary. Other
+// workers write nothing and return nullopt. Throws FailedPrecondition while the profiler is
+// recording and Unavailable when `dir` cannot be written (naming the path).
+std::optional<ProfileSummary> write_profile(const std::string& dir, Strategy& strategy,
                                             const VerdictThresholds& thresholds = {});
 
 }  // namespace lockstep::distribute

@@ -131,6 +131,8 @@ std::string_view phase_name(Phase phase) {
       return "wait";
     case Phase::kCheckpoint:
       return "checkpoint";
+    case Phase::kTasks:
+      return "tasks";
   }
   return "unknown";
 }

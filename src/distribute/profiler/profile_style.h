@@ -27,6 +27,7 @@ inline const std::vector<PhaseStyle>& phases() {
       {profiler::Phase::kUpdate, "#59a14f", "update"},
       {profiler::Phase::kCheckpoint, "#edc948", "checkpoint"},
       {profiler::Phase::kWait, "#bab0ac", "wait"},
+      {profiler::Phase::kTasks, "#d9c3b0", "tasks (scheduling)"},
       {profiler::Phase::kStep, "#dddddd", "other (untraced)"},
   };
   return styles;

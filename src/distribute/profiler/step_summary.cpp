@@ -265,9 +265,9 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
   }
 
   // The table, host view: the rows add up to the step time.
-  const Phase rows[] = {Phase::kInput,       Phase::kForward,   Phase::kBackward, Phase::kReplica,
-                        Phase::kLocalReduce, Phase::kAllReduce, Phase::kUpdate,   Phase::kWait,
-                        Phase::kCheckpoint,  Phase::kStep};
+  const Phase rows[] = {Phase::kInput,       Phase::kForward,    Phase::kBackward, Phase::kReplica,
+                        Phase::kLocalReduce, Phase::kAllReduce,  Phase::kUpdate,   Phase::kWait,
+                        Phase::kTasks,       Phase::kCheckpoint, Phase::kStep};
   for (Phase p : rows) {
     std::vector<double> v, all;
     for (const StepSample* s : samples) {
@@ -278,6 +278,7 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     row.phase = p;
     row.name = p == Phase::kStep      ? "other (untraced)"
                : p == Phase::kReplica ? "replica (rest)"
+               : p == Phase::kTasks   ? "tasks (scheduling)"
                                       : std::string(profiler::phase_name(p));
     row.mean_ms = mean(v);
     row.p50_ms = percentile(v, 50);
@@ -286,7 +287,8 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     for (double x : v) sum += x;
     row.share_percent = wall_total > 0 ? 100.0 * sum / wall_total : 0;
     row.all_threads_ms = p == Phase::kStep ? 0 : mean(all);
-    if (p == Phase::kCheckpoint && sum == 0) continue;
+    // Rows that only some programs have (no task pool in a custom loop, no checkpoint).
+    if ((p == Phase::kCheckpoint || p == Phase::kTasks) && sum == 0) continue;
     out.phases.push_back(row);
   }
 

@@ -1,3 +1,4 @@
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 
@@ -6,6 +7,7 @@
 #include "lockstep/distribute/profile_trace.h"
 #include "lockstep/distribute/profile_writer.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/task_pool.h"
 
 namespace lockstep::distribute {
 
@@ -23,7 +25,7 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace
 
-std::optional<ProfileSummary> write_profile(const std::string& dir, const Strategy& strategy,
+std::optional<ProfileSummary> write_profile(const std::string& dir, Strategy& strategy,
                                             const VerdictThresholds& thresholds) {
   if (profiler::recording()) {
     throw FailedPrecondition(
@@ -33,6 +35,7 @@ std::optional<ProfileSummary> write_profile(const std::string& dir, const Strate
   if (dir.empty()) {
     throw InvalidArgument("write_profile: expected a directory for the profile. Received: \"\".");
   }
+  strategy.task_pool().wait_for_runs_before(UINT64_MAX);
   ProfileTrace trace = gather_trace(strategy.cross_worker());
   if (trace.workers.empty()) return std::nullopt;
   const std::filesystem::path root(dir);

@@ -598,6 +598,8 @@ void ReplicatedStep::all_reduce_across_workers() {
 }
 
 void ReplicatedStep::run(ReplicaFn fn, bool apply) {
+  // The step's phases of tasks and what runs between them.
+  profiler::ScopedSpan trace(profiler::Phase::kTasks);
   TaskPool& pool = strategy_.task_pool();
   step_first_phase_ = pool.stats().phases + 1;
   parity_ = 1 - parity_;

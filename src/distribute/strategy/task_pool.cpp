@@ -144,6 +144,9 @@ bool TaskPool::spinning_allowed() {
 }
 
 uint64_t TaskPool::run(TaskPhase& phase) {
+  // Holds the caller's runs and waits; the rest of it is scheduling, or time the caller was
+  // descheduled while the helpers it woke ran the phase (a busy machine).
+  profiler::ScopedSpan tasks(profiler::Phase::kTasks);
   const uint64_t seq = ++sequence_;
   Record& rec = *ring_[seq % kRing];
   // A record is reused only once nobody works on its old phase (losing runs may linger).
