@@ -218,6 +218,31 @@ TEST(ProfileSummary, ReplicasFetchingTheirOwnInputCountTheLongestWait) {
   EXPECT_EQ(verdict(s, "input").severity, Severity::kBound);
 }
 
+TEST(ProfileSummary, AReplicaRunAfterAnotherOnOneThreadMadeNobodyWait) {
+  // The host ran both replicas in turn while the other thread was descheduled: replica 1 finished
+  // last, but no thread waited for it; the host's step was mostly handing out tasks.
+  ProfileTrace t;
+  t.origin_ns = kOrigin;
+  t.workers.push_back(
+      {0,
+       {thread(1, "host / pool thread 0",
+               {us(Phase::kReplica, 0, 300, 1, 0), us(Phase::kReplica, 700, 1000, 1, 1),
+                us(Phase::kTasks, 0, 1000, 1), us(Phase::kStep, 0, 1000, 1)}),
+        thread(2, "pool thread 1", {})}});
+  const ProfileSummary s = summarize(t);
+  ASSERT_EQ(s.replicas.size(), 2u);
+  EXPECT_NEAR(s.replicas[1].last_percent, 100.0, 1e-9);
+  EXPECT_NEAR(s.replicas[1].others_wait_ms, 0.0, 1e-9);
+  EXPECT_NEAR(row(s, Phase::kTasks).mean_ms, 0.4, 1e-9);
+  EXPECT_EQ(row(s, Phase::kTasks).name, "tasks (scheduling)");
+  const Verdict& v = verdict(s, "scheduling");
+  EXPECT_NEAR(v.percent, 40.0, 1e-9);
+  EXPECT_EQ(v.severity, Severity::kWarning);
+  EXPECT_EQ(summarize(t, {.scheduling_percent = 41}).verdicts.size(), s.verdicts.size());
+  EXPECT_EQ(verdict(summarize(t, {.scheduling_percent = 41}), "scheduling").severity,
+            Severity::kOk);
+}
+
 TEST(ProfileSummary, NamesTheSlowestWorkerAndTheCommunicationShare) {
   // Worker 1 computes 0.9 ms per step, worker 0 0.6 ms and then waits in the all-reduce; worker 0's
   // communication thread all-reduced [100, 800] us of step 1 while the host computed until 600.

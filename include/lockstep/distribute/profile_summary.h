@@ -22,6 +22,9 @@
 //                  earlier step), and across workers the time the others waited for the slowest
 //                  worker, in percent of step time: >= 10% flagged, naming the slowest replica or
 //                  worker.
+//   scheduling     the host's "tasks (scheduling)" time, in percent of step time: >= 20% means the
+//                  step's thread was mostly descheduled while the pool's other threads ran the
+//                  tasks (another program shares the cores).
 //   backups        backup runs per task run: >= 5% means threads are often descheduled.
 //   dropped        spans lost to a full buffer: the figures cover fewer steps than recorded.
 #include <array>
@@ -39,13 +42,15 @@ struct VerdictThresholds {
   double input_moderate_percent = 5;
   double communication_bound_percent = 20;
   double straggler_percent = 10;
+  double scheduling_percent = 20;
   double backup_percent = 5;
 };
 
 enum class Severity { kOk, kWarning, kBound };
 
 struct Verdict {
-  std::string topic;  // "input", "communication", "stragglers", "backups", "dropped"
+  // "input", "communication", "stragglers", "scheduling", "backups", "dropped" (or "steps")
+  std::string topic;
   Severity severity = Severity::kOk;
   double percent = 0;  // the measure compared with the thresholds
   std::string message;
@@ -64,7 +69,9 @@ struct ReplicaStats {
   double mean_ms = 0;         // its committed run (the first to finish), mean per step
   double last_percent = 0;    // steps in which it finished last
   double others_wait_ms = 0;  // per step it finished last: mean over the other replicas of how
-                              // much later than them it finished
+                              // much later than them it finished, counting only those whose run
+                              // ended on another thread (a thread that ran one replica and then
+                              // this one did not wait for it)
 };
 
 struct WorkerStats {

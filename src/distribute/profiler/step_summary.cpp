@@ -6,6 +6,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/profile_summary.h"
+#include "span_order.h"
 
 namespace lockstep::distribute {
 
@@ -36,9 +37,7 @@ struct Forest {
 Forest build_forest(const profiler::ThreadSpans& t) {
   Forest f;
   for (const Span& s : t.spans) f.spans.push_back(&s);
-  std::stable_sort(f.spans.begin(), f.spans.end(), [](const Span* a, const Span* b) {
-    return a->begin_ns != b->begin_ns ? a->begin_ns < b->begin_ns : a->end_ns > b->end_ns;
-  });
+  std::sort(f.spans.begin(), f.spans.end(), span_order::parent_first);
   const size_t n = f.spans.size();
   f.parent.assign(n, -1);
   f.root.assign(n, -1);
@@ -97,7 +96,11 @@ struct StepSample {
   std::array<double, kPhases> host{};  // ms; kStep: other
   std::array<double, kPhases> all{};   // ms, every thread
   std::map<int, double> input_per_thread;
-  std::map<int, std::pair<int64_t, int64_t>> replica_finish;  // replica -> (end, duration)
+  struct Run {
+    int64_t end = 0, duration = 0;
+    int thread = 0;
+  };
+  std::map<int, Run> replica_finish;  // replica -> its first run to finish (the one committed)
   int64_t comm_ns = 0, comm_hidden_ns = 0;
   std::vector<std::pair<int64_t, int64_t>> host_allreduce;
   double wall() const { return ms(end - begin); }
@@ -179,9 +182,9 @@ WorkerAnalysis analyse(const WorkerSpans& w) {
       if (s.phase == Phase::kInput)
         step->input_per_thread[static_cast<int>(t)] += ms(s.end_ns - s.begin_ns);
       if (s.phase == Phase::kReplica && s.replica >= 0) {
-        auto [it, fresh] =
-            step->replica_finish.try_emplace(s.replica, s.end_ns, s.end_ns - s.begin_ns);
-        if (!fresh && s.end_ns < it->second.first) it->second = {s.end_ns, s.end_ns - s.begin_ns};
+        const StepSample::Run run{s.end_ns, s.end_ns - s.begin_ns, static_cast<int>(t)};
+        auto [it, fresh] = step->replica_finish.try_emplace(s.replica, run);
+        if (!fresh && s.end_ns < it->second.end) it->second = run;
       }
       if (is_host) {
         const int r = f.root[i];
@@ -238,7 +241,8 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
   out.steps = static_cast<int64_t>(samples.size());
   out.between_steps_ms = mean(gaps);
 
-  double wall_total = 0, input_total = 0, exposed_total = 0, hidden_total = 0, wait_total = 0;
+  double wall_total = 0, input_total = 0, exposed_total = 0, hidden_total = 0, wait_total = 0,
+         tasks_total = 0;
   std::vector<double> walls;
   for (const StepSample* s : samples) {
     walls.push_back(s->wall());
@@ -247,6 +251,7 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     exposed_total += s->host[index(Phase::kAllReduce)];
     hidden_total += ms(s->comm_hidden_ns);
     wait_total += s->host[index(Phase::kWait)];
+    tasks_total += s->host[index(Phase::kTasks)];
   }
   if (!samples.empty()) {
     out.first_step = samples.front()->step;
@@ -300,16 +305,18 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     if (s->replica_finish.size() < 1) continue;
     ++replica_steps;
     int slowest = -1;
-    int64_t latest = 0;
-    for (const auto& [r, fd] : s->replica_finish) {
-      run_ms[r].push_back(ms(fd.second));
-      if (slowest < 0 || fd.first > latest) slowest = r, latest = fd.first;
+    for (const auto& [r, run] : s->replica_finish) {
+      run_ms[r].push_back(ms(run.duration));
+      if (slowest < 0 || run.end > s->replica_finish.at(slowest).end) slowest = r;
     }
     ++last_count[slowest];
     if (s->replica_finish.size() > 1) {
+      // A replica whose run ended on another thread left that thread waiting for the slowest; one
+      // that ran before it on its own thread did not (the thread went on to run it).
+      const StepSample::Run& last = s->replica_finish.at(slowest);
       double waited = 0;
-      for (const auto& [r, fd] : s->replica_finish)
-        if (r != slowest) waited += ms(latest - fd.first);
+      for (const auto& [r, run] : s->replica_finish)
+        if (r != slowest && run.thread != last.thread) waited += ms(last.end - run.end);
       lag[slowest].push_back(waited / static_cast<double>(s->replica_finish.size() - 1));
     }
   }
@@ -450,6 +457,22 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
                   " - its machine is busier or slower, or its input pipeline is";
     } else {
       v.message = "no worker straggles: " + what;
+    }
+    out.verdicts.push_back(v);
+  }
+  if (tasks_total > 0) {
+    const double p = wall_total > 0 ? 100.0 * tasks_total / wall_total : 0;
+    Verdict v{"scheduling", Severity::kOk, p, ""};
+    const std::string what =
+        percent_text(p) +
+        " of step time handing tasks to the pool without running or waiting for one";
+    if (p >= th.scheduling_percent) {
+      v.severity = Severity::kWarning;
+      v.message = "the step's thread was often descheduled: " + what +
+                  " - the other threads ran its tasks meanwhile; another program shares the "
+                  "cores (fewer pool threads, LOCKSTEP_NUM_THREADS, may help)";
+    } else {
+      v.message = what;
     }
     out.verdicts.push_back(v);
   }

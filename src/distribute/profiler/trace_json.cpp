@@ -3,6 +3,7 @@
 #include <string>
 
 #include "lockstep/distribute/profile_trace.h"
+#include "span_order.h"
 
 namespace lockstep::distribute {
 
@@ -65,10 +66,7 @@ std::string trace_event_json(const ProfileTrace& trace) {
       std::vector<const profiler::Span*> order;
       order.reserve(t.spans.size());
       for (const profiler::Span& s : t.spans) order.push_back(&s);
-      std::stable_sort(
-          order.begin(), order.end(), [](const profiler::Span* a, const profiler::Span* b) {
-            return a->begin_ns != b->begin_ns ? a->begin_ns < b->begin_ns : a->end_ns > b->end_ns;
-          });
+      std::sort(order.begin(), order.end(), span_order::parent_first);
       for (const profiler::Span* s : order) {
         std::string name = s->phase == profiler::Phase::kStep
                                ? "step " + std::to_string(s->step)
