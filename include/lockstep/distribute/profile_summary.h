@@ -18,10 +18,10 @@
 //                  input-bound, >= 5% moderately input-bound, else not input-bound.
 //   communication  the cross-worker all-reduce the host waited for (not hidden under backward),
 //                  in percent of step time: >= 20% communication-bound.
-//   stragglers     the host's time waiting for other threads (a phase's last tasks, runs of an
-//                  earlier step), and across workers the time the others waited for the slowest
-//                  worker, in percent of step time: >= 10% flagged, naming the slowest replica or
-//                  worker.
+//   stragglers     per step, how long the threads of the other replicas waited for the last one
+//                  to finish (a replica run after another on the same thread made nobody wait),
+//                  and across workers how long the others waited for the slowest worker, in
+//                  percent of step time: >= 10% flagged, naming the replica or worker.
 //   scheduling     the host's "tasks (scheduling)" time, in percent of step time: >= 20% means the
 //                  step's thread was mostly descheduled while the pool's other threads ran the
 //                  tasks (another program shares the cores).

@@ -241,8 +241,7 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
   out.steps = static_cast<int64_t>(samples.size());
   out.between_steps_ms = mean(gaps);
 
-  double wall_total = 0, input_total = 0, exposed_total = 0, hidden_total = 0, wait_total = 0,
-         tasks_total = 0;
+  double wall_total = 0, input_total = 0, exposed_total = 0, hidden_total = 0, tasks_total = 0;
   std::vector<double> walls;
   for (const StepSample* s : samples) {
     walls.push_back(s->wall());
@@ -250,7 +249,6 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     input_total += s->input_wait();
     exposed_total += s->host[index(Phase::kAllReduce)];
     hidden_total += ms(s->comm_hidden_ns);
-    wait_total += s->host[index(Phase::kWait)];
     tasks_total += s->host[index(Phase::kTasks)];
   }
   if (!samples.empty()) {
@@ -301,6 +299,7 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
   std::map<int, std::vector<double>> run_ms, lag;
   std::map<int, int64_t> last_count;
   int64_t replica_steps = 0;
+  double replica_lag_total = 0;  // ms, summed over steps
   for (const StepSample* s : samples) {
     if (s->replica_finish.size() < 1) continue;
     ++replica_steps;
@@ -318,6 +317,7 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
       for (const auto& [r, run] : s->replica_finish)
         if (r != slowest && run.thread != last.thread) waited += ms(last.end - run.end);
       lag[slowest].push_back(waited / static_cast<double>(s->replica_finish.size() - 1));
+      replica_lag_total += lag[slowest].back();
     }
   }
   for (const auto& [r, v] : run_ms) {
@@ -419,25 +419,24 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     }
     out.verdicts.push_back(v);
   }
-  {
-    const double p = wall_total > 0 ? 100.0 * wait_total / wall_total : 0;
-    Verdict v{"stragglers", Severity::kOk, p, ""};
-    std::string who;
-    const ReplicaStats* slowest = nullptr;
+  if (out.replicas.size() > 1) {
+    const double p = wall_total > 0 ? 100.0 * replica_lag_total / wall_total : 0;
+    const ReplicaStats* slowest = &out.replicas.front();
     for (const ReplicaStats& r : out.replicas)
-      if (slowest == nullptr || r.last_percent > slowest->last_percent) slowest = &r;
-    if (slowest != nullptr && out.replicas.size() > 1) {
-      who = "; replica " + std::to_string(slowest->replica) + " finished last in " +
-            percent_text(slowest->last_percent) + " of steps (the others waited " +
-            fixed(slowest->others_wait_ms, 3) + " ms for it)";
-    }
-    const std::string what = percent_text(p) + " of step time waiting for other threads" + who;
+      if (r.last_percent > slowest->last_percent) slowest = &r;
+    Verdict v{"stragglers", Severity::kOk, p, ""};
+    const std::string what =
+        "replica " + std::to_string(slowest->replica) + " finished last in " +
+        percent_text(slowest->last_percent) + " of steps; the other replicas' threads waited " +
+        fixed(replica_lag_total / static_cast<double>(std::max<int64_t>(replica_steps, 1)), 3) +
+        " ms per step for the last one (" + percent_text(p) + " of step time)";
     if (p >= th.straggler_percent) {
       v.severity = Severity::kWarning;
-      v.message = "threads wait for stragglers: " + what +
-                  " - a busy machine (fewer threads than cores helps) or uneven replica slices";
+      v.message = "a replica straggles: " + what +
+                  " - its thread started late or was descheduled (a busy machine), or its slice "
+                  "of the batch is larger";
     } else {
-      v.message = "no thread straggles: " + what;
+      v.message = "no replica straggles: " + what;
     }
     out.verdicts.push_back(v);
   }
