@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -23,6 +25,7 @@
 #include "lockstep/distribute/profile_writer.h"
 #include "lockstep/distribute/strategies.h"
 #include "lockstep/distribute/strategy.h"
+#include "lockstep/distribute/task_pool.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/layers.h"
 #include "lockstep/keras/losses.h"
@@ -159,9 +162,33 @@ std::map<std::pair<int, int>, std::string> thread_names(const nlohmann::json& tr
   return out;
 }
 
+// Holds each thread of the pool at its replica task until all three have one: every thread runs
+// one replica per step (on a busy machine the caller could otherwise run them all while the other
+// threads wait for a core). A test hook, not a sleep.
+class OneReplicaPerThread {
+ public:
+  explicit OneReplicaPerThread(distribute::TaskPool& pool) : pool_(pool) {
+    pool_.set_run_hook([this](int kind, int, int, bool backup) {
+      if (kind != 0 || backup) return;
+      std::unique_lock lock(mu_);
+      const int64_t round = arrived_++ / 3;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return arrived_ >= 3 * (round + 1); });
+    });
+  }
+  ~OneReplicaPerThread() { pool_.set_run_hook({}); }
+
+ private:
+  distribute::TaskPool& pool_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t arrived_ = 0;
+};
+
 TEST_F(ProfilerFiles, FitWritesTheFourFilesAndATraceEventFormatTrace) {
   distribute::Strategy strategy(config(3, 3));
   auto dist = strategy.experimental_distribute_dataset(random_dataset(3 * 64, 1));
+  OneReplicaPerThread hold(strategy.task_pool());
   const distribute::ProfileSummary s = fit_profiled(strategy, dist, 12, 2, 11);
   for (const char* f : {"trace.json", "summary.txt", "steps.svg", "report.html"})
     EXPECT_TRUE(fs::is_regular_file(dir_ / f)) << f;
