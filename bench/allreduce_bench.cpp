@@ -27,7 +27,7 @@ using lockstep::Tensor;
 using lockstep::distribute::ReduceOp;
 using lockstep::distribute::SharedMemoryGroup;
 
-constexpr double kTwoCoreBandwidth = 24e9;  // bytes/s, MACHINE.md
+constexpr double kTwoCoreBandwidth = 24e9;  // bytes/s, docs/machine.md
 
 SharedMemoryGroup& group_of(int n) {
   // Built before the benchmark threads start (see main), so no thread races to create one.

@@ -22,7 +22,7 @@ WORKERS = (8, 64, 512, 4096)
 # Compute per step of one worker of this machine (2 cores): the seed model at 2 x 128 examples
 # runs ~500k examples/s quiet (docs/performance.md), 0.5 ms a step; a 100M-parameter dense model
 # costs ~6 flop per parameter per example (forward 2, backward 4), at ~350 GFLOP/s on 2 cores
-# (MACHINE.md: oneDNN fp32 ~173 GFLOP/s per core) for 256 examples a step.
+# (docs/machine.md: oneDNN fp32 ~173 GFLOP/s per core) for 256 examples a step.
 SEED_STEP_S = 256 / 500e3
 BIG_STEP_S = 6 * BIG_PARAMS * 256 / 350e9
 BACKWARD_FRACTION = 2 / 3

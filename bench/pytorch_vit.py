@@ -14,7 +14,7 @@ torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's mixed precision on CPUs: 
 convolutions in bfloat16, softmax and normalizations in float32, float32 weights).
 
 Set the threads before starting, as for the other peers: OMP_NUM_THREADS=1 and
-OPENBLAS_NUM_THREADS=2 (PyTorch's best on this 2-core machine, see MACHINE.md) with --threads 1,
+OPENBLAS_NUM_THREADS=2 (PyTorch's best on this 2-core machine, see docs/machine.md) with --threads 1,
 or --threads 2. Writes one JSON object: seconds_per_epoch, samples_per_second (per epoch),
 global_batch_size, steps_per_epoch, loss, test_accuracy (with --evaluate), precision, threads.
 

@@ -1,6 +1,9 @@
 # Flags for Lockstep's own targets (not for third-party code).
 function(lockstep_target_options target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror)
+  target_compile_options(${target} PRIVATE -Wall -Wextra)
+  if(LOCKSTEP_WARNINGS_AS_ERRORS)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
   # GCC 12 reports -Wrestrict false positives inside libstdc++'s std::string operator+ at -O3
   # (GCC bug 105329); they are not in our code and would otherwise fail -Werror builds.
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")

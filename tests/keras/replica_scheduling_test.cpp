@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "lockstep/distribute/replicated_step.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/task_pool.h"
 #include "lockstep/keras.h"
@@ -94,6 +96,30 @@ TEST(ReplicaScheduling, WeightsAreBitIdenticalOnAnyNumberOfThreads) {
           << n << " replicas on " << t << " threads differ from 1 thread";
     }
   }
+}
+
+// A model's update written with non-temporal stores (the path of models larger than the caches,
+// forced here by a zero threshold) gives the bytes ordinary stores give, on 1 and 3 threads.
+TEST(ReplicaScheduling, StreamedUpdateWritesTheSameBits) {
+  const size_t saved = distribute::ReplicatedStep::streaming_threshold();
+  std::string reference, streamed_one, streamed_three;
+  distribute::ReplicatedStep::set_streaming_threshold(SIZE_MAX);
+  {
+    distribute::Strategy strategy(config(3, 3));
+    reference = fit_bytes(strategy);
+  }
+  distribute::ReplicatedStep::set_streaming_threshold(0);
+  {
+    distribute::Strategy strategy(config(3, 1));
+    streamed_one = fit_bytes(strategy);
+  }
+  {
+    distribute::Strategy strategy(config(3, 3));
+    streamed_three = fit_bytes(strategy);
+  }
+  distribute::ReplicatedStep::set_streaming_threshold(saved);
+  EXPECT_TRUE(streamed_one == reference);
+  EXPECT_TRUE(streamed_three == reference);
 }
 
 // Holds the first replica task a helper thread takes from the given step on, until the step's

@@ -124,6 +124,35 @@ TEST(MpiAllReduce, SplitsIntoPacksWithTheSameResult) {
   for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], closed_sum(comm.size(), i));
 }
 
+// Ranks of one host all-reduce through a shared segment (futex waits) unless the user turned it
+// off; the suite runs both ways (mpi_collectives_*_over_mpi set LOCKSTEP_MPI_HOST_SHARED=0).
+TEST(MpiAllReduce, RanksOfOneHostUseTheSharedSegmentUnlessTurnedOff) {
+  auto* mpi_comm = dynamic_cast<MpiCommunicator*>(g_comm);
+  if (mpi_comm == nullptr) GTEST_SKIP() << "not launched by mpirun: no MPI";
+  const char* env = std::getenv("LOCKSTEP_MPI_HOST_SHARED");
+  const bool off = env != nullptr && std::string(env) == "0";
+  EXPECT_EQ(mpi_comm->uses_host_shared_memory(), mpi_comm->size() > 1 && !off);
+}
+
+// 2.5 M floats (10 MB) per rank is more than one slot of the shared segment (at most 4 MiB): the
+// all-reduce goes in several packs through alternating slot sets.
+TEST(MpiAllReduce, BuffersLargerThanASlotMatchClosedForms) {
+  Communicator& comm = *g_comm;
+  const size_t count = 2'500'000;
+  std::vector<float> sum(count);
+  std::vector<double> mean(count);
+  for (size_t i = 0; i < count; ++i) {
+    sum[i] = static_cast<float>(contribution(comm.rank(), i));
+    mean[i] = contribution(comm.rank(), i);
+  }
+  comm.all_reduce(std::span<float>(sum), ReduceOp::SUM);
+  comm.all_reduce(std::span<double>(mean), ReduceOp::MEAN);
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(sum[i], static_cast<float>(closed_sum(comm.size(), i))) << "element " << i;
+    ASSERT_EQ(mean[i], closed_sum(comm.size(), i) / comm.size()) << "element " << i;
+  }
+}
+
 float noise(int r, size_t i) {
   uint64_t x = (static_cast<uint64_t>(r) << 32) ^ (i * 0x9E3779B97F4A7C15ull);
   x ^= x >> 29;

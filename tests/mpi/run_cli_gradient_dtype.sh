@@ -2,7 +2,9 @@
 # `mpirun -np 2 lockstep train --gradient-dtype D`: with bfloat16 the bytes each worker hands to
 # MPI's all-reduce — counted by a PMPI interposer, not by Lockstep — are about half of float32's
 # (the gradients are; the few per-epoch metric all-reduces are not), the history reports the
-# parameter count x 2 instead of x 4, and both runs train.
+# parameter count x 2 instead of x 4, and both runs train. The ranks share a host, where gradients
+# would go through the shared segment instead of MPI: LOCKSTEP_MPI_HOST_SHARED=0 makes them take
+# the path that crosses hosts.
 #   run_cli_gradient_dtype.sh <mpirun> <lockstep> <libmpi_bytes_interposer.so>
 set -u
 MPIRUN=$1 LOCKSTEP=$2 INTERPOSER=$3
@@ -10,6 +12,7 @@ DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 for d in float32 bfloat16; do
   timeout -k 5 150 "$MPIRUN" --oversubscribe --bind-to none -np 2 -x LD_PRELOAD="$INTERPOSER" \
+    -x LOCKSTEP_MPI_HOST_SHARED=0 \
     "$LOCKSTEP" train --replicas 1 --epochs 1 --steps-per-epoch 20 --verbose 0 --timeout 60 \
     --gradient-dtype "$d" --history "$DIR/$d.json" 2>"$DIR/$d.err" ||
     { echo "FAIL: --gradient-dtype $d exited $?"; cat "$DIR/$d.err"; exit 1; }

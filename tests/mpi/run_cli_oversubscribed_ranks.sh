@@ -1,7 +1,7 @@
 #!/bin/bash
 # `mpirun --oversubscribe -np 3` on 2 cores: the local ranks outnumber the cores, so each process
 # takes one core and one replica (3 in sync, not 3 x 2), and `lockstep devices` (every rank) and
-# the first line of `lockstep train` (the chief) say how the cores were divided. The job runs under
+# the first lines of `lockstep train` (the chief: the same layout) say how the cores were divided. The job runs under
 # `taskset -c 0,1`, so the ranks see 2 cores whatever the machine has.
 #   run_cli_oversubscribed_ranks.sh <mpirun> <lockstep>
 set -u
@@ -28,9 +28,21 @@ timeout -k 5 200 taskset -c 0,1 "$MPIRUN" --oversubscribe -np 3 "$LOCKSTEP" trai
   --steps-per-epoch 3 --timeout 60 --verbose 2 --history "$DIR/h.json" >"$DIR/train" 2>&1 ||
   { cat "$DIR/train"; fail "train exited non-zero"; }
 cat "$DIR/train"
-first=$(head -1 "$DIR/train")
-[ "$first" = "num_replicas_in_sync: 3 - global batch: 384 - cores: $division; this is local worker 0 on core 0" ] ||
-  fail "first line of train: $first"
+# The chief's first lines: the job's layout as `lockstep devices` prints it (hosts, workers per
+# host, replicas per worker, the division of the cores), then the replicas in sync.
+want="3 workers (this is worker 0), 1 local replica, 3 in sync
+  1 host, 3 workers per host, 1 replica per worker
+  host $(hostname): workers 0-2
+$division; this is local worker 0 on core 0
+  /job:worker/task:0/device:cpu:0  cores 0
+num_replicas_in_sync: 3 - global batch: 384"
+first=$(head -6 "$DIR/train")
+[ "$first" = "$want" ] || fail "first lines of train:
+$first
+expected:
+$want"
+[ "$(grep -c 'workers (this is worker' "$DIR/train")" = 1 ] ||
+  fail "the layout was printed by other workers than the chief"
 for key in '"replicas": 3' '"workers": 3' '"local_replicas": 1'; do
   grep -qF "$key" "$DIR/h.json" || fail "history lacks $key"
 done

@@ -10,12 +10,13 @@
 #   3. the same, but the host dies silently, as on a power loss (its link goes down first, so no
 #      connection is closed): now only the collectives' timeout can tell, and the worker on
 #      ls-host-a must itself name ls-host-b and its world rank and pid;
-#   4. elastic restart: the backup of run 2 resumes on ls-host-a alone, one process driving the same
-#      4 replicas in sync on that host's cores (a replica is a shard of the global batch, not a
-#      core), and ends epoch 3 with the weights of an uninterrupted 3-epoch run on both hosts up to
-#      float rounding (1e-5 relative: the sums run in another order, so only the first epoch after
-#      the resume is compared, before rounding differences grow through training); one process of
-#      2 replicas (2 in sync) is refused at once, naming both layouts;
+#   4. elastic restart: the backup of run 2 resumes on ls-host-a alone, one process of 2 replicas
+#      (2 in sync instead of 4: a replica is a shard of the global batch, which stays 256, each
+#      replica now taking 128), and ends epoch 3 with the weights of an uninterrupted 3-epoch run
+#      on both hosts up to float rounding (1e-5 relative: the sums run in another order, so only
+#      the first epoch after the resume is compared, before rounding differences grow through
+#      training); resuming it on global batches of 128 instead is refused at the first step,
+#      naming both layouts and both batches, and leaves the backup as it was;
 #   5. relaunched on both hosts instead, the backup of run 2 resumes to the reference's weights bit
 #      for bit.
 #   test_kill_host.sh <lockstep> <timeout_seconds>
@@ -88,19 +89,27 @@ grep -Eq "$pattern" "$W/silent/err.0" ||
   { echo "FAIL: world rank 0 did not name ls-host-b and world rank 1"; fail=1; }
 ip -n ls-host-b link set ls-veth-b up
 
-echo "==== 4. elastic restart: resume on ls-host-a alone, 1 worker x 4 replicas"
-cp -a "$W/backup" "$W/backup.two"
-on_host ls-host-a "$LOCKSTEP" "${TRAIN[@]}" --epochs 6 --replicas 2 --backup-dir "$W/backup.two" \
-  >"$W/two.log" 2>&1 && { echo "FAIL: 2 replicas in sync resumed a backup of 4"; fail=1; }
-grep -q 'InvalidArgument: BackupAndRestore: .*2 workers x 2 replicas (4 in sync)' "$W/two.log" ||
-  { cat "$W/two.log"; echo "FAIL: resuming with 2 replicas in sync was not refused clearly"; fail=1; }
-on_host ls-host-a "$LOCKSTEP" "${TRAIN[@]}" --replicas 4 --epochs 3 --backup-dir "$W/backup" \
+echo "==== 4. elastic restart: resume on ls-host-a alone, 1 worker x 2 replicas"
+# The global batch must stay 256: 2 replicas on global batches of 128 are refused at their first
+# step, and the backup stays as it was (the resume below uses it).
+cp -a "$W/backup" "$W/backup.before"
+HALF=("${TRAIN[@]/#256/128}")  # the same arguments with --global-batch-size 128
+on_host ls-host-a "$LOCKSTEP" "${HALF[@]}" --epochs 6 --replicas 2 --backup-dir "$W/backup" \
+  >"$W/half.log" 2>&1 && { echo "FAIL: resumed on another global batch"; fail=1; }
+grep -q 'InvalidArgument: BackupAndRestore: .*written by 2 workers x 2 replicas (4 in sync) training on a global batch of 256 examples per step; this job (1 worker x 2 replicas (2 in sync)) resumed it on global batches of 128' "$W/half.log" ||
+  { cat "$W/half.log"; echo "FAIL: another global batch was not refused clearly"; fail=1; }
+grep -o 'InvalidArgument: BackupAndRestore: .*' "$W/half.log"
+cmp -s "$W/backup/backup.safetensors" "$W/backup.before/backup.safetensors" ||
+  { echo "FAIL: the refused resume changed the backup"; fail=1; }
+on_host ls-host-a "$LOCKSTEP" "${TRAIN[@]}" --replicas 2 --epochs 3 --backup-dir "$W/backup" \
   --save-weights "$W/elastic.safetensors" >"$W/elastic.log" 2>&1
 rc=$?
 grep -v setpgid "$W/elastic.log"
 if [ $rc != 0 ]; then
   echo "FAIL: the resume on one host failed (exit $rc)"; fail=1
 else
+  grep -q '^num_replicas_in_sync: 2 - global batch: 256' "$W/elastic.log" ||
+    { echo "FAIL: the resume did not run 2 replicas on global batches of 256"; fail=1; }
   first=$(grep -m1 -o '^Epoch [0-9]*' "$W/elastic.log")
   [ "$first" = "Epoch 3" ] || { echo "FAIL: expected to resume at epoch 3, got '$first'"; fail=1; }
   "$MULTIHOST_DIR/compare_weights.py" "$W/reference3.safetensors" "$W/elastic.safetensors" 1e-5 ||

@@ -79,8 +79,13 @@ class DistributedDataset {
     // Local replica r's next element (Mode::kPerReplicaPipelines only; from replica r's thread).
     // Throws OutOfRange if its dataset ended, which fetches_on_replicas() rules out.
     Element next_on_replica(int local_replica);
-    // The position to resume from. Per-replica pipelines advance together (one element each per
-    // step), so one position serves them all; after uneven ends it is the furthest one.
+    // The position to resume from, counted in steps, so that it means the same on any number of
+    // replicas: global or per-worker batches are one per step, per-replica pipelines advance
+    // together (one element each per step; after uneven ends, the furthest), and a per-worker
+    // dataset of per-replica batches gives L elements per step on L local replicas. After
+    // make_iterator(state) on another number of replicas, every input continues at that step:
+    // the same global batches for a global pipeline, and for per-replica batches the samples
+    // after the first steps x (global batch) of the order the new layout's datasets define.
     IteratorState state() const;
 
    private:
@@ -92,6 +97,7 @@ class DistributedDataset {
   };
 
   Iterator make_iterator() const;
+  // Continues at `state` (Iterator::state(), in steps), also one saved on another layout.
   Iterator make_iterator(const IteratorState& state) const;
   // The (first) underlying dataset: local replica 0's with per-replica pipelines.
   const Dataset& dataset() const { return datasets_.front(); }

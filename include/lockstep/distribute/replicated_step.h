@@ -154,6 +154,12 @@ class ReplicatedStep {
   // stay in L1/L2 between the sum and the update and that a straggling chunk is cheap to re-run.
   static constexpr int64_t kChunk = 2048;
 
+  // Steps constructed afterwards write their update's results (weights and optimizer slots) with
+  // non-temporal stores when those are more than `bytes` per step (default 16 MiB: more than the
+  // cores' caches hold, so the stores would only evict); the bits are the same either way.
+  static void set_streaming_threshold(size_t bytes);
+  static size_t streaming_threshold();
+
  private:
   friend class ReplicaRun;
   struct Slot;
@@ -240,6 +246,7 @@ class ReplicatedStep {
   std::vector<bfloat16> summed_bf16_;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // per pool thread
   size_t max_slots_ = 0;
+  bool stream_next_ = false;  // see set_streaming_threshold()
 
   SyncStats stats_;
 };

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 
+#include "host_shared_reducer.h"
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/shared_memory_group.h"
@@ -258,6 +259,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicationOptions& opti
   for (const Wire& w : all) {
     peers_.push_back({w.world_rank, w.pid, std::string(w.host, strnlen(w.host, sizeof w.host))});
   }
+  const bool one_host = std::all_of(peers_.begin(), peers_.end(),
+                                    [&](const Peer& p) { return p.host == peers_[0].host; });
+  const char* shared = std::getenv("LOCKSTEP_MPI_HOST_SHARED");
+  const bool enabled = shared == nullptr || std::string_view(shared) != "0";
+  host_shared_ = detail::HostSharedReducer::create(control_, rank_, size_, one_host, enabled);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -399,6 +405,17 @@ void MpiCommunicator::do_all_reduce(void* buf, size_t count, DType dtype, Reduce
     float_to_bfloat16(widened_send_.data(), static_cast<bfloat16*>(buf), count);
     return;
   }
+  if (host_shared_) {
+    const double timeout = options().timeout_seconds;
+    detail::WaitRegistration registration(timeout);
+    const auto start = Clock::now();
+    host_shared_->all_reduce(buf, count, dtype, op, [&] {
+      responder_->serve(control_, sequence());
+      if (timeout > 0 && std::chrono::duration<double>(Clock::now() - start).count() > timeout)
+        fail("");
+    });
+    return;
+  }
   all_reduce_in_packs(buf, count, dtype_size(dtype), mpi_type(dtype), mpi_op(op));
   if (op == ReduceOp::MEAN) detail::divide_in_place(buf, count, dtype, size_);
 }
@@ -436,6 +453,12 @@ const Bfloat16Wire& bfloat16_wire() {
 
 void MpiCommunicator::do_all_reduce_compressed(bfloat16* buf, size_t count) {
   check_usable();
+  // Between ranks of one host the bytes cross memory, not a wire: sum exactly in float32 and round
+  // once (within the rounding bound the compressed form promises).
+  if (host_shared_) {
+    do_all_reduce(buf, count, DType::bfloat16, ReduceOp::SUM);
+    return;
+  }
   const Bfloat16Wire& wire = bfloat16_wire();
   all_reduce_in_packs(buf, count, sizeof(bfloat16), wire.type, wire.sum);
 }

@@ -16,7 +16,8 @@ namespace lockstep::distribute {
 
 namespace detail {
 class QueryResponder;
-}
+class HostSharedReducer;
+}  // namespace detail
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -37,6 +38,9 @@ class MpiCommunicator final : public Communicator {
   std::string_view backend() const override { return "mpi"; }
   MPI_Comm comm() const { return data_; }
   const std::vector<Peer>& peers() const { return peers_; }
+  // Whether all-reduces go through a segment shared by the ranks of this host (every rank on one
+  // host, LOCKSTEP_MPI_HOST_SHARED not 0) rather than through MPI.
+  bool uses_host_shared_memory() const { return host_shared_ != nullptr; }
   // True after a timeout or transport error: every later collective throws the same error.
   bool broken() const { return broken_; }
 
@@ -71,6 +75,9 @@ class MpiCommunicator final : public Communicator {
   std::vector<Peer> peers_;
   std::vector<float> widened_send_, widened_recv_;  // bfloat16 scratch, reused
   std::unique_ptr<detail::QueryResponder> responder_;
+  // All-reduce through a futex-waited shared segment when every rank is on this host (and
+  // LOCKSTEP_MPI_HOST_SHARED is not 0); null otherwise.
+  std::unique_ptr<detail::HostSharedReducer> host_shared_;
   bool broken_ = false;
   bool error_is_deadline_ = false;
   std::string error_;

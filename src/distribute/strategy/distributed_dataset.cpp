@@ -94,8 +94,16 @@ DistributedDataset::Iterator DistributedDataset::make_iterator() const {
   return Iterator(*this, std::move(its));
 }
 DistributedDataset::Iterator DistributedDataset::make_iterator(const IteratorState& state) const {
+  IteratorState at = state;
+  if (mode_ == Mode::kPerReplicaBatches) {
+    // Steps to elements of this worker's dataset; a finite one that ended inside the saved last
+    // step resumes at its end.
+    at.position = state.position * num_local_;
+    const int64_t n = datasets_.front().cardinality();
+    if (n >= 0) at.position = std::min(at.position, n);
+  }
   std::vector<lockstep::Iterator> its;
-  for (const Dataset& d : datasets_) its.push_back(d.make_iterator(state));
+  for (const Dataset& d : datasets_) its.push_back(d.make_iterator(at));
   return Iterator(*this, std::move(its));
 }
 
@@ -128,6 +136,10 @@ Element DistributedDataset::Iterator::next_on_replica(int local_replica) {
 IteratorState DistributedDataset::Iterator::state() const {
   IteratorState s = its_.front().state();
   for (const lockstep::Iterator& it : its_) s.position = std::max(s.position, it.state().position);
+  if (owner_->mode_ == Mode::kPerReplicaBatches) {
+    const int64_t local = owner_->num_local_;
+    s.position = (s.position + local - 1) / local;  // a step cut short by the end counts
+  }
   return s;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Waiting on a 32-bit word without spinning: Linux futexes. std::atomic::wait has no timed form,
 // and the step's waits need one (a backup task is started when a straggler has not finished by a
-// deadline). Internal to the distribute layer.
+// deadline), and ranks of one host wait on words in a shared segment. Internal to the distribute
+// layer.
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -45,6 +46,21 @@ inline void futex_wait_for(std::atomic<uint32_t>* word, uint32_t expected,
 inline void futex_wake_all(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
           nullptr, 0);
+}
+
+// The same on a word in memory shared between processes (a MAP_SHARED mapping): the kernel keys
+// these by the physical page, which costs a little more than the private form.
+inline void futex_wait_shared_for(std::atomic<uint32_t>* word, uint32_t expected,
+                                  std::chrono::nanoseconds limit) {
+  if (limit.count() <= 0) return;
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(limit.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(limit.count() % 1000000000);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+inline void futex_wake_all_shared(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 }  // namespace lockstep::distribute::detail

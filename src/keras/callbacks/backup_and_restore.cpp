@@ -1,5 +1,6 @@
 #include "lockstep/keras/callbacks/backup_and_restore.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 #include <utility>
@@ -95,6 +96,21 @@ std::map<std::string, std::string> random_state_metadata(Model& model) {
           {"backup.dropout_positions", join(exact)}};
 }
 
+// Where each of `replicas` replicas continues a Dropout layer's mask streams after an elastic
+// restart. On the replica count the backup was written with, every stream continues where it was.
+// On another count the streams cannot map onto the replicas (a replica's mask covers its own slice
+// of the global batch, whose size and rows changed), so they are derived from the backup alone:
+// replica r takes stream (layer seed, r) from the furthest block any saved replica had reached.
+// Every block before it may have been drawn already, none from it on, so no mask drawn after the
+// restart repeats one drawn before it, and the same backup on the same count gives the same masks.
+std::vector<std::pair<uint64_t, uint32_t>> resumed_positions(
+    const std::vector<std::pair<uint64_t, uint32_t>>& saved, int replicas) {
+  if (static_cast<int>(saved.size()) == replicas) return saved;
+  uint64_t furthest = 0;
+  for (const auto& [counter, buffered] : saved) furthest = std::max(furthest, counter);
+  return std::vector<std::pair<uint64_t, uint32_t>>(static_cast<size_t>(replicas), {furthest, 0});
+}
+
 // Restores what random_state_metadata saved. Backups without it (written before it existed)
 // restore no random state.
 void restore_random_state(Model& model, const std::map<std::string, std::string>& meta,
@@ -111,70 +127,49 @@ void restore_random_state(Model& model, const std::map<std::string, std::string>
   const int replicas = model.distribute_strategy().num_replicas_in_sync();
   const int64_t saved_layers = parse_int(meta, "backup.dropout_layers", path);
   const int64_t saved_replicas = parse_int(meta, "backup.dropout_replicas", path);
-  if (saved_layers != static_cast<int64_t>(dropouts.size()) || saved_replicas != replicas) {
+  if (saved_layers != static_cast<int64_t>(dropouts.size())) {
     throw InvalidArgument("BackupAndRestore: '" + path + "' holds the random state of " +
-                          std::to_string(saved_layers) + " Dropout layer(s) on " +
-                          std::to_string(saved_replicas) + " replica(s); this model has " +
-                          std::to_string(dropouts.size()) + " on " + std::to_string(replicas) +
-                          ". Resume with the same model and number of replicas in sync.");
+                          std::to_string(saved_layers) + " Dropout layer(s); this model has " +
+                          std::to_string(dropouts.size()) +
+                          ": it was written for a different model. Resume with the same model.");
   }
   auto pos = meta.find("backup.dropout_positions");
   std::vector<uint64_t> p = pos == meta.end() ? std::vector<uint64_t>{} : split(pos->second);
-  if (p.size() != dropouts.size() * static_cast<size_t>(replicas) * 2) {
+  if (saved_replicas <= 0 ||
+      p.size() != dropouts.size() * static_cast<size_t>(saved_replicas) * 2) {
     throw DataLoss("BackupAndRestore: '" + path +
                    "': metadata 'backup.dropout_positions' has the wrong number of values.");
   }
   set_random_generator_state({g[0], g[1], g[2], static_cast<uint32_t>(g[3])});
   size_t at = 0;
   for (layers::Dropout* d : dropouts) {
-    std::vector<std::pair<uint64_t, uint32_t>> positions;
-    for (int r = 0; r < replicas; ++r, at += 2)
-      positions.emplace_back(p[at], static_cast<uint32_t>(p[at + 1]));
-    d->set_generator_positions(positions);
+    std::vector<std::pair<uint64_t, uint32_t>> saved;
+    for (int64_t r = 0; r < saved_replicas; ++r, at += 2)
+      saved.emplace_back(p[at], static_cast<uint32_t>(p[at + 1]));
+    d->set_generator_positions(resumed_positions(saved, replicas));
   }
 }
 
-// "2 workers x 2 replicas (4 in sync)"; only the total for backups that did not record workers.
+// The replicas in sync a backup was written with, or -1 when it did not record them.
+int64_t saved_replicas_in_sync(const std::map<std::string, std::string>& meta,
+                               const std::string& path) {
+  for (const char* key : {"backup.replicas_in_sync", "backup.dropout_replicas"}) {
+    if (meta.contains(key)) return parse_int(meta, key, path);
+  }
+  return -1;
+}
+
+// "2 workers x 2 replicas (4 in sync)"; only the total when the workers are not known.
 std::string replica_counts(int64_t workers, int64_t local, int64_t in_sync) {
-  if (workers <= 0 || local <= 0)
-    return "a job of " + std::to_string(in_sync) + " replicas in sync";
+  if (workers <= 0 || local <= 0) return std::to_string(in_sync) + " replicas in sync";
   return std::to_string(workers) + (workers == 1 ? " worker x " : " workers x ") +
          std::to_string(local) + (local == 1 ? " replica (" : " replicas (") +
          std::to_string(in_sync) + " in sync)";
 }
 
-// Weights and optimizer state are the same on every replica, and an input position counts steps
-// of the same global (or per-replica, by replica id) batches, so a backup resumes exactly on any
-// number of workers that present the same replicas in sync. With another number the per-replica
-// pipelines would shard the data differently and the Dropout streams would not map onto the
-// replicas: refuse at once, naming the counts and how to match them.
-void check_replicas_in_sync(const std::map<std::string, std::string>& meta, const std::string& path,
-                            distribute::Strategy& s) {
-  const char* key = meta.contains("backup.replicas_in_sync") ? "backup.replicas_in_sync"
-                                                             : "backup.dropout_replicas";
-  if (!meta.contains(key)) return;  // written before replica counts were recorded
-  const int64_t saved = parse_int(meta, key, path);
-  if (saved == s.num_replicas_in_sync()) return;
-  const bool has_layout =
-      meta.contains("backup.num_workers") && meta.contains("backup.local_replicas");
-  const int64_t saved_workers = has_layout ? parse_int(meta, "backup.num_workers", path) : 0;
-  const int64_t saved_local = has_layout ? parse_int(meta, "backup.local_replicas", path) : 0;
-  const int workers = s.num_workers();
-  const std::string per_worker = std::to_string(saved / workers);
-  const std::string how =
-      saved % workers != 0
-          ? "run a number of workers that divides " + std::to_string(saved) +
-                ", each with LOCKSTEP_DEVICES=cpu:<" + std::to_string(saved) + " / workers>"
-      : workers == 1 ? "set LOCKSTEP_DEVICES=cpu:" + per_worker +
-                           " (LocalDeviceOptions::num_replicas = " + per_worker + ")"
-                     : "set LOCKSTEP_DEVICES=cpu:" + per_worker + " on each of the " +
-                           std::to_string(workers) + " workers";
-  throw InvalidArgument("BackupAndRestore: '" + path + "' was written by " +
-                        replica_counts(saved_workers, saved_local, saved) + "; this job has " +
-                        replica_counts(workers, s.num_local_replicas(), s.num_replicas_in_sync()) +
-                        ". A backup resumes on any number of workers with the same replicas in "
-                        "sync: " +
-                        how + ", or start afresh with another backup directory.");
+int64_t parse_optional(const std::map<std::string, std::string>& meta, const std::string& key,
+                       const std::string& path) {
+  return meta.contains(key) ? parse_int(meta, key, path) : -1;
 }
 
 }  // namespace
@@ -203,6 +198,11 @@ void BackupAndRestore::barrier_workers() {
 
 void BackupAndRestore::on_train_begin(const Logs&) {
   restored_epoch_ = -1;
+  restored_replicas_in_sync_ = -1;
+  saved_global_batch_ = 0;
+  global_batch_pending_ = false;
+  smaller_global_batch_ = false;
+  largest_global_batch_ = 0;
   const std::string path = backup_path();
   if (is_chief()) std::filesystem::create_directories(dir_);
   if (!std::filesystem::exists(path)) return;
@@ -220,7 +220,6 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   optimizers::Optimizer& opt = target_optimizer();
   opt.build(m.trainable_weights());
   saving::SafetensorsFile file = saving::load_safetensors(path);  // DataLoss when corrupt
-  check_replicas_in_sync(file.metadata, path, m.distribute_strategy());
 
   std::vector<std::pair<std::string, Variable>> expected;
   std::vector<Variable> weights = target_weights();
@@ -251,10 +250,48 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   IteratorState position{
       static_cast<uint64_t>(parse_int(file.metadata, "backup.iterator_iteration", path)),
       parse_int(file.metadata, "backup.iterator_position", path)};
+  const int64_t saved_in_sync = saved_replicas_in_sync(file.metadata, path);
+  saved_layout_ =
+      replica_counts(parse_optional(file.metadata, "backup.num_workers", path),
+                     parse_optional(file.metadata, "backup.local_replicas", path), saved_in_sync);
+  saved_global_batch_ =
+      std::max<int64_t>(0, parse_optional(file.metadata, "backup.global_batch_size", path));
   restore_random_state(m, file.metadata, path);
   for (size_t i = 0; i < expected.size(); ++i) expected[i].second.assign(file.tensors[i].second);
   restored_epoch_ = static_cast<int>(epoch);
+  restored_replicas_in_sync_ = static_cast<int>(saved_in_sync);
+  global_batch_pending_ = saved_global_batch_ > 0 && static_cast<bool>(target().global_batch_size);
   target().resume_from(restored_epoch_ + 1, position);
+}
+
+void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
+  if (!target().global_batch_size) return;
+  const int64_t batch = target().global_batch_size();
+  largest_global_batch_ = std::max(largest_global_batch_, batch);
+  if (!global_batch_pending_) return;
+  // The first step after resuming must take the backup's global batch. A smaller one may be the
+  // input's last, partial batch; it is refused as soon as another step shows that it was not.
+  if (batch == saved_global_batch_ && !smaller_global_batch_) {
+    global_batch_pending_ = false;
+    return;
+  }
+  if (batch < saved_global_batch_ && !smaller_global_batch_) {
+    smaller_global_batch_ = true;
+    first_resumed_global_batch_ = batch;
+    return;
+  }
+  const int64_t got = smaller_global_batch_ ? first_resumed_global_batch_ : batch;
+  const distribute::Strategy& s = model().distribute_strategy();
+  throw InvalidArgument(
+      "BackupAndRestore: '" + backup_path() + "' was written by " + saved_layout_ +
+      " training on a global batch of " + std::to_string(saved_global_batch_) +
+      " examples per step; this job (" +
+      replica_counts(s.num_workers(), s.num_local_replicas(), s.num_replicas_in_sync()) +
+      ") resumed it on global batches of " + std::to_string(got) +
+      ". A restart on another number of replicas keeps the global batch (each replica takes a "
+      "larger or smaller share of it): build the input with a global batch of " +
+      std::to_string(saved_global_batch_) + " (lockstep train: --global-batch-size " +
+      std::to_string(saved_global_batch_) + ").");
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
@@ -274,6 +311,9 @@ void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
                      {"backup.replicas_in_sync", std::to_string(s.num_replicas_in_sync())},
                      {"backup.iterator_iteration", std::to_string(position.iteration)},
                      {"backup.iterator_position", std::to_string(position.position)}});
+    if (largest_global_batch_ > 0) {
+      metadata.insert({"backup.global_batch_size", std::to_string(largest_global_batch_)});
+    }
     saving::save_safetensors(backup_path(), tensors, metadata);
   }
   write.end();

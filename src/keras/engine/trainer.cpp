@@ -361,6 +361,7 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
   std::optional<IteratorState> resume_position;
   callbacks::TrainingTarget target = training_target(*this);
   target.iterator_state = [&it] { return it ? it->state() : IteratorState{}; };
+  target.global_batch_size = [&it] { return it ? it->last_global_batch_size() : int64_t{0}; };
   target.resume_from = [&](int epoch, const IteratorState& position) {
     initial_epoch = epoch;
     resume_position = position;

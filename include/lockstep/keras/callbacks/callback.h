@@ -46,6 +46,8 @@ struct TrainingTarget {
   // valid during on_train_begin, to continue at `epoch` with the input iterator at `position`.
   std::function<IteratorState()> iterator_state;
   std::function<void(int epoch, const IteratorState& position)> resume_from;
+  // Set by fit only: the global batch size (examples over all replicas in sync) of the last step.
+  std::function<int64_t()> global_batch_size;
 };
 
 class Callback {

@@ -1,0 +1,190 @@
+#include "host_shared_reducer.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "../sync/cpu_load.h"
+#include "../sync/futex.h"
+#include "lockstep/core/error.h"
+#include "reduce_kernels.h"
+
+namespace lockstep::distribute::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// With a spare core a waiter watches the shared word this long before it sleeps: ranks of a quiet
+// host arrive within microseconds of each other, and a futex wake-up costs tens of them on a VM.
+constexpr std::chrono::microseconds kSpin{200};
+// How often a sleeping waiter wakes to answer failure diagnosis and check its deadline.
+constexpr std::chrono::milliseconds kPollEvery{1};
+constexpr size_t kHeaderBytes = 4096;
+// Segment budget for all slots of both sets; a slot holds at least one 256 KiB pack.
+constexpr size_t kSegmentBudget = size_t{32} << 20;
+constexpr size_t kMinSlot = size_t{256} << 10;
+constexpr size_t kMaxSlot = size_t{4} << 20;
+
+// Whether the machine has a core for every runnable thread, sampled at most every 20 ms per
+// process (reading /proc/stat costs about as much as a short spin).
+bool spinning_pays() {
+  static std::atomic<int64_t> checked_ns{0};
+  static std::atomic<bool> ok{false};
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  if (now - checked_ns.load(std::memory_order_relaxed) > 20'000'000) {
+    checked_ns.store(now, std::memory_order_relaxed);
+    static const int cpus = affinity_cpus();
+    const int running = procs_running();
+    ok.store(running >= 0 && running <= cpus, std::memory_order_relaxed);
+  }
+  return ok.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+struct HostSharedReducer::Header {
+  alignas(64) std::atomic<uint32_t> arrived{0};
+  alignas(64) std::atomic<uint32_t> generation{0};  // futex word, bumped by the last arrival
+};
+
+std::unique_ptr<HostSharedReducer> HostSharedReducer::create(MPI_Comm control, int rank, int size,
+                                                             bool all_on_one_host, bool enabled) {
+  // Every rank must take the same path, so the decision and each step's success are agreed on.
+  auto agree = [&](bool mine) {
+    int v = mine ? 1 : 0;
+    if (MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, control) != MPI_SUCCESS) return false;
+    return v == 1;
+  };
+  if (size < 2 || !agree(all_on_one_host && enabled)) return nullptr;
+  const size_t slot =
+      std::clamp(kSegmentBudget / (2 * static_cast<size_t>(size)) / 64 * 64, kMinSlot, kMaxSlot);
+  const size_t bytes = kHeaderBytes + 2 * static_cast<size_t>(size) * slot;
+
+  char name[64] = {};
+  int fd = -1;
+  if (rank == 0) {
+    static std::atomic<int> counter{0};
+    std::snprintf(name, sizeof name, "/lockstep-%d-%d", static_cast<int>(getpid()),
+                  counter.fetch_add(1));
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    // posix_fallocate, not ftruncate: a /dev/shm too small for the segment fails here instead of
+    // killing the job with SIGBUS at the first touch of a missing page.
+    if (fd >= 0 && posix_fallocate(fd, 0, static_cast<off_t>(bytes)) != 0) {
+      close(fd);
+      shm_unlink(name);
+      fd = -1;
+    }
+    if (fd < 0) name[0] = '\0';
+  }
+  if (MPI_Bcast(name, sizeof name, MPI_CHAR, 0, control) != MPI_SUCCESS) return nullptr;
+  if (name[0] == '\0') return nullptr;  // rank 0 could not create it: all fall back
+  if (rank != 0) fd = shm_open(name, O_RDWR, 0600);
+  void* base = MAP_FAILED;
+  if (fd >= 0) {
+    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+  }
+  const bool mapped = base != MAP_FAILED;
+  const bool all_mapped = agree(mapped);
+  // Every rank has opened the name (or given up): it is no longer needed.
+  if (rank == 0) shm_unlink(name);
+  if (!all_mapped) {
+    if (mapped) munmap(base, bytes);
+    return nullptr;
+  }
+  return std::unique_ptr<HostSharedReducer>(new HostSharedReducer(base, bytes, rank, size, slot));
+}
+
+HostSharedReducer::HostSharedReducer(void* base, size_t bytes, int rank, int size,
+                                     size_t slot_bytes)
+    : base_(base),
+      mapped_bytes_(bytes),
+      header_(static_cast<Header*>(base)),
+      rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes) {
+  // The segment starts zeroed (posix_fallocate), which is the header's initial state; the
+  // futex words must be plain 32-bit words at fixed offsets for every process.
+  static_assert(sizeof(Header) <= kHeaderBytes);
+  static_assert(std::atomic<uint32_t>::is_always_lock_free);
+  srcs_.resize(static_cast<size_t>(size));
+}
+
+HostSharedReducer::~HostSharedReducer() {
+  munmap(base_, mapped_bytes_);
+}
+
+std::byte* HostSharedReducer::slot(int set, int rank) const {
+  return static_cast<std::byte*>(base_) + kHeaderBytes +
+         (static_cast<size_t>(set) * static_cast<size_t>(size_) + static_cast<size_t>(rank)) *
+             slot_bytes_;
+}
+
+void HostSharedReducer::barrier(const std::function<void()>& poll) {
+  Header& h = *header_;
+  // Read the generation before arriving: the last arrival resets `arrived` before it bumps the
+  // generation, so a rank that sees the new generation also sees the reset count.
+  const uint32_t gen = h.generation.load(std::memory_order_acquire);
+  if (h.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(size_)) {
+    h.arrived.store(0, std::memory_order_relaxed);
+    h.generation.fetch_add(1, std::memory_order_release);
+    futex_wake_all_shared(&h.generation);
+    return;
+  }
+  auto passed = [&] { return h.generation.load(std::memory_order_acquire) != gen; };
+  if (spinning_pays()) {
+    const auto until = Clock::now() + kSpin;
+    for (int i = 0;; ++i) {
+      cpu_relax();
+      if (passed()) return;
+      if ((i & 63) == 63 && Clock::now() > until) break;
+    }
+  }
+  while (!passed()) {
+    futex_wait_shared_for(&h.generation, gen, kPollEvery);
+    if (passed()) return;
+    poll();
+  }
+}
+
+void HostSharedReducer::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op,
+                                   const std::function<void()>& poll) {
+  if (dtype == DType::bfloat16) {
+    throw Internal("HostSharedReducer::all_reduce: bfloat16 must be widened by the caller");
+  }
+  const size_t esize = dtype_size(dtype);
+  const size_t pack = slot_bytes_ / esize;
+  auto* bytes = static_cast<std::byte*>(buf);
+  // One round even for count 0, so that every rank passes the same barriers.
+  for (size_t begin = 0; begin < count || (count == 0 && begin == 0); begin += pack) {
+    const size_t n = std::min(pack, count - begin);
+    const int set = set_;
+    set_ ^= 1;
+    std::memcpy(slot(set, rank_), bytes + begin * esize, n * esize);
+    barrier(poll);
+    const BlockRange mine = block_range(n, size_, rank_);
+    if (mine.size() > 0) {
+      for (int r = 0; r < size_; ++r) {
+        srcs_[static_cast<size_t>(r)] = slot(set, r) + mine.begin * esize;
+      }
+      void* dst = slot(set, rank_) + mine.begin * esize;
+      reduce_fold(dtype, op, srcs_.data(), size_, &dst, 1, mine.size(), size_);
+    }
+    barrier(poll);
+    for (int r = 0; r < size_; ++r) {
+      const BlockRange block = block_range(n, size_, r);
+      std::memcpy(bytes + (begin + block.begin) * esize, slot(set, r) + block.begin * esize,
+                  block.size() * esize);
+    }
+    if (count == 0) break;
+  }
+}
+
+}  // namespace lockstep::distribute::detail

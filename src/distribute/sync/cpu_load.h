@@ -1,0 +1,37 @@
+#pragma once
+// How busy the machine is, for deciding whether a waiting thread may spin: spinning pays only
+// when every runnable thread has a core; otherwise the spin takes the time a descheduled peer
+// (a replica task, another rank) needs. Internal to the distribute layer.
+#include <sched.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace lockstep::distribute::detail {
+
+// Cores this process may run on.
+inline int affinity_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+// Runnable threads on the whole machine (the caller included), from /proc/stat; -1 when unknown.
+inline int procs_running() {
+  FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int n = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "procs_running ", 14) == 0) {
+      n = std::atoi(line + 14);
+      break;
+    }
+  }
+  std::fclose(f);
+  return n;
+}
+
+}  // namespace lockstep::distribute::detail
