@@ -129,6 +129,7 @@ TEST(ProfileSummary, HostViewRowsAddUpToEachStep) {
   EXPECT_EQ(s.workers, 1);
   EXPECT_EQ(s.threads, 3);
   EXPECT_EQ(s.steps, 2);
+  EXPECT_EQ(s.chief_steps, 2);
   EXPECT_EQ(s.first_step, 1);
   EXPECT_EQ(s.last_step, 2);
   EXPECT_NEAR(s.step_mean_ms, 1.1, 1e-9);
@@ -268,6 +269,10 @@ TEST(ProfileSummary, NamesTheSlowestWorkerAndTheCommunicationShare) {
   const ProfileSummary s = summarize(t);
   EXPECT_EQ(s.workers, 2);
   EXPECT_EQ(s.steps, 4);
+  EXPECT_EQ(s.chief_steps, 2);
+  EXPECT_NE(format_summary(s).find("2 step(s) (steps 1..2) on 2 worker(s) (4 worker-steps)"),
+            std::string::npos)
+      << format_summary(s);
   ASSERT_EQ(s.worker_stats.size(), 2u);
   EXPECT_NEAR(s.worker_stats[0].compute_ms, 0.6, 1e-9);
   EXPECT_NEAR(s.worker_stats[1].compute_ms, 0.9, 1e-9);

@@ -91,8 +91,9 @@ struct StepBreakdown {
 
 struct ProfileSummary {
   int workers = 0;
-  int threads = 0;    // tracks of the chief
-  int64_t steps = 0;  // (worker, step) samples summarised
+  int threads = 0;          // tracks of the chief
+  int64_t steps = 0;        // (worker, step) samples summarised: the figures per step average them
+  int64_t chief_steps = 0;  // steps of the chief
   int64_t first_step = 0, last_step = 0;
   double step_mean_ms = 0, step_p50_ms = 0, step_p99_ms = 0;
   double between_steps_ms = 0;   // mean gap between consecutive steps (callbacks, logs)

@@ -81,12 +81,13 @@ std::string html_report(const ProfileSummary& s) {
   if (s.steps == 0) {
     out += "No training step was recorded.";
   } else {
-    out += std::to_string(s.steps) + " step(s) (steps " + std::to_string(s.first_step) + " to " +
-           std::to_string(s.last_step) + ") on " + std::to_string(s.workers) + " worker(s), " +
-           std::to_string(s.threads) + " thread(s) on the chief. Step time: mean <b>" +
-           f3(s.step_mean_ms) + " ms</b>, p50 " + f3(s.step_p50_ms) + " ms, p99 " +
-           f3(s.step_p99_ms) + " ms; between steps (callbacks, logs) " + f3(s.between_steps_ms) +
-           " ms.";
+    out +=
+        std::to_string(s.chief_steps) + " step(s) (steps " + std::to_string(s.first_step) + " to " +
+        std::to_string(s.last_step) + ") on " + std::to_string(s.workers) + " worker(s)" +
+        (s.workers > 1 ? " (" + std::to_string(s.steps) + " worker-steps)" : std::string()) + ", " +
+        std::to_string(s.threads) + " thread(s) on the chief. Step time: mean <b>" +
+        f3(s.step_mean_ms) + " ms</b>, p50 " + f3(s.step_p50_ms) + " ms, p99 " + f3(s.step_p99_ms) +
+        " ms; between steps (callbacks, logs) " + f3(s.between_steps_ms) + " ms.";
   }
   out += "</p>\n<h2>Verdicts</h2>\n";
   for (const Verdict& v : s.verdicts) {

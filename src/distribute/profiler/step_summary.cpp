@@ -239,6 +239,7 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
   out.checkpoints = workers.front().checkpoints;
   out.checkpoint_ms = ms(workers.front().checkpoint_ns);
   out.steps = static_cast<int64_t>(samples.size());
+  out.chief_steps = static_cast<int64_t>(workers.front().steps.size());
   out.between_steps_ms = mean(gaps);
 
   double wall_total = 0, input_total = 0, exposed_total = 0, hidden_total = 0, tasks_total = 0;

@@ -32,9 +32,11 @@ std::string format_summary(const ProfileSummary& s) {
   if (s.steps == 0) {
     out += "no steps recorded\n";
   } else {
-    out += format("%lld step(s) (steps %lld..%lld) on %d worker(s), %d thread(s) on the chief\n",
-                  static_cast<long long>(s.steps), static_cast<long long>(s.first_step),
-                  static_cast<long long>(s.last_step), s.workers, s.threads);
+    out += format("%lld step(s) (steps %lld..%lld) on %d worker(s)",
+                  static_cast<long long>(s.chief_steps), static_cast<long long>(s.first_step),
+                  static_cast<long long>(s.last_step), s.workers);
+    if (s.workers > 1) out += format(" (%lld worker-steps)", static_cast<long long>(s.steps));
+    out += format(", %d thread(s) on the chief\n", s.threads);
     out += format(
         "step time: mean %.3f ms, p50 %.3f ms, p99 %.3f ms; between steps (callbacks, "
         "logs): %.3f ms\n\n",

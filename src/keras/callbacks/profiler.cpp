@@ -69,7 +69,9 @@ void Profiler::finish() {
   done_ = true;
   summary_ = distribute::write_profile(options_.log_dir, model().distribute_strategy());
   if (summary_ && options_.print_summary) {
-    std::cout << distribute::format_summary(*summary_) << "Profile written to " << options_.log_dir
+    // On a line of its own: a progress bar may be mid-line.
+    std::cout << "\n"
+              << distribute::format_summary(*summary_) << "Profile written to " << options_.log_dir
               << " (trace.json, summary.txt, steps.svg, report.html)\n"
               << std::flush;
   }
