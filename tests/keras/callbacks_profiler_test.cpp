@@ -421,6 +421,15 @@ TEST_F(ProfilerFiles, ACustomLoopMarksItsStepsAndWritesTheProfile) {
   for (const Event& e : spans_of(trace()))
     if (e.name == "forward") forward_replicas.insert(e.replica);
   EXPECT_EQ(forward_replicas, (std::set<int>{0, 1}));
+  // A directory that cannot be made is named in the error.
+  std::ofstream(dir_ / "a_file") << "not a directory";
+  const std::string below_a_file = (dir_ / "a_file" / "profile").string();
+  try {
+    distribute::write_profile(below_a_file, strategy);
+    FAIL() << "expected Unavailable";
+  } catch (const Unavailable& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + below_a_file + "'"), std::string::npos) << e.what();
+  }
   // Writing while recording is refused.
   profiler::start();
   EXPECT_THROW(distribute::write_profile(dir_.string(), strategy), FailedPrecondition);
