@@ -178,6 +178,8 @@ TEST(ProfileSummary, NamesTheSlowestReplicaAndCountsBackups) {
   EXPECT_NEAR(b.percent, 12.5, 1e-9);
   EXPECT_EQ(b.severity, Severity::kWarning);
   // The other replica's thread waited 0.09 and 0.05 ms for replica 1: 6.4% of step time.
+  EXPECT_NEAR(s.replica_wait_ms, 0.07, 1e-9);
+  EXPECT_NEAR(s.replica_wait_percent, 100.0 * 0.14 / 2.2, 1e-9);
   const Verdict& w = verdict(s, "stragglers");
   EXPECT_NEAR(w.percent, 100.0 * 0.14 / 2.2, 1e-9);
   EXPECT_EQ(w.severity, Severity::kOk);
@@ -197,6 +199,10 @@ TEST(ProfileSummary, InputVerdictFollowsItsThresholds) {
       << verdict(s, "input").message;
   const ProfileSummary bound = summarize(one_worker_trace(), {.input_bound_percent = 18});
   EXPECT_EQ(verdict(bound, "input").severity, Severity::kBound);
+  // The same measures judged against other thresholds give the same verdicts.
+  const std::vector<Verdict> again = judge(s, {.input_bound_percent = 18});
+  ASSERT_EQ(again.size(), bound.verdicts.size());
+  for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].message, bound.verdicts[i].message);
   EXPECT_EQ(verdict(bound, "input").message,
             "input-bound: 18.2% of step time waiting for data - add prefetch / "
             "num_parallel_calls / cache before batch");
@@ -242,6 +248,7 @@ TEST(ProfileSummary, AReplicaRunAfterAnotherOnOneThreadMadeNobodyWait) {
   EXPECT_EQ(row(s, Phase::kTasks).name, "tasks (scheduling)");
   const Verdict& v = verdict(s, "scheduling");
   EXPECT_NEAR(v.percent, 40.0, 1e-9);
+  EXPECT_NEAR(s.scheduling_percent, 40.0, 1e-9);
   EXPECT_EQ(v.severity, Severity::kWarning);
   EXPECT_EQ(summarize(t, {.scheduling_percent = 41}).verdicts.size(), s.verdicts.size());
   EXPECT_EQ(verdict(summarize(t, {.scheduling_percent = 41}), "scheduling").severity,
@@ -283,6 +290,8 @@ TEST(ProfileSummary, NamesTheSlowestWorkerAndTheCommunicationShare) {
   // wait, in one of four (worker, step) samples.
   EXPECT_NEAR(s.allreduce_exposed_ms, 0.25, 1e-9);
   EXPECT_NEAR(s.allreduce_hidden_ms, 0.5 / 4, 1e-9);
+  EXPECT_NEAR(s.communication_percent, 25.0, 1e-9);
+  EXPECT_NEAR(s.worker_wait_percent, 30.0, 1e-9);
   const Verdict& c = verdict(s, "communication");
   EXPECT_NEAR(c.percent, 25.0, 1e-9);
   EXPECT_EQ(c.severity, Severity::kBound);

@@ -96,9 +96,14 @@ struct ProfileSummary {
   int64_t chief_steps = 0;  // steps of the chief
   int64_t first_step = 0, last_step = 0;
   double step_mean_ms = 0, step_p50_ms = 0, step_p99_ms = 0;
-  double between_steps_ms = 0;   // mean gap between consecutive steps (callbacks, logs)
-  std::vector<PhaseRow> phases;  // host view; the rows add up to the step time
-  double input_percent = 0;
+  double between_steps_ms = 0;       // mean gap between consecutive steps (callbacks, logs)
+  std::vector<PhaseRow> phases;      // host view; the rows add up to the step time
+  double input_percent = 0;          // the longest input wait of a thread, of step time
+  double communication_percent = 0;  // the cross-worker all-reduce the host waited for
+  double replica_wait_ms = 0;        // per step, the other replicas' threads waiting for the last
+  double replica_wait_percent = 0;
+  double worker_wait_percent = 0;      // the other workers waiting for the slowest, of step time
+  double scheduling_percent = 0;       // the host's "tasks (scheduling)" time, of step time
   double allreduce_exposed_ms = 0;     // per step, host waiting for the cross-worker sum
   double allreduce_hidden_ms = 0;      // per step, on the communication thread outside that wait
   std::vector<ReplicaStats> replicas;  // of every worker, pooled by local replica id
@@ -114,6 +119,10 @@ struct ProfileSummary {
 // Throws InvalidArgument when the trace holds no worker (gather_trace's result off the chief).
 // A trace without steps (no StepTrace) gives steps = 0 and a verdict saying so.
 ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& thresholds = {});
+
+// The verdicts of a summary (summarize() sets ProfileSummary::verdicts with its thresholds; this
+// judges the same measures against others).
+std::vector<Verdict> judge(const ProfileSummary& summary, const VerdictThresholds& thresholds = {});
 
 // summary.txt: the table, the slowest replica and worker, the verdicts.
 std::string format_summary(const ProfileSummary& summary);

@@ -75,12 +75,6 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 // Length of [b, e) covered by the union of sorted, disjoint intervals.
 int64_t overlap(int64_t b, int64_t e, const std::vector<std::pair<int64_t, int64_t>>& with) {
   int64_t covered = 0;
@@ -207,10 +201,6 @@ WorkerAnalysis analyse(const WorkerSpans& w) {
     }
   }
   return a;
-}
-
-std::string percent_text(double p) {
-  return fixed(p, 1) + "%";
 }
 
 }  // namespace
@@ -381,124 +371,16 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     out.timeline.push_back(b);
   }
 
-  // Verdicts.
-  if (out.steps == 0) {
-    out.verdicts.push_back({"steps", Severity::kWarning, 0,
-                            "no training step was recorded: fit and train_on_batch mark their "
-                            "steps; a custom loop wraps each step in profiler::StepTrace"});
-    return out;
+  if (out.steps > 0) {
+    const double wall = wall_total > 0 ? wall_total : 1;
+    out.communication_percent = 100.0 * exposed_total / wall;
+    out.replica_wait_ms =
+        replica_lag_total / static_cast<double>(std::max<int64_t>(replica_steps, 1));
+    out.replica_wait_percent = 100.0 * replica_lag_total / wall;
+    out.worker_wait_percent = 100.0 * worker_wait_total / wall;
+    out.scheduling_percent = 100.0 * tasks_total / wall;
   }
-  {
-    Verdict v{"input", Severity::kOk, out.input_percent, ""};
-    const std::string what = percent_text(out.input_percent) + " of step time waiting for data";
-    if (out.input_percent >= th.input_bound_percent) {
-      v.severity = Severity::kBound;
-      v.message =
-          "input-bound: " + what + " - add prefetch / num_parallel_calls / cache before batch";
-    } else if (out.input_percent >= th.input_moderate_percent) {
-      v.severity = Severity::kWarning;
-      v.message = "moderately input-bound: " + what +
-                  " - prefetch / num_parallel_calls / cache before batch may help";
-    } else {
-      v.message = "not input-bound: " + what;
-    }
-    out.verdicts.push_back(v);
-  }
-  if (out.workers > 1) {
-    const double p = wall_total > 0 ? 100.0 * exposed_total / wall_total : 0;
-    Verdict v{"communication", Severity::kOk, p, ""};
-    const std::string what =
-        percent_text(p) + " of step time waiting for the cross-worker all-reduce (" +
-        fixed(out.allreduce_hidden_ms, 3) + " ms per step hidden under backward)";
-    if (p >= th.communication_bound_percent) {
-      v.severity = Severity::kBound;
-      v.message = "communication-bound: " + what +
-                  " - a larger global batch, bfloat16 gradients across workers (--gradient-dtype "
-                  "bfloat16), or smaller buckets (--bytes-per-pack) to overlap more";
-    } else {
-      v.message = "not communication-bound: " + what;
-    }
-    out.verdicts.push_back(v);
-  }
-  if (out.replicas.size() > 1) {
-    const double p = wall_total > 0 ? 100.0 * replica_lag_total / wall_total : 0;
-    const ReplicaStats* slowest = &out.replicas.front();
-    for (const ReplicaStats& r : out.replicas)
-      if (r.last_percent > slowest->last_percent) slowest = &r;
-    Verdict v{"stragglers", Severity::kOk, p, ""};
-    const std::string what =
-        "replica " + std::to_string(slowest->replica) + " finished last in " +
-        percent_text(slowest->last_percent) + " of steps; the other replicas' threads waited " +
-        fixed(replica_lag_total / static_cast<double>(std::max<int64_t>(replica_steps, 1)), 3) +
-        " ms per step for the last one (" + percent_text(p) + " of step time)";
-    if (p >= th.straggler_percent) {
-      v.severity = Severity::kWarning;
-      v.message = "a replica straggles: " + what +
-                  " - its thread started late or was descheduled (a busy machine), or its slice "
-                  "of the batch is larger";
-    } else {
-      v.message = "no replica straggles: " + what;
-    }
-    out.verdicts.push_back(v);
-  }
-  if (out.workers > 1) {
-    const double p = wall_total > 0 ? 100.0 * worker_wait_total / wall_total : 0;
-    const WorkerStats* slowest = &out.worker_stats.front();
-    for (const WorkerStats& w : out.worker_stats)
-      if (w.last_percent > slowest->last_percent) slowest = &w;
-    Verdict v{"stragglers", Severity::kOk, p, ""};
-    const std::string what = "worker " + std::to_string(slowest->rank) + " was the slowest in " +
-                             percent_text(slowest->last_percent) + " of steps; the others waited " +
-                             fixed(slowest->others_wait_ms, 3) + " ms per step for it (" +
-                             percent_text(p) + " of step time)";
-    if (p >= th.straggler_percent) {
-      v.severity = Severity::kWarning;
-      v.message = "a worker straggles: " + what +
-                  " - its machine is busier or slower, or its input pipeline is";
-    } else {
-      v.message = "no worker straggles: " + what;
-    }
-    out.verdicts.push_back(v);
-  }
-  if (tasks_total > 0) {
-    const double p = wall_total > 0 ? 100.0 * tasks_total / wall_total : 0;
-    Verdict v{"scheduling", Severity::kOk, p, ""};
-    const std::string what =
-        percent_text(p) +
-        " of step time handing tasks to the pool without running or waiting for one";
-    if (p >= th.scheduling_percent) {
-      v.severity = Severity::kWarning;
-      v.message = "the step's thread was often descheduled: " + what +
-                  " - the other threads ran its tasks meanwhile; another program shares the "
-                  "cores (fewer pool threads, LOCKSTEP_NUM_THREADS, may help)";
-    } else {
-      v.message = what;
-    }
-    out.verdicts.push_back(v);
-  }
-  {
-    const double p = out.task_runs ? 100.0 * static_cast<double>(out.backup_runs) /
-                                         static_cast<double>(out.task_runs)
-                                   : 0;
-    Verdict v{"backups", Severity::kOk, p, ""};
-    const std::string what = std::to_string(out.backup_runs) + " backup runs of " +
-                             std::to_string(out.task_runs) + " task runs (" + percent_text(p) + ")";
-    if (p >= th.backup_percent) {
-      v.severity = Severity::kWarning;
-      v.message = "threads are often descheduled: " + what +
-                  " - another program shares the cores; the backups keep the step going";
-    } else {
-      v.message = what;
-    }
-    out.verdicts.push_back(v);
-  }
-  if (out.dropped > 0) {
-    out.verdicts.push_back(
-        {"dropped", Severity::kWarning, 0,
-         std::to_string(out.dropped) +
-             " spans were dropped (full buffers): the figures cover what was kept; profile fewer "
-             "steps or raise RecorderOptions::spans_per_thread"});
-  }
+  out.verdicts = judge(out, th);
   return out;
 }
 
