@@ -1,5 +1,7 @@
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "lockstep/distribute/cluster_resolver.h"
 #include "lockstep/distribute/topology.h"

@@ -12,7 +12,7 @@
 
 #include "commands.h"
 #include "flag_checks.h"
-#include "lockstep/distribute/cpu_cores.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/lockstep.h"
 #include "models.h"
 

@@ -8,14 +8,13 @@
 // Buffers of 101,770 float32 (the seed model's gradient, 407 KB) fit in L2, so they can beat the
 // DRAM floor; the large sizes cannot.
 #include <benchmark/benchmark.h>
-#include <pthread.h>
-#include <sched.h>
 
 #include <memory>
 #include <span>
 #include <thread>
 #include <vector>
 
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/tensor.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/shared_memory_group.h"
@@ -45,20 +44,8 @@ SharedMemoryGroup& group_of(int n) {
 }
 
 void pin_to_core(int index) {
-  cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-  const int cpus = CPU_COUNT(&allowed);
-  int target = index % cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed)) continue;
-    if (target-- == 0) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpu, &one);
-      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-      return;
-    }
-  }
+  const std::vector<int> cores = lockstep::available_cores();
+  lockstep::pin_current_thread({cores[static_cast<size_t>(index) % cores.size()]});
 }
 
 void BM_SharedMemoryAllReduce(benchmark::State& state) {

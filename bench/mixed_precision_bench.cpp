@@ -109,7 +109,7 @@ void run(const std::string& name, bool wide, int64_t batch, int steps, int round
                   : "oneDNN bfloat16 kernels");
   {
     const ops::Bf16MatmulMode before = ops::bf16_matmul_mode();
-    ops::set_bf16_matmul_mode(ops::Bf16MatmulMode::kFloat32Compute);
+    ops::set_bf16_matmul_mode(ops::Bf16MatmulMode::float32_compute);
     Setup f32_compute = make(wide, policies[1]);
     const auto m = keras::mixed_precision::measure_step_memory(*f32_compute.model, x, y, loss);
     ops::set_bf16_matmul_mode(before);

@@ -6,8 +6,8 @@
 // MpiCommunicator::all_reduce (what training calls: MPI_Iallreduce polled for a deadline), raw
 // blocking MPI_Allreduce (the reference), and BackgroundReducer (the same collective handed to a
 // communication thread). Counts: the seed model's gradient (101,770 float32) and the wide model's
-// (5,824,522). Counter floor_us: the ring all-reduce's 2 (n - 1) / n * bytes at 13 GB/s (docs/machine.md
-// single-core copy: on one host every transfer is a memory copy).
+// (5,824,522). Counter floor_us: the ring all-reduce's 2 (n - 1) / n * bytes at 13 GB/s
+// (docs/machine.md single-core copy: on one host every transfer is a memory copy).
 //
 // Every rank must run the same iterations in the same order (they are collectives), so the
 // iteration counts are fixed instead of Google Benchmark's adaptive ones; only rank 0 prints.
@@ -25,7 +25,7 @@ namespace {
 using lockstep::DType;
 using namespace lockstep::distribute;
 
-constexpr double kCopyBandwidth = 13e9;  // bytes/s, docs/machine.md, single-core copy
+constexpr double kCopyBandwidth = 13e9;  // bytes/s, docs/machine.md single-core copy
 
 std::shared_ptr<Communicator> g_comm;
 

@@ -33,10 +33,10 @@ struct SeedStep {
     db2 = Tensor({10}, dt);
   }
   void run() {
-    ops::linear_into(x, k1, b1, Activation::relu, h);
-    ops::linear_into(h, k2, b2, Activation::none, y);
-    ops::linear_backward_into(dy, h, k2, y, Activation::none, dh, dk2, db2);
-    ops::linear_backward_into(dh, x, k1, h, Activation::relu, Tensor(), dk1, db1);
+    ops::linear_into(x, k1, b1, ops::FusedActivation::relu, h);
+    ops::linear_into(h, k2, b2, ops::FusedActivation::none, y);
+    ops::linear_backward_into(dy, h, k2, y, ops::FusedActivation::none, dh, dk2, db2);
+    ops::linear_backward_into(dh, x, k1, h, ops::FusedActivation::relu, Tensor(), dk1, db1);
   }
   Tensor x, k1, k2, b1, b2, dy, h, y, dh, dk1, db1, dk2, db2;
 };
@@ -131,7 +131,7 @@ BENCHMARK(BM_Matmul)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
 void BM_Relu128x10(benchmark::State& state) {
   Generator gen(3);
   Tensor x = gen.uniform({128, 10}, -1, 1);
-  for (auto _ : state) benchmark::DoNotOptimize(ops::relu(x));
+  for (auto _ : state) benchmark::DoNotOptimize(ops::relu_forward(x));
 }
 BENCHMARK(BM_Relu128x10);
 
@@ -145,15 +145,15 @@ BENCHMARK(BM_ReluBackward128x10);
 void BM_Softmax128x10(benchmark::State& state) {
   Generator gen(4);
   Tensor x = gen.uniform({128, 10}, -1, 1);
-  for (auto _ : state) benchmark::DoNotOptimize(ops::softmax(x));
+  for (auto _ : state) benchmark::DoNotOptimize(ops::softmax_forward(x));
 }
 BENCHMARK(BM_Softmax128x10);
 
 void BM_CategoricalCrossentropy128x10(benchmark::State& state) {
   Generator gen(5);
-  Tensor p = ops::softmax(gen.uniform({128, 10}, -1, 1));
+  Tensor p = ops::softmax_forward(gen.uniform({128, 10}, -1, 1));
   Tensor t = ops::one_hot(Tensor::zeros({128}, DType::int32), 10);
-  for (auto _ : state) benchmark::DoNotOptimize(ops::categorical_crossentropy(t, p));
+  for (auto _ : state) benchmark::DoNotOptimize(ops::categorical_crossentropy_forward(t, p));
 }
 BENCHMARK(BM_CategoricalCrossentropy128x10);
 

@@ -18,7 +18,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR}/src)
-# The public headers include <nlohmann/json.hpp>.
+# The public headers include <nlohmann/json_fwd.hpp>.
 set(_depends nlohmann-json3-dev)
 if(NOT BUILD_SHARED_LIBS)
   # A static liblockstep leaves oneDNN, MPI, OpenMP and zlib to the program's link (and oneDNN's

@@ -1,6 +1,9 @@
 #pragma once
-// Umbrella header of the core layer.
+// Umbrella header of the core layer: Tensor and its storage, shapes, dtypes, bfloat16, Philox
+// random numbers, errors with status codes, task cancellation, CPU topology, atomic file writes.
+#include "lockstep/core/atomic_file.h"
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"

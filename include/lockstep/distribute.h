@@ -1,5 +1,6 @@
 #pragma once
-// Umbrella header of the distribute layer.
+// Umbrella header of the distribute layer: devices and cluster resolvers, strategies and their
+// training step (ReplicatedStep on a TaskPool), distributed datasets and the collectives.
 #include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/cluster_resolver.h"
 #include "lockstep/distribute/collective.h"

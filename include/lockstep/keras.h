@@ -1,5 +1,6 @@
 #pragma once
-// Umbrella header of the keras layer.
+// Umbrella header of the keras layer: layers, models (compile / fit / evaluate / predict), losses,
+// metrics, optimizers, callbacks, mixed precision and weights files.
 #include "lockstep/keras/activations.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/initializers.h"

@@ -1,6 +1,7 @@
 #pragma once
-// The ops layer: raw kernels, each op's forward beside its backward (not recorded on any tape;
-// the differentiable versions are in lockstep/autodiff/functions.h).
+// The ops layer: raw kernels, each op's `<op>_forward` beside its `<op>_backward`, recorded on no
+// tape. The differentiable `<op>` (lockstep::relu, lockstep::conv2d, ...) is in the autodiff layer
+// (lockstep/autodiff.h); no kernel shares its name.
 #include "lockstep/ops/activations.h"
 #include "lockstep/ops/attention.h"
 #include "lockstep/ops/batch_matmul.h"

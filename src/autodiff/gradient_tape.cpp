@@ -1,6 +1,7 @@
 #include "lockstep/autodiff/gradient_tape.h"
 
 #include "lockstep/core/task_cancellation.h"
+#include "lockstep/ops/elementwise.h"
 
 #include <algorithm>
 #include <cstring>
@@ -50,14 +51,6 @@ thread_local std::vector<GradientTape::Impl*> tape_stack;
 
 GradientTape::Impl::TensorInfo info(const Tensor& t) {
   return {t.id(), t.shape(), t.dtype()};
-}
-
-template <typename T>
-void add_loop(const Tensor& out, const Tensor& a, const Tensor& b) {
-  T* o = out.data<T>();
-  const T* x = a.data<T>();
-  const T* y = b.data<T>();
-  for (int64_t i = 0, n = out.num_elements(); i < n; ++i) o[i] = x[i] + y[i];
 }
 
 }  // namespace
@@ -352,45 +345,23 @@ void note_variable_read(const Tensor& v) {
     if (t->recording && t->watch_accessed_variables) t->tracked.insert(v.id());
 }
 
-void accumulate_into(const Tensor& a, const Tensor& b) {
+namespace {
+void check_accumulable(const Tensor& a, const Tensor& b) {
   if (!(a.shape() == b.shape()) || a.dtype() != b.dtype()) {
     throw InvalidArgument("accumulate: gradients " + a.describe() + " and " + b.describe() +
                           " differ in shape or dtype.");
   }
-  switch (a.dtype()) {
-    case DType::float32:
-      add_loop<float>(a, a, b);
-      break;
-    case DType::float64:
-      add_loop<double>(a, a, b);
-      break;
-    default: {
-      Tensor sum = accumulate(a, b);
-      std::memcpy(a.raw_data(), sum.raw_data(), a.nbytes());
-    }
-  }
+}
+}  // namespace
+
+void accumulate_into(const Tensor& a, const Tensor& b) {
+  check_accumulable(a, b);
+  ops::add_into(a, b);
 }
 
 Tensor accumulate(const Tensor& a, const Tensor& b) {
-  if (!(a.shape() == b.shape()) || a.dtype() != b.dtype()) {
-    throw InvalidArgument("accumulate: gradients " + a.describe() + " and " + b.describe() +
-                          " differ in shape or dtype.");
-  }
-  Tensor out(a.shape(), a.dtype());
-  switch (a.dtype()) {
-    case DType::float32:
-      add_loop<float>(out, a, b);
-      break;
-    case DType::float64:
-      add_loop<double>(out, a, b);
-      break;
-    default: {
-      Tensor wide(a.shape(), DType::float32);
-      add_loop<float>(wide, a.to(DType::float32), b.to(DType::float32));
-      return wide.to(a.dtype());
-    }
-  }
-  return out;
+  check_accumulable(a, b);
+  return ops::add_forward(a, b);
 }
 
 }  // namespace autodiff

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "lockstep/core/bfloat16.h"
-
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/bfloat16.h"
+#include "lockstep/ops/elementwise.h"
 
 namespace lockstep {
 
@@ -20,34 +20,6 @@ void check_same(const Tensor& var, const Tensor& value, const std::string& name,
   }
 }
 
-template <typename T>
-void add_into(const Tensor& dst, const Tensor& src, T sign) {
-  T* d = dst.data<T>();
-  const T* s = src.data<T>();
-  for (int64_t i = 0, n = dst.num_elements(); i < n; ++i) d[i] += sign * s[i];
-}
-
-void update(const Tensor& var, const Tensor& delta, double sign) {
-  switch (var.dtype()) {
-    case DType::float32:
-      add_into<float>(var, delta, static_cast<float>(sign));
-      break;
-    case DType::float64:
-      add_into<double>(var, delta, sign);
-      break;
-    case DType::int32:
-      add_into<int32_t>(var, delta, static_cast<int32_t>(sign));
-      break;
-    case DType::int64:
-      add_into<int64_t>(var, delta, static_cast<int64_t>(sign));
-      break;
-    default: {
-      Tensor wide = var.to(DType::float32);
-      add_into<float>(wide, delta.to(DType::float32), static_cast<float>(sign));
-      var.copy_from(wide.to(var.dtype()));
-    }
-  }
-}
 }  // namespace
 
 VariableCreationScope::VariableCreationScope(VariableCreationObserver* observer)
@@ -122,12 +94,12 @@ void Variable::assign(const Tensor& value) const {
 void Variable::assign_add(const Tensor& delta) const {
   check_same(raw_value(), delta, state_->name, "assign_add");
   state_->rounded_current[state_->cur()].store(false, std::memory_order_release);
-  update(state_->value(), delta, 1.0);
+  ops::add_into(state_->value(), delta);
 }
 void Variable::assign_sub(const Tensor& delta) const {
   check_same(raw_value(), delta, state_->name, "assign_sub");
   state_->rounded_current[state_->cur()].store(false, std::memory_order_release);
-  update(state_->value(), delta, -1.0);
+  ops::sub_into(state_->value(), delta);
 }
 
 Tensor Variable::bfloat16_rounded() const {

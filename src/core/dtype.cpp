@@ -40,13 +40,4 @@ std::string_view dtype_name(DType dtype) {
   return "unknown";
 }
 
-DType dtype_from_name(std::string_view name) {
-  for (DType d : {DType::float32, DType::bfloat16, DType::float64, DType::int32, DType::int64,
-                  DType::uint8}) {
-    if (dtype_name(d) == name) return d;
-  }
-  throw InvalidArgument("Unknown dtype '" + std::string(name) +
-                        "'. Expected one of float32, bfloat16, float64, int32, int64, uint8.");
-}
-
 }  // namespace lockstep

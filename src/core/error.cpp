@@ -4,21 +4,21 @@ namespace lockstep {
 
 std::string_view status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kInvalidArgument:
+    case StatusCode::invalid_argument:
       return "InvalidArgument";
-    case StatusCode::kNotFound:
+    case StatusCode::not_found:
       return "NotFound";
-    case StatusCode::kFailedPrecondition:
+    case StatusCode::failed_precondition:
       return "FailedPrecondition";
-    case StatusCode::kUnavailable:
+    case StatusCode::unavailable:
       return "Unavailable";
-    case StatusCode::kDeadlineExceeded:
+    case StatusCode::deadline_exceeded:
       return "DeadlineExceeded";
-    case StatusCode::kDataLoss:
+    case StatusCode::data_loss:
       return "DataLoss";
-    case StatusCode::kOutOfRange:
+    case StatusCode::out_of_range:
       return "OutOfRange";
-    case StatusCode::kInternal:
+    case StatusCode::internal:
       return "Internal";
   }
   return "Unknown";

@@ -88,14 +88,4 @@ void storage_pool_reset_peak() {
   p.stats.peak_live_bytes = p.stats.live_bytes;
 }
 
-void storage_pool_release_cached() {
-  Pool& p = pool();
-  std::lock_guard lock(p.mu);
-  for (auto& [bytes, blocks] : p.free_blocks) {
-    for (void* b : blocks) std::free(b);
-    blocks.clear();
-  }
-  p.stats.cached_bytes = 0;
-}
-
 }  // namespace lockstep

@@ -8,12 +8,12 @@
 // corrupt, not in progress.
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 
 #include "internal.h"
+#include "lockstep/core/atomic_file.h"
 
 namespace lockstep::data_internal {
 namespace {
@@ -158,35 +158,19 @@ class FileReader : public IteratorImpl {
 
 class FileWriter : public IteratorImpl {
  public:
-  FileWriter(std::unique_ptr<IteratorImpl> input, std::string path)
-      : input_(std::move(input)), path_(std::move(path)) {
-    static std::atomic<uint64_t> counter{0};
-    tmp_ = path_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    file_ = std::fopen(tmp_.c_str(), "wb");
-    if (!file_) {
-      throw NotFound("Dataset::cache: cannot create the cache file " + tmp_ +
-                     " (does the directory exist and is it writable?).");
-    }
+  // An incomplete pass leaves no cache behind: the file exists only once every element is in.
+  FileWriter(std::unique_ptr<IteratorImpl> input, const std::string& path)
+      : input_(std::move(input)),
+        file_(std::make_unique<AtomicFileWriter>(path, "Dataset::cache")) {
     write(kMagic, 8);
-  }
-  ~FileWriter() override {
-    if (file_) {
-      std::fclose(file_);
-      std::remove(tmp_.c_str());  // an incomplete pass leaves no cache behind
-    }
   }
   bool next(Element& out) override {
     if (!file_) return false;
     if (!input_->next(out)) {
       write(&kTrailer, 4);
       write(&count_, 8);
-      bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
-      ok = std::fclose(file_) == 0 && ok;
-      file_ = nullptr;
-      if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-        std::remove(tmp_.c_str());
-        throw DataLoss("Dataset::cache: could not complete the cache file " + path_ + ".");
-      }
+      file_->commit();
+      file_.reset();
       return false;
     }
     uint32_t n = static_cast<uint32_t>(out.size());
@@ -202,14 +186,9 @@ class FileWriter : public IteratorImpl {
   }
 
  private:
-  void write(const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, file_) != n) {
-      throw DataLoss("Dataset::cache: write to " + tmp_ + " failed (disk full?).");
-    }
-  }
+  void write(const void* p, size_t n) { file_->write(p, n); }
   std::unique_ptr<IteratorImpl> input_;
-  std::string path_, tmp_;
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<AtomicFileWriter> file_;
   int64_t count_ = 0;
 };
 

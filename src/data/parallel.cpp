@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "internal.h"
+#include "lockstep/core/cpu_cores.h"
 
 namespace lockstep::data_internal {
 namespace {
@@ -34,10 +35,6 @@ struct Ema {
   void add(double x) { value = value == 0 ? x : 0.9 * value + 0.1 * x; }
 };
 
-int64_t hardware_threads() {
-  return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
-}
-
 // ----- parallel map
 class ParallelMapIterator : public IteratorImpl {
  public:
@@ -47,7 +44,7 @@ class ParallelMapIterator : public IteratorImpl {
         fn_(fn),
         deterministic_(options.deterministic),
         autotune_(options.num_parallel_calls == Dataset::AUTOTUNE),
-        threads_(autotune_ ? hardware_threads() : options.num_parallel_calls),
+        threads_(autotune_ ? available_core_count() : options.num_parallel_calls),
         capacity_(2 * threads_),
         target_(autotune_ ? 1 : threads_),
         slots_(static_cast<size_t>(capacity_)) {}
@@ -285,11 +282,6 @@ class PrefetchIterator : public IteratorImpl {
   int64_t skip(int64_t n) override {
     if (!thread_.joinable()) return input_->skip(n);
     return IteratorImpl::skip(n);
-  }
-
-  int64_t capacity_for_test() {
-    std::lock_guard lock(mu_);
-    return capacity_;
   }
 
  private:

@@ -49,12 +49,12 @@ bool is_fusable(const std::string& name) {
          name == "tanh" || name == "gelu";
 }
 
-Activation fused_kind(const std::string& name) {
-  if (name == "relu") return Activation::relu;
-  if (name == "sigmoid") return Activation::sigmoid;
-  if (name == "tanh") return Activation::tanh;
-  if (name == "gelu") return Activation::gelu;
-  return Activation::none;
+ops::FusedActivation fused_kind(const std::string& name) {
+  if (name == "relu") return ops::FusedActivation::relu;
+  if (name == "sigmoid") return ops::FusedActivation::sigmoid;
+  if (name == "tanh") return ops::FusedActivation::tanh;
+  if (name == "gelu") return ops::FusedActivation::gelu;
+  return ops::FusedActivation::none;
 }
 
 }  // namespace lockstep::keras::activations

@@ -1,5 +1,7 @@
 #include "lockstep/keras/losses.h"
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/losses.h"
 #include "lockstep/keras/activations.h"
@@ -20,6 +22,9 @@ Tensor as_float(const Tensor& t) {
 
 Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   return reduce_mean(call(y_true, y_pred));
+}
+nlohmann::json Loss::get_config() const {
+  return {{"name", name()}};
 }
 
 Tensor CategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {

@@ -155,37 +155,37 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
 }  // namespace
 
-Tensor neg(const Tensor& x) {
+Tensor neg_forward(const Tensor& x) {
   return unary(Unary::neg, x, "neg");
 }
 Tensor neg_backward(const Tensor& dy) {
   return grad(dy, dy, "neg_backward", [](auto) { return -1; });
 }
-Tensor exp(const Tensor& x) {
+Tensor exp_forward(const Tensor& x) {
   return unary(Unary::exp, x, "exp");
 }
 Tensor exp_backward(const Tensor& dy, const Tensor& y) {
   return grad(dy, y, "exp_backward", [](auto v) { return v; });
 }
-Tensor log(const Tensor& x) {
+Tensor log_forward(const Tensor& x) {
   return unary(Unary::log, x, "log");
 }
 Tensor log_backward(const Tensor& dy, const Tensor& x) {
   return grad(dy, x, "log_backward", [](auto v) { return 1 / v; });
 }
-Tensor sqrt(const Tensor& x) {
+Tensor sqrt_forward(const Tensor& x) {
   return unary(Unary::sqrt, x, "sqrt");
 }
 Tensor sqrt_backward(const Tensor& dy, const Tensor& y) {
   return grad(dy, y, "sqrt_backward", [](auto v) { return 1 / (2 * v); });
 }
-Tensor square(const Tensor& x) {
+Tensor square_forward(const Tensor& x) {
   return unary(Unary::square, x, "square");
 }
 Tensor square_backward(const Tensor& dy, const Tensor& x) {
   return grad(dy, x, "square_backward", [](auto v) { return 2 * v; });
 }
-Tensor relu(const Tensor& x) {
+Tensor relu_forward(const Tensor& x) {
   // oneDNN's relu is max(x, 0) and maps NaN to 0; keep NaN as TensorFlow and PyTorch do, so a NaN
   // reaches the loss (and TerminateOnNaN) instead of silently zeroing the activation.
   if (x.dtype() == DType::float32) {
@@ -223,19 +223,19 @@ Tensor relu_backward(const Tensor& dy, const Tensor& y) {
   return grad(dy, y, "relu_backward",
               [](auto v) { return v > 0 ? decltype(v)(1) : decltype(v)(0); });
 }
-Tensor sigmoid(const Tensor& x) {
+Tensor sigmoid_forward(const Tensor& x) {
   return unary(Unary::sigmoid, x, "sigmoid");
 }
 Tensor sigmoid_backward(const Tensor& dy, const Tensor& y) {
   return grad(dy, y, "sigmoid_backward", [](auto v) { return v * (1 - v); });
 }
-Tensor tanh(const Tensor& x) {
+Tensor tanh_forward(const Tensor& x) {
   return unary(Unary::tanh, x, "tanh");
 }
 Tensor tanh_backward(const Tensor& dy, const Tensor& y) {
   return grad(dy, y, "tanh_backward", [](auto v) { return 1 - v * v; });
 }
-Tensor gelu(const Tensor& x) {
+Tensor gelu_forward(const Tensor& x) {
   return unary(Unary::gelu, x, "gelu");
 }
 Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
@@ -244,13 +244,14 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
 
 namespace detail {
 
-void activation_grad_into(Activation act, const Tensor& dy, const Tensor& saved, const Tensor& dz) {
+void activation_grad_into(FusedActivation act, const Tensor& dy, const Tensor& saved,
+                          const Tensor& dz) {
   const char* op = "linear_backward";
   switch (act) {
-    case Activation::none:
+    case FusedActivation::none:
       dz.copy_from(dy);
       return;
-    case Activation::relu:
+    case FusedActivation::relu:
       if (dy.dtype() == DType::float32 && saved.dtype() == DType::float32 &&
           dy.shape() == saved.shape() && dz.dtype() == DType::float32) {
         // The hot case: a branch-free select the compiler vectorises (the generic loop branches on
@@ -272,13 +273,13 @@ void activation_grad_into(Activation act, const Tensor& dy, const Tensor& saved,
       }
       grad_into(dy, saved, dz, op, [](auto v) { return v > 0 ? decltype(v)(1) : decltype(v)(0); });
       return;
-    case Activation::sigmoid:
+    case FusedActivation::sigmoid:
       grad_into(dy, saved, dz, op, [](auto v) { return v * (1 - v); });
       return;
-    case Activation::tanh:
+    case FusedActivation::tanh:
       grad_into(dy, saved, dz, op, [](auto v) { return 1 - v * v; });
       return;
-    case Activation::gelu:
+    case FusedActivation::gelu:
       if (dy.dtype() == saved.dtype() && dz.dtype() == dy.dtype()) {
         detail::gelu_backward_into(dy, saved, dz, /*approximate=*/false);
         return;

@@ -316,8 +316,8 @@ void set_attention_block_examples(int64_t examples) {
   block_override().store(std::max<int64_t>(0, examples));
 }
 
-Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                             const AttentionOptions& options) {
+Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                     const AttentionOptions& options) {
   const char* op = "dot_product_attention";
   const Dims d = check(query, key, value, op);
   const Plan p = make_plan(d, query.dtype(), options, op);

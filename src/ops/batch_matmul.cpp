@@ -74,7 +74,7 @@ void product_into(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tens
 
 }  // namespace
 
-Tensor batch_matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+Tensor batch_matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
   Dims d = check(a, b, transpose_a, transpose_b, "batch_matmul");
   Shape out = a.shape().with_dim(-2, d.m).with_dim(-1, d.n);
   Tensor y(out, a.dtype());

@@ -68,6 +68,33 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
   return y;
 }
 
+template <Binary OP>
+void in_place(const Tensor& dst, const Tensor& src, const char* name) {
+  if (!(dst.shape() == src.shape()) || dst.dtype() != src.dtype()) {
+    throw InvalidArgument(std::string(name) + ": expected src of dst's shape and dtype (" +
+                          dst.describe() + "). Received: src=" + src.describe() + ".");
+  }
+  const int64_t n = dst.num_elements();
+  // Integers add in their own type (the floating loop computes in float).
+  auto integer = [&](auto tag) {
+    using T = decltype(tag);
+    T* d = dst.data<T>();
+    const T* s = src.data<T>();
+    for (int64_t i = 0; i < n; ++i) d[i] = apply(OP, d[i], s[i]);
+  };
+  switch (dst.dtype()) {
+    case DType::int32:
+      return integer(int32_t{});
+    case DType::int64:
+      return integer(int64_t{});
+    default:
+      detail::dispatch_floating(dst.dtype(), name, [&](auto tag) {
+        using T = decltype(tag);
+        run<T, OP>(dst.data<T>(), src.data<T>(), dst.data<T>(), 1, 1, n);
+      });
+  }
+}
+
 void check_dy(const Tensor& dy, const Shape& a_shape, const Shape& b_shape, const char* op) {
   detail::check_floating(dy, op, "dy");
   Shape out = detail::broadcast_shapes(a_shape, b_shape, op);
@@ -80,17 +107,24 @@ void check_dy(const Tensor& dy, const Shape& a_shape, const Shape& b_shape, cons
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add_forward(const Tensor& a, const Tensor& b) {
   return binary<Binary::add>(a, b, "add");
 }
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub_forward(const Tensor& a, const Tensor& b) {
   return binary<Binary::sub>(a, b, "sub");
 }
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul_forward(const Tensor& a, const Tensor& b) {
   return binary<Binary::mul>(a, b, "mul");
 }
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div_forward(const Tensor& a, const Tensor& b) {
   return binary<Binary::div>(a, b, "div");
+}
+
+void add_into(const Tensor& dst, const Tensor& src) {
+  in_place<Binary::add>(dst, src, "add_into");
+}
+void sub_into(const Tensor& dst, const Tensor& src) {
+  in_place<Binary::sub>(dst, src, "sub_into");
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {
@@ -165,8 +199,8 @@ BinaryGrads mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, boo
                          bool need_db) {
   check_dy(dy, a.shape(), b.shape(), "mul_backward");
   BinaryGrads g;
-  if (need_da) g.da = sum_to(mul(dy, b), a.shape());
-  if (need_db) g.db = sum_to(mul(dy, a), b.shape());
+  if (need_da) g.da = sum_to(mul_forward(dy, b), a.shape());
+  if (need_db) g.db = sum_to(mul_forward(dy, a), b.shape());
   return g;
 }
 
@@ -174,12 +208,13 @@ BinaryGrads div_backward(const Tensor& dy, const Tensor& a, const Tensor& b, boo
                          bool need_db) {
   check_dy(dy, a.shape(), b.shape(), "div_backward");
   BinaryGrads g;
-  if (need_da) g.da = sum_to(div(dy, b), a.shape());
-  if (need_db) g.db = sum_to(scale(div(mul(dy, a), mul(b, b)), -1.0), b.shape());
+  if (need_da) g.da = sum_to(div_forward(dy, b), a.shape());
+  if (need_db)
+    g.db = sum_to(scale(div_forward(mul_forward(dy, a), mul_forward(b, b)), -1.0), b.shape());
   return g;
 }
 
-Tensor bias_add(const Tensor& x, const Tensor& bias) {
+Tensor bias_add_forward(const Tensor& x, const Tensor& bias) {
   detail::check_floating(x, "bias_add", "x");
   detail::check_floating(bias, "bias_add", "bias");
   detail::check_same_dtype(x, bias, "bias_add");
@@ -187,7 +222,7 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
     throw InvalidArgument("bias_add: expected bias [n] matching x's last dimension. Received: x " +
                           x.describe() + " and bias " + bias.describe() + ".");
   }
-  return add(x, bias);
+  return add_forward(x, bias);
 }
 
 BiasAddGrads bias_add_backward(const Tensor& dy, bool need_dx, bool need_dbias) {

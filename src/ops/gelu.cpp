@@ -112,7 +112,7 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool approximate) {
 
 }  // namespace detail
 
-Tensor gelu_tanh(const Tensor& x) {
+Tensor gelu_tanh_forward(const Tensor& x) {
   return detail::gelu_forward(x, true);
 }
 Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x) {

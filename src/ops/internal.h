@@ -7,14 +7,15 @@ namespace lockstep::ops::detail {
 
 // out = act(op(a)·op(b) + bias); bias may be undefined. Shapes are checked by the caller.
 void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool transpose_a,
-               bool transpose_b, Activation act, const Tensor& out);
+               bool transpose_b, FusedActivation act, const Tensor& out);
 
 // float32 copy of a bfloat16 tensor (exact), or t itself when it is float32.
 Tensor widen_to_f32(const Tensor& t);
 
 // dz = dy ⊙ act'(·) where `saved` is the output y (relu, sigmoid, tanh) or the input z (gelu).
 // dz may alias dy.
-void activation_grad_into(Activation act, const Tensor& dy, const Tensor& saved, const Tensor& dz);
+void activation_grad_into(FusedActivation act, const Tensor& dy, const Tensor& saved,
+                          const Tensor& dz);
 
 // out[j] = Σ_i x[i, j] for x [rows, cols] (bias gradients).
 void column_sums_into(const Tensor& x, const Tensor& out);

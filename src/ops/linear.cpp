@@ -110,21 +110,21 @@ LOCKSTEP_TARGET_CLONES void relu_grad_widen(const uint16_t* dy, const uint16_t* 
 }
 
 void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,
-                          Activation activation, const Tensor& y) {
-  if (activation == Activation::relu && y.dtype() == DType::bfloat16 &&
+                          FusedActivation activation, const Tensor& y) {
+  if (activation == FusedActivation::relu && y.dtype() == DType::bfloat16 &&
       (kernel.dtype() == DType::float32 ||
        bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), kernel.dim(1)))) {
     Tensor y32(y.shape(), DType::float32);
-    detail::gemm_into(x, kernel, bias, false, false, Activation::none, y32);
+    detail::gemm_into(x, kernel, bias, false, false, FusedActivation::none, y32);
     round_relu_into(y32.data<float>(), reinterpret_cast<uint16_t*>(y.data<bfloat16>()),
                     y.num_elements());
     return;
   }
-  if (activation != Activation::relu || y.dtype() == DType::float64) {
+  if (activation != FusedActivation::relu || y.dtype() == DType::float64) {
     detail::gemm_into(x, kernel, bias, false, false, activation, y);
     return;
   }
-  detail::gemm_into(x, kernel, bias, false, false, Activation::none, y);
+  detail::gemm_into(x, kernel, bias, false, false, FusedActivation::none, y);
   if (y.dtype() == DType::float32) {
     relu_keeping_nan(y.data<float>(), y.num_elements());
   } else {
@@ -134,15 +134,16 @@ void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& b
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation) {
+Tensor linear_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                      FusedActivation activation) {
   check_linear(x, kernel, bias, "linear");
   Tensor y({x.dim(0), kernel.dim(1)}, x.dtype());
   gemm_with_activation(x, kernel, bias, activation, y);
   return y;
 }
 
-void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation,
-                 const Tensor& y) {
+void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                 FusedActivation activation, const Tensor& y) {
   check_linear(x, kernel, bias, "linear_into");
   detail::check_defined(y, "linear_into", "y");
   check_buffer(y, {x.dim(0), kernel.dim(1)}, x.dtype(), "linear_into", "y");
@@ -150,7 +151,7 @@ void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias, Acti
 }
 
 void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,
-                          Activation activation, const Tensor& dx, const Tensor& dkernel,
+                          FusedActivation activation, const Tensor& dx, const Tensor& dkernel,
                           const Tensor& dbias, const Tensor& pre_activation) {
   const char* op = "linear_backward";
   check_linear(x, kernel, Tensor(), op);
@@ -166,11 +167,12 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
                           x.describe() + " and kernel " + kernel.describe() +
                           ". Received: " + dy.describe() + ".");
   }
-  const Tensor& saved = activation == Activation::gelu ? pre_activation : y;
-  if (activation != Activation::none) {
+  const Tensor& saved = activation == FusedActivation::gelu ? pre_activation : y;
+  if (activation != FusedActivation::none) {
     if (!saved.defined()) {
       throw InvalidArgument(std::string(op) + ": activation " + activation_name(activation) +
-                            " needs " + (activation == Activation::gelu ? "pre_activation" : "y") +
+                            " needs " +
+                            (activation == FusedActivation::gelu ? "pre_activation" : "y") +
                             ". Received: an undefined Tensor.");
     }
     if (!(saved.shape() == out_shape) || saved.dtype() != dy.dtype()) {
@@ -189,18 +191,18 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
                            (kernel.dtype() == DType::float32 ||
                             bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), kernel.dim(1)));
   bool dbias_done = false;
-  if (activation == Activation::relu && dbias.defined() && dy.dtype() != DType::float64) {
+  if (activation == FusedActivation::relu && dbias.defined() && dy.dtype() != DType::float64) {
     // relu's gradient and the bias gradient in one pass over dz (same bits as the two passes).
     dz = Tensor(dy.shape(), bf16_in_f32 ? DType::float32 : dy.dtype());
     dbias_done = detail::relu_bias_grad_into(dy, saved, dz, dbias);
     if (!dbias_done) dz = dy;
   }
-  if (!dbias_done && activation == Activation::relu && bf16_in_f32) {
+  if (!dbias_done && activation == FusedActivation::relu && bf16_in_f32) {
     dz = Tensor(dy.shape(), DType::float32);
     relu_grad_widen(reinterpret_cast<const uint16_t*>(dy.data<bfloat16>()),
                     reinterpret_cast<const uint16_t*>(saved.data<bfloat16>()), dz.data<float>(),
                     dy.num_elements());
-  } else if (!dbias_done && activation != Activation::none) {
+  } else if (!dbias_done && activation != FusedActivation::none) {
     dz = Tensor(dy.shape(), dy.dtype());
     detail::activation_grad_into(activation, dy, saved, dz);
   }
@@ -210,17 +212,17 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
     dz = detail::widen_to_f32(dz);
   }
   if (dkernel.defined()) {
-    detail::gemm_into(x, dz, Tensor(), true, false, Activation::none, dkernel);  // xᵀ·dz
+    detail::gemm_into(x, dz, Tensor(), true, false, FusedActivation::none, dkernel);  // xᵀ·dz
   }
   if (dbias.defined() && !dbias_done) detail::column_sums_into(dz, dbias);
   if (dx.defined()) {
-    detail::gemm_into(dz, kernel, Tensor(), false, true, Activation::none, dx);  // dz·kernelᵀ
+    detail::gemm_into(dz, kernel, Tensor(), false, true, FusedActivation::none, dx);  // dz·kernelᵀ
   }
 }
 
 LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel,
-                            const Tensor& y, Activation activation, bool need_dx, bool need_dkernel,
-                            bool need_dbias, const Tensor& pre_activation) {
+                            const Tensor& y, FusedActivation activation, bool need_dx,
+                            bool need_dkernel, bool need_dbias, const Tensor& pre_activation) {
   LinearGrads g;
   if (x.defined() && kernel.defined() && x.rank() == 2 && kernel.rank() == 2) {
     if (need_dx) g.dx = Tensor(x.shape(), x.dtype());

@@ -78,8 +78,8 @@ void with_type(DType dtype, const char* op, F&& f) {
 
 }  // namespace
 
-Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits,
-                                int axis) {
+Tensor categorical_crossentropy_forward(const Tensor& y_true, const Tensor& y_pred,
+                                        bool from_logits, int axis) {
   const char* op = "categorical_crossentropy";
   check_pair(y_true, y_pred, op);
   const int ax = y_pred.shape().normalize_axis(axis);
@@ -134,7 +134,7 @@ void check_softmax_operands(const Tensor& y_true, const Tensor& logits, const Te
 }
 }  // namespace
 
-Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits, const Tensor& p) {
+Tensor softmax_crossentropy_forward(const Tensor& y_true, const Tensor& logits, const Tensor& p) {
   const char* op = "softmax_crossentropy";
   check_softmax_operands(y_true, logits, p, op);
   const int64_t rows = p.dim(0), n = p.dim(1);
@@ -268,8 +268,8 @@ Tensor categorical_crossentropy_backward(const Tensor& dloss, const Tensor& y_tr
   return dp;
 }
 
-Tensor sparse_categorical_crossentropy(const Tensor& labels, const Tensor& y_pred,
-                                       bool from_logits) {
+Tensor sparse_categorical_crossentropy_forward(const Tensor& labels, const Tensor& y_pred,
+                                               bool from_logits) {
   const char* op = "sparse_categorical_crossentropy";
   check_labels(labels, y_pred, op);
   const int64_t classes = y_pred.dim(-1), rows = labels.num_elements();
@@ -432,7 +432,7 @@ constexpr auto kAbsoluteGrad = [](auto y, auto z) {
 
 }  // namespace
 
-Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits) {
+Tensor binary_crossentropy_forward(const Tensor& y_true, const Tensor& y_pred, bool from_logits) {
   const char* op = "binary_crossentropy";
   return from_logits ? mean_over_last_axis(y_true, y_pred, op, kBceLogitsTerm)
                      : mean_over_last_axis(y_true, y_pred, op, kBceTerm);
@@ -447,7 +447,7 @@ Tensor binary_crossentropy_backward(const Tensor& dloss, const Tensor& y_true, c
       .dy_pred;
 }
 
-Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred) {
+Tensor mean_squared_error_forward(const Tensor& y_true, const Tensor& y_pred) {
   return mean_over_last_axis(y_true, y_pred, "mean_squared_error", kSquaredTerm);
 }
 RegressionLossGrads mean_squared_error_backward(const Tensor& dloss, const Tensor& y_true,
@@ -455,7 +455,7 @@ RegressionLossGrads mean_squared_error_backward(const Tensor& dloss, const Tenso
   return mean_over_last_axis_backward<true>(dloss, y_true, y_pred, "mean_squared_error_backward",
                                             kSquaredGrad);
 }
-Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred) {
+Tensor mean_absolute_error_forward(const Tensor& y_true, const Tensor& y_pred) {
   return mean_over_last_axis(y_true, y_pred, "mean_absolute_error", kAbsoluteTerm);
 }
 RegressionLossGrads mean_absolute_error_backward(const Tensor& dloss, const Tensor& y_true,

@@ -34,14 +34,14 @@ void for_each_kept(const detail::BroadcastMask& m, const Shape& shape, F&& f) {
 
 }  // namespace
 
-Tensor masked_softmax(const Tensor& x, const Tensor& mask) {
+Tensor masked_softmax_forward(const Tensor& x, const Tensor& mask) {
   const char* op = "masked_softmax";
   detail::check_floating(x, op, "x");
   if (x.rank() == 0) {
     throw InvalidArgument(std::string(op) +
                           ": expected a tensor of rank >= 1. Received: " + x.describe() + ".");
   }
-  if (!mask.defined()) return softmax(x, -1);
+  if (!mask.defined()) return softmax_forward(x, -1);
   const detail::BroadcastMask m = detail::broadcast_mask(mask, x.shape(), op);
   Tensor z(x.shape(), x.dtype());
   detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
@@ -51,7 +51,7 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask) {
     const T dropped = static_cast<T>(static_cast<float>(kMaskedScore));
     for_each_kept(m, x.shape(), [&](int64_t i, bool keep) { pz[i] = keep ? px[i] : dropped; });
   });
-  return softmax(z, -1);
+  return softmax_forward(z, -1);
 }
 
 Tensor masked_softmax_backward(const Tensor& dy, const Tensor& y, const Tensor& mask) {

@@ -23,9 +23,9 @@ struct MatmulDims {
 };
 
 void gemm_bf16_via_f32(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
-                       Activation act, const Tensor& out);
+                       FusedActivation act, const Tensor& out);
 void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
-                 Activation act, const Tensor& out);
+                 FusedActivation act, const Tensor& out);
 
 std::string flags(bool ta, bool tb) {
   return std::string(" (transpose_a=") + (ta ? "true" : "false") +
@@ -62,40 +62,40 @@ void check_out(const Tensor& out, const Tensor& a, int64_t m, int64_t n, const c
   }
 }
 
-dnnl::algorithm eltwise_algorithm(Activation act) {
+dnnl::algorithm eltwise_algorithm(FusedActivation act) {
   switch (act) {
-    case Activation::relu:
+    case FusedActivation::relu:
       return dnnl::algorithm::eltwise_relu;
-    case Activation::sigmoid:
+    case FusedActivation::sigmoid:
       return dnnl::algorithm::eltwise_logistic;
-    case Activation::tanh:
+    case FusedActivation::tanh:
       return dnnl::algorithm::eltwise_tanh;
-    case Activation::gelu:
+    case FusedActivation::gelu:
       return dnnl::algorithm::eltwise_gelu_erf;
-    case Activation::none:
+    case FusedActivation::none:
       break;
   }
   return dnnl::algorithm::undef;
 }
 
-double apply_activation(Activation act, double z) {
+double apply_activation(FusedActivation act, double z) {
   switch (act) {
-    case Activation::relu:
+    case FusedActivation::relu:
       return z > 0 ? z : 0.0;
-    case Activation::sigmoid:
+    case FusedActivation::sigmoid:
       return 1.0 / (1.0 + std::exp(-z));
-    case Activation::tanh:
+    case FusedActivation::tanh:
       return std::tanh(z);
-    case Activation::gelu:
+    case FusedActivation::gelu:
       return 0.5 * z * (1.0 + std::erf(z * M_SQRT1_2));
-    case Activation::none:
+    case FusedActivation::none:
       break;
   }
   return z;
 }
 
 void gemm_f64(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
-              Activation act, const Tensor& out) {
+              FusedActivation act, const Tensor& out) {
   const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
   const double* A = a.data<double>();
   const double* B = b.data<double>();
@@ -117,7 +117,7 @@ void gemm_f64(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, boo
       const double* bv = bias.data<double>();
       for (int64_t j = 0; j < n; ++j) yrow[j] += bv[j];
     }
-    if (act != Activation::none) {
+    if (act != FusedActivation::none) {
       for (int64_t j = 0; j < n; ++j) yrow[j] = apply_activation(act, yrow[j]);
     }
   }
@@ -126,7 +126,7 @@ void gemm_f64(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, boo
 // A float32 view of a bfloat16 operand (widened), or the float32 operand itself.
 Tensor as_f32(const Tensor& t) {
   if (!t.defined() || t.dtype() == DType::float32) return t;
-  if (t.dtype() != DType::bfloat16) return ops::cast(t, DType::float32);
+  if (t.dtype() != DType::bfloat16) return ops::cast_forward(t, DType::float32);
   // Exact (the top 16 bits); a vectorised loop, without a oneDNN reorder's dispatch per call.
   Tensor w(t.shape(), DType::float32);
   bfloat16_to_float(t.data<bfloat16>(), w.data<float>(), static_cast<size_t>(t.num_elements()));
@@ -145,9 +145,9 @@ namespace {
 Bf16MatmulMode mode_from_environment() {
   const char* env = std::getenv("LOCKSTEP_BF16_MATMUL");
   const std::string v = env ? env : "";
-  if (v == "bf16") return Bf16MatmulMode::kBfloat16Kernels;
-  if (v == "f32") return Bf16MatmulMode::kFloat32Compute;
-  return Bf16MatmulMode::kAuto;
+  if (v == "bf16") return Bf16MatmulMode::bfloat16_kernels;
+  if (v == "f32") return Bf16MatmulMode::float32_compute;
+  return Bf16MatmulMode::measured;
 }
 std::atomic<Bf16MatmulMode>& mode_flag() {
   static std::atomic<Bf16MatmulMode> mode{mode_from_environment()};
@@ -164,11 +164,11 @@ Bf16MatmulMode bf16_matmul_mode() {
 
 bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
   switch (bf16_matmul_mode()) {
-    case Bf16MatmulMode::kFloat32Compute:
+    case Bf16MatmulMode::float32_compute:
       return true;
-    case Bf16MatmulMode::kBfloat16Kernels:
+    case Bf16MatmulMode::bfloat16_kernels:
       return false;
-    case Bf16MatmulMode::kAuto:
+    case Bf16MatmulMode::measured:
       break;
   }
   // One measurement per shape for the whole process, under a lock: replicas that reach a new
@@ -187,9 +187,9 @@ bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool 
     for (int rep = 0; rep < 7; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
       if (via_f32) {
-        gemm_bf16_via_f32(a, b, Tensor(), ta, tb, Activation::none, out);
+        gemm_bf16_via_f32(a, b, Tensor(), ta, tb, FusedActivation::none, out);
       } else {
-        gemm_onednn(a, b, Tensor(), ta, tb, Activation::none, out);
+        gemm_onednn(a, b, Tensor(), ta, tb, FusedActivation::none, out);
       }
       const double dt =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -202,17 +202,17 @@ bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool 
   return it->second;
 }
 
-const char* activation_name(Activation act) {
+const char* activation_name(FusedActivation act) {
   switch (act) {
-    case Activation::none:
+    case FusedActivation::none:
       return "none";
-    case Activation::relu:
+    case FusedActivation::relu:
       return "relu";
-    case Activation::sigmoid:
+    case FusedActivation::sigmoid:
       return "sigmoid";
-    case Activation::tanh:
+    case FusedActivation::tanh:
       return "tanh";
-    case Activation::gelu:
+    case FusedActivation::gelu:
       return "gelu";
   }
   return "?";
@@ -221,7 +221,7 @@ const char* activation_name(Activation act) {
 namespace detail {
 
 void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
-               Activation act, const Tensor& out) {
+               FusedActivation act, const Tensor& out) {
   if (a.dtype() == DType::float64) {
     gemm_f64(a, b, bias, ta, tb, act, out);
     return;
@@ -246,7 +246,7 @@ void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bo
 namespace {
 // "Store bfloat16, compute float32": widened operands, the float32 kernel, the result rounded.
 void gemm_bf16_via_f32(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
-                       Activation act, const Tensor& out) {
+                       FusedActivation act, const Tensor& out) {
   Tensor a32 = as_f32(a), b32 = as_f32(b), bias32 = as_f32(bias);
   if (out.dtype() == DType::float32) {
     gemm_onednn(a32, b32, bias32, ta, tb, act, out);
@@ -260,7 +260,7 @@ void gemm_bf16_via_f32(const Tensor& a, const Tensor& b, const Tensor& bias, boo
 
 // oneDNN's matmul on the operands' own dtypes (float32 or bfloat16 kernels).
 void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
-                 Activation act, const Tensor& out) {
+                 FusedActivation act, const Tensor& out) {
   const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
   onednn::Key key("matmul");
   key.add(m)
@@ -280,7 +280,7 @@ void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, 
     dnnl::memory::desc b_md(dims{k, n}, dt, tb ? dims{1, k} : dims{n, 1});
     dnnl::memory::desc y_md = onednn::plain_desc(dims{m, n}, out.dtype());
     dnnl::primitive_attr attr;
-    if (act != Activation::none) {
+    if (act != FusedActivation::none) {
       dnnl::post_ops po;
       po.append_eltwise(1.0f, eltwise_algorithm(act), 0.0f, 0.0f);
       attr.set_post_ops(po);
@@ -311,10 +311,10 @@ void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, 
 }
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
   MatmulDims d = check_matmul(a, b, transpose_a, transpose_b, "matmul");
   Tensor y({d.m, d.n}, a.dtype());
-  detail::gemm_into(a, b, Tensor(), transpose_a, transpose_b, Activation::none, y);
+  detail::gemm_into(a, b, Tensor(), transpose_a, transpose_b, FusedActivation::none, y);
   return y;
 }
 
@@ -322,7 +322,7 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out, bool trans
                  bool transpose_b) {
   MatmulDims d = check_matmul(a, b, transpose_a, transpose_b, "matmul_into");
   check_out(out, a, d.m, d.n, "matmul_into");
-  detail::gemm_into(a, b, Tensor(), transpose_a, transpose_b, Activation::none, out);
+  detail::gemm_into(a, b, Tensor(), transpose_a, transpose_b, FusedActivation::none, out);
 }
 
 MatmulGrads matmul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, bool ta, bool tb,
@@ -339,17 +339,17 @@ MatmulGrads matmul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, 
   if (need_da) {
     g.da = Tensor(a.shape(), a.dtype());
     if (!ta) {
-      detail::gemm_into(dy, b, Tensor(), false, !tb, Activation::none, g.da);  // dy·op(b)ᵀ
+      detail::gemm_into(dy, b, Tensor(), false, !tb, FusedActivation::none, g.da);  // dy·op(b)ᵀ
     } else {
-      detail::gemm_into(b, dy, Tensor(), tb, true, Activation::none, g.da);  // op(b)·dyᵀ
+      detail::gemm_into(b, dy, Tensor(), tb, true, FusedActivation::none, g.da);  // op(b)·dyᵀ
     }
   }
   if (need_db) {
     g.db = Tensor(b.shape(), b.dtype());
     if (!tb) {
-      detail::gemm_into(a, dy, Tensor(), !ta, false, Activation::none, g.db);  // op(a)ᵀ·dy
+      detail::gemm_into(a, dy, Tensor(), !ta, false, FusedActivation::none, g.db);  // op(a)ᵀ·dy
     } else {
-      detail::gemm_into(dy, a, Tensor(), true, ta, Activation::none, g.db);  // dyᵀ·op(a)
+      detail::gemm_into(dy, a, Tensor(), true, ta, FusedActivation::none, g.db);  // dyᵀ·op(a)
     }
   }
   return g;

@@ -295,13 +295,8 @@ void sum_rows<double>(const double* p, int64_t rows, int64_t cols, std::vector<d
 
 }  // namespace
 
-Shape conv2d_output_shape(const Shape& input, const Shape& kernel, const Conv2DOptions& options) {
-  ConvDims d = conv_dims(input, kernel, options, input.to_string(), kernel.to_string());
-  return {d.n, d.oh, d.ow, d.o};
-}
-
-Tensor conv2d(const Tensor& input, const Tensor& kernel, const Tensor& bias,
-              const Conv2DOptions& options) {
+Tensor conv2d_forward(const Tensor& input, const Tensor& kernel, const Tensor& bias,
+                      const Conv2DOptions& options) {
   ConvDims d =
       conv_dims(input.shape(), kernel.shape(), options, input.describe(), kernel.describe());
   check_dtypes("conv2d", {&input, &kernel, &bias});

@@ -30,7 +30,7 @@ void apply_mask(const Tensor& x, const uint8_t* mask, double rate, const Tensor&
 
 }  // namespace
 
-DropoutResult dropout(const Tensor& x, double rate, Generator& generator) {
+DropoutResult dropout_forward(const Tensor& x, double rate, Generator& generator) {
   check_rate("dropout", rate);
   if (!is_floating(x.dtype())) {
     throw InvalidArgument("dropout: expected a floating tensor. Received: x=" + x.describe() + ".");

@@ -35,7 +35,7 @@ void with_checked_ids(const Tensor& ids, int64_t vocab, const char* op, const st
 
 }  // namespace
 
-Tensor embedding_lookup(const Tensor& table, const Tensor& ids) {
+Tensor embedding_lookup_forward(const Tensor& table, const Tensor& ids) {
   std::string context = "table=" + table.describe() + ", ids=" + ids.describe();
   if (table.rank() != 2 || !is_floating(table.dtype())) {
     throw InvalidArgument(

@@ -190,9 +190,9 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
   return r;
 }
 
-Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                            const Tensor& moving_mean, const Tensor& moving_variance,
-                            double epsilon) {
+Tensor batch_norm_inference_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& moving_mean, const Tensor& moving_variance,
+                                    double epsilon) {
   const char* op = "batch_norm_inference";
   check_input(op, x);
   check_epsilon(op, epsilon);
@@ -246,8 +246,8 @@ NormGrads batch_norm_inference_backward(const Tensor& grad_output, const Tensor&
   return batch_norm_backward(op, grad_output, x, gamma, mu, rstd, /*training=*/false);
 }
 
-LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                           double epsilon) {
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   double epsilon) {
   const char* op = "layer_norm";
   check_input(op, x);
   check_epsilon(op, epsilon);

@@ -5,7 +5,7 @@
 
 #include "lockstep/core/error.h"
 
-namespace lockstep {
+namespace lockstep::ops {
 
 Padding padding_from_name(std::string_view name) {
   if (name == "valid") return Padding::valid;
@@ -13,14 +13,6 @@ Padding padding_from_name(std::string_view name) {
   throw InvalidArgument("padding: expected \"valid\" or \"same\". Received: padding=\"" +
                         std::string(name) + "\".");
 }
-
-std::string_view padding_name(Padding padding) {
-  return padding == Padding::valid ? "valid" : "same";
-}
-
-}  // namespace lockstep
-
-namespace lockstep::ops {
 
 WindowGeometry window_geometry(std::string_view op, int64_t in, int64_t k, int64_t stride,
                                Padding padding) {

@@ -79,7 +79,7 @@ void max_pool_loops(const T* __restrict x, T* __restrict y, int64_t* __restrict 
 
 }  // namespace
 
-MaxPool2DResult max_pool2d(const Tensor& input, const Pool2DOptions& options) {
+MaxPool2DResult max_pool2d_forward(const Tensor& input, const Pool2DOptions& options) {
   if (input.rank() != 4) {
     throw InvalidArgument(
         "max_pool2d: expected input of rank 4 [batch, height, width, channels]. Received: "

@@ -142,11 +142,4 @@ CacheEntry* insert(const Key& key, std::unique_ptr<CacheEntry> entry) {
 }
 }  // namespace detail
 
-size_t cache_size() {
-  return cache().size();
-}
-void clear_cache() {
-  cache().clear();
-}
-
 }  // namespace lockstep::ops::onednn

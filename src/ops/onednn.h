@@ -117,9 +117,4 @@ T& cached(const Key& key, Make&& make) {
   return static_cast<T&>(*detail::insert(key, std::move(fresh)));
 }
 
-// Number of entries in this thread's cache (for tests of the steady state).
-size_t cache_size();
-// Drops this thread's cached primitives.
-void clear_cache();
-
 }  // namespace lockstep::ops::onednn

@@ -131,17 +131,17 @@ Shape reduced_shape(const Shape& x_shape, const std::vector<int>& axes, bool kee
   return final_shape(x_shape, kept_shape(x_shape, axes, "reduced_shape"), axes, keepdims);
 }
 
-Tensor reduce_sum(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
+Tensor reduce_sum_forward(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
   return reduce<Kind::sum>(x, axes, keepdims, "reduce_sum", 1.0);
 }
 
-Tensor reduce_mean(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
+Tensor reduce_mean_forward(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
   detail::check_floating(x, "reduce_mean", "x");
   int64_t n = reduced_count(x.shape(), kept_shape(x.shape(), axes, "reduce_mean"));
   return reduce<Kind::sum>(x, axes, keepdims, "reduce_mean", 1.0 / static_cast<double>(n));
 }
 
-Tensor reduce_max(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
+Tensor reduce_max_forward(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
   return reduce<Kind::max>(x, axes, keepdims, "reduce_max", 1.0);
 }
 

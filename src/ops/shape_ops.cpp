@@ -82,12 +82,12 @@ void dispatch_size(DType dtype, F&& f) {
 
 }  // namespace
 
-Tensor reshape(const Tensor& x, const Shape& shape) {
+Tensor reshape_forward(const Tensor& x, const Shape& shape) {
   detail::check_defined(x, "reshape", "x");
   return x.reshape(shape);
 }
 
-Tensor flatten(const Tensor& x) {
+Tensor flatten_forward(const Tensor& x) {
   detail::check_defined(x, "flatten", "x");
   if (x.rank() == 0) {
     throw InvalidArgument("flatten: expected a tensor of rank >= 1. Received: " + x.describe() +
@@ -98,7 +98,7 @@ Tensor flatten(const Tensor& x) {
   return x.reshape(Shape{x.dim(0), rest});
 }
 
-Tensor transpose(const Tensor& x, const std::vector<int>& perm) {
+Tensor transpose_forward(const Tensor& x, const std::vector<int>& perm) {
   detail::check_defined(x, "transpose", "x");
   std::vector<int> p = full_perm(x, perm, "transpose");
   Shape out;
@@ -116,10 +116,10 @@ Tensor transpose_backward(const Tensor& dy, const std::vector<int>& perm) {
   std::vector<int> p = full_perm(dy, perm, "transpose_backward");
   std::vector<int> inverse(p.size());
   for (size_t i = 0; i < p.size(); ++i) inverse[static_cast<size_t>(p[i])] = static_cast<int>(i);
-  return transpose(dy, inverse);
+  return transpose_forward(dy, inverse);
 }
 
-Tensor concat(const std::vector<Tensor>& xs, int axis) {
+Tensor concat_forward(const std::vector<Tensor>& xs, int axis) {
   if (xs.empty()) throw InvalidArgument("concat: expected at least one tensor. Received: none.");
   const Tensor& first = xs[0];
   detail::check_defined(first, "concat", "xs[0]");
@@ -188,7 +188,7 @@ std::vector<Tensor> concat_backward(const Tensor& dy, const std::vector<int64_t>
   return out;
 }
 
-Tensor cast(const Tensor& x, DType dtype) {
+Tensor cast_forward(const Tensor& x, DType dtype) {
   detail::check_defined(x, "cast", "x");
   if (x.dtype() == dtype) return x;
   const bool reorder = onednn::has_data_type(x.dtype()) && onednn::has_data_type(dtype) &&
@@ -209,10 +209,10 @@ Tensor cast(const Tensor& x, DType dtype) {
 }
 
 Tensor cast_backward(const Tensor& dy, DType x_dtype) {
-  return cast(dy, x_dtype);
+  return cast_forward(dy, x_dtype);
 }
 
-Tensor round_to_bfloat16(const Tensor& x) {
+Tensor round_to_bfloat16_forward(const Tensor& x) {
   detail::check_defined(x, "round_to_bfloat16", "x");
   if (x.dtype() != DType::float32) {
     throw InvalidArgument(

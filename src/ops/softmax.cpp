@@ -103,13 +103,13 @@ Tensor softmax_grad(const Tensor& dy, const Tensor& y, int axis, const char* op)
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int axis) {
+Tensor softmax_forward(const Tensor& x, int axis) {
   return softmax_forward<false>(x, axis, "softmax");
 }
 Tensor softmax_backward(const Tensor& dy, const Tensor& y, int axis) {
   return softmax_grad<false>(dy, y, axis, "softmax_backward");
 }
-Tensor log_softmax(const Tensor& x, int axis) {
+Tensor log_softmax_forward(const Tensor& x, int axis) {
   return softmax_forward<true>(x, axis, "log_softmax");
 }
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int axis) {

@@ -40,8 +40,9 @@ TEST_F(Gradients, MatmulAllTransposes) {
 }
 
 TEST_F(Gradients, LinearWithEachActivation) {
-  for (Activation act : {Activation::none, Activation::relu, Activation::sigmoid, Activation::tanh,
-                         Activation::gelu}) {
+  for (ops::FusedActivation act :
+       {ops::FusedActivation::none, ops::FusedActivation::relu, ops::FusedActivation::sigmoid,
+        ops::FusedActivation::tanh, ops::FusedActivation::gelu}) {
     Tensor x = away_from_zero({9, 11}), k = rnd({11, 7}), b = rnd({7});
     EXPECT_TRUE(
         gradients_match([=](const V& v) { return linear(v[0], v[1], v[2], act); }, {x, k, b}))
@@ -50,9 +51,9 @@ TEST_F(Gradients, LinearWithEachActivation) {
 }
 
 TEST_F(Gradients, LinearWithoutBias) {
-  EXPECT_TRUE(
-      gradients_match([](const V& v) { return linear(v[0], v[1], Tensor(), Activation::tanh); },
-                      {rnd({5, 3}), rnd({3, 9})}));
+  EXPECT_TRUE(gradients_match(
+      [](const V& v) { return linear(v[0], v[1], Tensor(), ops::FusedActivation::tanh); },
+      {rnd({5, 3}), rnd({3, 9})}));
 }
 
 TEST_F(Gradients, BiasAdd) {
@@ -180,7 +181,7 @@ TEST_F(Gradients, ASmallNetworkEndToEnd) {
   Tensor x = rnd({6, 13});
   Tensor onehot = one_hot(Tensor::from_vector<int32_t>({0, 2, 1, 4, 3, 2}, {6}), 5, DType::float64);
   auto f = [=](const V& v) {
-    Tensor h = linear(x, v[0], v[1], Activation::relu);
+    Tensor h = linear(x, v[0], v[1], ops::FusedActivation::relu);
     Tensor probs = softmax(linear(h, v[2], v[3]));
     return reduce_mean(categorical_crossentropy(onehot, probs));
   };
@@ -196,9 +197,9 @@ TEST(LinearGradientDestinations, WriteTheWeightsGradientsIntoOneFlatBufferBitFor
   Tensor x = f32({6, 13});
   std::vector<Tensor> w{f32({13, 9}), f32({9}), f32({9, 9}), f32({9})};
   auto loss = [&] {
-    Tensor h = linear(x, w[0], w[1], Activation::relu);
-    Tensor h2 = linear(h, w[2], w[3], Activation::tanh);
-    return reduce_sum(linear(h2, w[2], Tensor(), Activation::none));
+    Tensor h = linear(x, w[0], w[1], ops::FusedActivation::relu);
+    Tensor h2 = linear(h, w[2], w[3], ops::FusedActivation::tanh);
+    return reduce_sum(linear(h2, w[2], Tensor(), ops::FusedActivation::none));
   };
   std::vector<Tensor> reference;
   {
@@ -228,7 +229,7 @@ TEST(LinearGradientDestinations, WriteTheWeightsGradientsIntoOneFlatBufferBitFor
 TEST(GradientChecker, ReportsAWrongGradient) {
   // square's output with the gradient of neg: the checker must catch it and name the element.
   auto wrong = [](const V& v) {
-    Tensor y = ops::square(v[0]);
+    Tensor y = ops::square_forward(v[0]);
     if (autodiff::should_record({&v[0]})) {
       autodiff::record("wrong", {v[0]}, {y}, [](const V& g) { return V{ops::neg_backward(g[0])}; });
     }

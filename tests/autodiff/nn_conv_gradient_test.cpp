@@ -18,7 +18,7 @@ using V = std::vector<Tensor>;
 
 struct ConvCase {
   int64_t stride_h, stride_w;
-  Padding padding;
+  ops::Padding padding;
 };
 
 class Conv2DGradient : public ::testing::TestWithParam<ConvCase> {};
@@ -29,7 +29,7 @@ TEST_P(Conv2DGradient, MatchesCentralDifferencesForInputKernelAndBias) {
   Tensor x = random_f64(gen, {2, 7, 6, 3});
   Tensor k = random_f64(gen, {3, 2, 3, 4});
   Tensor b = random_f64(gen, {4});
-  Conv2DOptions options{.strides = {c.stride_h, c.stride_w}, .padding = c.padding};
+  ops::Conv2DOptions options{.strides = {c.stride_h, c.stride_w}, .padding = c.padding};
   EXPECT_TRUE(gradients_match([=](const V& in) { return conv2d(in[0], in[1], in[2], options); },
                               {x, k, b}));
   EXPECT_TRUE(gradients_match([=](const V& in) { return conv2d(in[0], in[1], Tensor(), options); },
@@ -37,11 +37,11 @@ TEST_P(Conv2DGradient, MatchesCentralDifferencesForInputKernelAndBias) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StridesAndPaddings, Conv2DGradient,
-                         ::testing::Values(ConvCase{1, 1, Padding::valid},
-                                           ConvCase{1, 1, Padding::same},
-                                           ConvCase{2, 2, Padding::valid},
-                                           ConvCase{2, 2, Padding::same},
-                                           ConvCase{2, 1, Padding::same}));
+                         ::testing::Values(ConvCase{1, 1, ops::Padding::valid},
+                                           ConvCase{1, 1, ops::Padding::same},
+                                           ConvCase{2, 2, ops::Padding::valid},
+                                           ConvCase{2, 2, ops::Padding::same},
+                                           ConvCase{2, 1, ops::Padding::same}));
 
 // Distinct values at least 0.01 apart, so a central difference (eps 1e-6) never changes which
 // element wins a window.
@@ -54,7 +54,7 @@ Tensor distinct_values(Generator& gen, const Shape& shape) {
 
 struct PoolCase {
   int64_t pool, stride;
-  Padding padding;
+  ops::Padding padding;
 };
 
 class MaxPool2DGradient : public ::testing::TestWithParam<PoolCase> {};
@@ -63,17 +63,17 @@ TEST_P(MaxPool2DGradient, MatchesCentralDifferences) {
   PoolCase c = GetParam();
   Generator gen(5);
   Tensor x = distinct_values(gen, {3, 7, 7, 5});
-  Pool2DOptions options{
+  ops::Pool2DOptions options{
       .pool_size = {c.pool, c.pool}, .strides = {c.stride, c.stride}, .padding = c.padding};
   EXPECT_TRUE(gradients_match([=](const V& in) { return max_pool2d(in[0], options); }, {x}));
 }
 
 INSTANTIATE_TEST_SUITE_P(WindowsAndPaddings, MaxPool2DGradient,
-                         ::testing::Values(PoolCase{2, 2, Padding::valid},
-                                           PoolCase{2, 2, Padding::same},
-                                           PoolCase{3, 2, Padding::valid},  // overlapping
-                                           PoolCase{3, 2, Padding::same},
-                                           PoolCase{3, 1, Padding::same}));
+                         ::testing::Values(PoolCase{2, 2, ops::Padding::valid},
+                                           PoolCase{2, 2, ops::Padding::same},
+                                           PoolCase{3, 2, ops::Padding::valid},  // overlapping
+                                           PoolCase{3, 2, ops::Padding::same},
+                                           PoolCase{3, 1, ops::Padding::same}));
 
 TEST(Conv2DGradient, ThroughPoolingAndASecondConvolution) {
   Generator gen(77);
@@ -81,8 +81,8 @@ TEST(Conv2DGradient, ThroughPoolingAndASecondConvolution) {
   Tensor k1 = random_f64(gen, {3, 3, 3, 4});
   Tensor k2 = random_f64(gen, {2, 2, 4, 5});
   auto f = [](const V& in) {
-    Tensor h = conv2d(in[0], in[1], Tensor(), {.padding = Padding::same});
-    h = max_pool2d(h, {.pool_size = {2, 2}, .padding = Padding::same});
+    Tensor h = conv2d(in[0], in[1], Tensor(), {.padding = ops::Padding::same});
+    h = max_pool2d(h, {.pool_size = {2, 2}, .padding = ops::Padding::same});
     return conv2d(h, in[2], Tensor(), {.strides = {2, 2}});
   };
   EXPECT_TRUE(gradients_match(f, {x, k1, k2}));

@@ -68,7 +68,7 @@ TEST_P(AttentionGradient, QueryKeyAndValueMatchCentralDifferences) {
   Tensor q = random_f64(gen, {c.B, c.T, c.H, c.Dk}, -1.5, 1.5);
   Tensor k = random_f64(gen, {c.B, c.S, c.H, c.Dk}, -1.5, 1.5);
   Tensor v = random_f64(gen, {c.B, c.S, c.H, c.Dv});
-  AttentionOptions options{.is_causal = c.causal};
+  ops::AttentionOptions options{.is_causal = c.causal};
   if (c.mask != 0) {
     const Shape shape = c.mask == 2 ? Shape{c.T, c.S} : Shape{c.B, 1, c.T, c.S};
     std::vector<uint8_t> bits(static_cast<size_t>(shape.num_elements()));

@@ -2,6 +2,7 @@
 // check_cluster_can_connect: a cluster of several workers needs an MPI launcher. Every environment
 // is an Environment map, so nothing depends on the process environment.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <string>

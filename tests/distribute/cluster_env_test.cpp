@@ -2,6 +2,7 @@
 // auto-detection that picks among them. Every environment is an Environment map, so the tests do
 // not depend on (or change) the process environment.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>

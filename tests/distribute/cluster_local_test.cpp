@@ -1,4 +1,5 @@
-// LocalCpuResolver, AcceleratorClusterResolver and the core helpers they rest on.
+// LocalCpuResolver and AcceleratorClusterResolver (the CPU topology they rest on is tested in
+// tests/core/cpu_cores_test.cpp).
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
@@ -10,35 +11,15 @@
 #include <string>
 #include <thread>
 
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/cluster_resolver.h"
-#include "lockstep/distribute/cpu_cores.h"
 #include "lockstep/distribute/device.h"
 
 namespace lockstep {
 namespace {
 
-namespace fs = std::filesystem;
-
 const Environment kNoVariables = Environment::fixed({});
-
-// A temporary directory standing in for /sys/fs/cgroup.
-class FakeCgroupRoot {
- public:
-  FakeCgroupRoot() {
-    std::string pattern = (fs::temp_directory_path() / "lockstep-cgroup-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~FakeCgroupRoot() { fs::remove_all(path_); }
-  void write(const fs::path& relative, const std::string& content) const {
-    fs::create_directories((path_ / relative).parent_path());
-    std::ofstream(path_ / relative) << content << "\n";
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // Sets (or unsets) one process environment variable and restores it on destruction.
 class ScopedEnv {
@@ -81,15 +62,6 @@ TEST(DeviceSpec, NameFollowsTensorFlowDeviceNames) {
   EXPECT_EQ(device.name(), "/job:chief/task:2/device:cpu:3");
 }
 
-TEST(AvailableCores, IsSortedNonEmptyAndWithinTheAffinityMask) {
-  const std::vector<int> cores = available_cores();
-  ASSERT_FALSE(cores.empty());
-  EXPECT_TRUE(std::is_sorted(cores.begin(), cores.end()));
-  cpu_set_t mask;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
-  for (int core : cores) EXPECT_TRUE(CPU_ISSET(core, &mask)) << "core " << core;
-}
-
 TEST(LocalCpuResolver, HonoursTheCallingThreadsAffinityMask) {
   // sched_getaffinity(0) reads the calling thread, so a thread restricted to one core must
   // resolve exactly that core. A fresh thread keeps the test thread's mask untouched.
@@ -107,75 +79,6 @@ TEST(LocalCpuResolver, HonoursTheCallingThreadsAffinityMask) {
   EXPECT_EQ(seen, std::vector<int>{first_core});
   ASSERT_EQ(devices.size(), 1u);
   EXPECT_EQ(devices[0].cores, std::vector<int>{first_core});
-}
-
-TEST(PinCurrentThread, RestrictsTheThreadAndAvailableCoresFollows) {
-  const int last_core = available_cores().back();
-  bool pinned = false;
-  std::vector<int> seen;
-  std::thread([&] {
-    pinned = pin_current_thread({last_core});
-    seen = available_cores();
-  }).join();
-  EXPECT_TRUE(pinned);
-  EXPECT_EQ(seen, std::vector<int>{last_core});
-}
-
-TEST(PinCurrentThread, WarnsInsteadOfFailingOnAnImpossibleMask) {
-  bool pinned = true;
-  testing::internal::CaptureStderr();
-  std::thread([&] { pinned = pin_current_thread({-1}); }).join();
-  const std::string warning = testing::internal::GetCapturedStderr();
-  EXPECT_FALSE(pinned);
-  EXPECT_NE(warning.find("warning"), std::string::npos);
-}
-
-TEST(CgroupCpuLimit, NoFilesMeansNoLimit) {
-  FakeCgroupRoot root;
-  EXPECT_EQ(cgroup_cpu_limit(root.path()), std::nullopt);
-  EXPECT_EQ(cgroup_cpu_limit(root.path() / "does-not-exist"), std::nullopt);
-}
-
-TEST(CgroupCpuLimit, ReadsCgroupV2CpuMaxAsWholeCores) {
-  const std::vector<std::pair<std::string, std::optional<int>>> cases = {
-      {"max 100000", std::nullopt}, {"150000 100000", 1},      {"200000 100000", 2},
-      {"50000 100000", 1},  // a fraction of a core still runs one replica
-      {"400000 50000", 8},          {"garbage", std::nullopt}, {"", std::nullopt},
-  };
-  for (const auto& [content, expected] : cases) {
-    FakeCgroupRoot root;
-    root.write("cpu.max", content);
-    EXPECT_EQ(cgroup_cpu_limit(root.path()), expected) << "cpu.max = \"" << content << "\"";
-  }
-}
-
-TEST(CgroupCpuLimit, ReadsCgroupV1CfsQuota) {
-  FakeCgroupRoot unlimited;
-  unlimited.write("cpu/cpu.cfs_quota_us", "-1");
-  unlimited.write("cpu/cpu.cfs_period_us", "100000");
-  EXPECT_EQ(cgroup_cpu_limit(unlimited.path()), std::nullopt);
-
-  FakeCgroupRoot limited;
-  limited.write("cpu,cpuacct/cpu.cfs_quota_us", "300000");
-  limited.write("cpu,cpuacct/cpu.cfs_period_us", "100000");
-  EXPECT_EQ(cgroup_cpu_limit(limited.path()), 3);
-}
-
-TEST(CgroupCpuLimit, TakesTheTightestOfSeveralHierarchies) {
-  FakeCgroupRoot root;
-  root.write("cpu.max", "400000 100000");
-  root.write("cpu/cpu.cfs_quota_us", "200000");
-  root.write("cpu/cpu.cfs_period_us", "100000");
-  EXPECT_EQ(cgroup_cpu_limit(root.path()), 2);
-}
-
-TEST(AvailableCores, AQuotaOfOneCoreLeavesOneCore) {
-  FakeCgroupRoot root;
-  root.write("cpu.max", "150000 100000");
-  const std::vector<int> all = available_cores(root.path().string() + "/none");
-  const std::vector<int> limited = available_cores(root.path());
-  ASSERT_EQ(limited.size(), 1u);
-  EXPECT_EQ(limited[0], all.front());
 }
 
 TEST(LocalCpuResolver, PresentsOneReplicaPerCoreByDefault) {
@@ -288,7 +191,7 @@ TEST(AcceleratorClusterResolver, AbsentKindsThrowNotFoundSayingWhatToDo) {
                 std::string::npos)
           << message;
       EXPECT_NE(message.find("get_strategy()"), std::string::npos) << message;
-      EXPECT_EQ(error.code(), StatusCode::kNotFound);
+      EXPECT_EQ(error.code(), StatusCode::not_found);
     }
   }
 }

@@ -1,5 +1,6 @@
 // connect_to_cluster and initialize_system over the resolvers.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/cluster_resolver.h"

@@ -1,6 +1,7 @@
 // Every layer through the conformance harness (conformance.h). Expected parameter counts are
 // worked out by hand in each case's comment.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "conformance.h"
 #include "conformance_transformer_cases.h"

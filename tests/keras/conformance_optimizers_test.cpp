@@ -4,6 +4,7 @@
 // each variable. Exact update rules are checked against float64 loops in
 // optimizers_optimizer_test.cpp; this file checks the shared contract.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <memory>

@@ -4,6 +4,7 @@
 // mixed-precision cast); GlobalAveragePooling1D and PositionEmbedding values and gradients.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,7 @@
 // Conv2D and MaxPooling2D values against float64 loops written here from TensorFlow's window
 // rules (out = ceil(in / stride) for "same", the odd padding element after).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 

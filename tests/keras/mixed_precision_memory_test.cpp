@@ -60,7 +60,7 @@ constexpr size_t kParams =
 // "Store bfloat16, compute float32": the weights' rounded copies are persistent (kept by the
 // optimizer), so the tape holds the bfloat16 activations only.
 TEST(StepMemory, MixedBfloat16HalvesTheActivations) {
-  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
+  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::float32_compute);
   const mixed_precision::StepMemory fp = measure("float32");
   const mixed_precision::StepMemory mp = measure("mixed_bfloat16");
   EXPECT_EQ(mp.saved_for_backward, expected_saved(2));
@@ -74,7 +74,7 @@ TEST(StepMemory, MixedBfloat16HalvesTheActivations) {
 // autocast), and the tape keeps those copies next to the bfloat16 activations; no persistent
 // rounded copies.
 TEST(StepMemory, MixedBfloat16WithBfloat16KernelsHalvesTheActivations) {
-  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kBfloat16Kernels);
+  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
   const mixed_precision::StepMemory mp = measure("mixed_bfloat16");
   const size_t kernels = kIn * kHidden + kHidden * kHidden + kHidden * kClasses;
   EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + kernels * 2);
@@ -87,7 +87,7 @@ TEST(StepMemory, MixedBfloat16WithBfloat16KernelsHalvesTheActivations) {
 TEST(StepMemory, Float32OutputLayerKeepsNoFloat32CopyOfTheHiddenActivations) {
   const size_t logits_f32_extra = kBatch * kClasses * 2;  // the logits stay float32
   {
-    lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
+    lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::float32_compute);
     const mixed_precision::StepMemory fp = measure("float32", true);
     const mixed_precision::StepMemory mp = measure("mixed_bfloat16", true);
     EXPECT_EQ(fp.saved_for_backward, expected_saved(4));
@@ -95,7 +95,7 @@ TEST(StepMemory, Float32OutputLayerKeepsNoFloat32CopyOfTheHiddenActivations) {
   }
   {
     // The two bfloat16 layers' kernels, cast in the step; the float32 output layer uses its own.
-    lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kBfloat16Kernels);
+    lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
     const mixed_precision::StepMemory mp = measure("mixed_bfloat16", true);
     const size_t hidden_kernels = kIn * kHidden + kHidden * kHidden;
     EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + logits_f32_extra + hidden_kernels * 2);

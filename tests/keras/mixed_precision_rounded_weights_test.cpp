@@ -101,16 +101,16 @@ TEST_P(MixedDenseBothKernels, ALayerUsedTwiceGetsTheSumOfBothGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, MixedDenseBothKernels,
-                         ::testing::Values(ops::Bf16MatmulMode::kBfloat16Kernels,
-                                           ops::Bf16MatmulMode::kFloat32Compute),
+                         ::testing::Values(ops::Bf16MatmulMode::bfloat16_kernels,
+                                           ops::Bf16MatmulMode::float32_compute),
                          [](const auto& info) {
-                           return info.param == ops::Bf16MatmulMode::kBfloat16Kernels
+                           return info.param == ops::Bf16MatmulMode::bfloat16_kernels
                                       ? std::string("Bfloat16Kernels")
                                       : std::string("Float32Compute");
                          });
 
 TEST(MixedPrecisionRoundedWeights, AfterFitTheCachedCopyIsTheRoundedKernel) {
-  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
+  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::float32_compute);
   PolicyGuard guard("mixed_bfloat16");
   set_random_seed(3);
   Tensor x = random_tensor({64, 8}, 6);

@@ -3,6 +3,7 @@
 // short training run.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <random>
@@ -148,7 +149,7 @@ TEST_P(Bf16Linear, ForwardAndBackwardMatchFloat64WithinBf16Tolerance) {
   Tensor x = x32;
   tape.watch(x);
   Tensor y = linear(cast(x, DType::bfloat16), cast(kernel.value(), DType::bfloat16),
-                    cast(bias.value(), DType::bfloat16), Activation::relu);
+                    cast(bias.value(), DType::bfloat16), ops::FusedActivation::relu);
   ASSERT_EQ(y.dtype(), DType::bfloat16);
   Tensor loss = reduce_sum(mul(cast(y, DType::float32), w32));
   std::vector<Tensor> g = tape.gradient(loss, std::vector<Tensor>{x, kernel.value(), bias.value()});
@@ -194,13 +195,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(std::make_tuple(128, 784, 128),
                                          std::make_tuple(128, 128, 10),
                                          std::make_tuple(64, 512, 512)),
-                       ::testing::Values(ops::Bf16MatmulMode::kBfloat16Kernels,
-                                         ops::Bf16MatmulMode::kFloat32Compute)),
+                       ::testing::Values(ops::Bf16MatmulMode::bfloat16_kernels,
+                                         ops::Bf16MatmulMode::float32_compute)),
     [](const auto& info) {
       const auto& shape = std::get<0>(info.param);
       return std::to_string(std::get<0>(shape)) + "x" + std::to_string(std::get<1>(shape)) + "x" +
              std::to_string(std::get<2>(shape)) +
-             (std::get<1>(info.param) == ops::Bf16MatmulMode::kBfloat16Kernels ? "_bf16_kernels"
+             (std::get<1>(info.param) == ops::Bf16MatmulMode::bfloat16_kernels ? "_bf16_kernels"
                                                                                : "_f32_compute");
     });
 

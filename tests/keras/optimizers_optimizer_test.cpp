@@ -6,6 +6,7 @@
 // (a missing bias correction, epsilon outside the root, decay after instead of before) moves
 // weights by ~lr * 1e-1 or more, four orders of magnitude above the tolerance.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -74,7 +74,7 @@ TEST(ResidualFunctionalModel, Float64GradientsOfTheComposedGraphMatchCentralDiff
                              wide(r.projection->bias()), wide(r.head->kernel()),
                              wide(r.head->bias())};
   auto f = [](const std::vector<Tensor>& in) {
-    Tensor h = linear(in[0], in[1], in[2], Activation::tanh);
+    Tensor h = linear(in[0], in[1], in[2], ops::FusedActivation::tanh);
     Tensor p = linear(in[0], in[3], in[4]);
     return linear(add(h, p), in[5], in[6]);
   };

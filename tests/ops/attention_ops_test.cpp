@@ -69,7 +69,7 @@ TEST_P(BatchMatmulTest, MatchesLoopsForEveryTransposeCombination) {
           }
         }
       }
-      Tensor y = batch_matmul(a, b, ta, tb);
+      Tensor y = batch_matmul_forward(a, b, ta, tb);
       EXPECT_EQ(y.shape(), (Shape{B0, B1, M, N}));
       EXPECT_EQ(y.dtype(), dtype);
       EXPECT_LT(relative_error(y, expected), tolerance(dtype)) << "ta=" << ta << " tb=" << tb;
@@ -112,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, BatchMatmulTest,
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(BatchMatmul, EmptyInnerDimensionGivesZeros) {
-  Tensor y = batch_matmul(Tensor::zeros({2, 3, 0}), Tensor::zeros({2, 0, 4}));
+  Tensor y = batch_matmul_forward(Tensor::zeros({2, 3, 0}), Tensor::zeros({2, 0, 4}));
   EXPECT_EQ(y.shape(), (Shape{2, 3, 4}));
   for (double v : y.to_vector<double>()) EXPECT_EQ(v, 0.0);
 }
@@ -120,22 +120,22 @@ TEST(BatchMatmul, EmptyInnerDimensionGivesZeros) {
 TEST(BatchMatmul, RejectsMismatchedOperandsNamingTheShapes) {
   EXPECT_THAT(
       [] {
-        batch_matmul(Tensor::zeros({2, 3}), Tensor::zeros({3, 2}));
+        batch_matmul_forward(Tensor::zeros({2, 3}), Tensor::zeros({3, 2}));
       },
       ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("rank >= 3")));
   EXPECT_THAT(
       [] {
-        batch_matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 2}));
+        batch_matmul_forward(Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 2}));
       },
       ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("equal batch dimensions")));
   EXPECT_THAT(
       [] {
-        batch_matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({2, 5, 2}));
+        batch_matmul_forward(Tensor::zeros({2, 3, 4}), Tensor::zeros({2, 5, 2}));
       },
       ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("[2, 3, 4] and [2, 5, 2]")));
   EXPECT_THAT(
       [] {
-        batch_matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({2, 4, 2}, DType::float64));
+        batch_matmul_forward(Tensor::zeros({2, 3, 4}), Tensor::zeros({2, 4, 2}, DType::float64));
       },
       ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("same dtype")));
 }
@@ -173,7 +173,7 @@ TEST_P(MaskedSoftmaxTest, DropsMaskedPositionsAndBroadcastsTheMask) {
   Vec expected = reference_masked_softmax(seen(x), 6, 5, [&](int64_t r, int64_t i) {
     return keep[static_cast<size_t>((r % 3) * 5 + i)] != 0;
   });
-  Tensor y = masked_softmax(x, mask);
+  Tensor y = masked_softmax_forward(x, mask);
   EXPECT_LT(relative_error(y, expected), tolerance(dtype));
   Vec yv = y.to_vector<double>();
   for (int64_t r = 0; r < 6; ++r) {
@@ -196,7 +196,7 @@ TEST_P(MaskedSoftmaxTest, BackwardIsZeroWhereDroppedAndTheSoftmaxGradientElsewhe
   Tensor dy = random_f64(gen, {4, 6}).to(dtype);
   // mask [4, 1]: rows 0 and 2 keep everything, row 1 and 3 nothing -> then a [1, 6] pattern.
   Tensor mask = Tensor::from_vector(std::vector<int32_t>{1, 1, 0, 1, 0, 1}, {1, 6});
-  Tensor y = masked_softmax(x, mask);
+  Tensor y = masked_softmax_forward(x, mask);
   Tensor dx = masked_softmax_backward(dy, y, mask);
   Vec Y = seen(y), D = seen(dy), DX = dx.to_vector<double>();
   const std::vector<int> keep = {1, 1, 0, 1, 0, 1};
@@ -220,10 +220,10 @@ TEST(MaskedSoftmax, UndefinedMaskIsThePlainSoftmaxAndBadMasksAreRejected) {
   Generator gen(15);
   Tensor x = random_f64(gen, {3, 4});
   Vec expected = reference_masked_softmax(seen(x), 3, 4, [](int64_t, int64_t) { return true; });
-  EXPECT_LT(relative_error(masked_softmax(x, Tensor()), expected), 1e-12);
+  EXPECT_LT(relative_error(masked_softmax_forward(x, Tensor()), expected), 1e-12);
   EXPECT_THAT(
       [&] {
-        masked_softmax(x, Tensor::ones({2, 4}, DType::uint8));
+        masked_softmax_forward(x, Tensor::ones({2, 4}, DType::uint8));
       },
       ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("broadcasts to [3, 4]")));
 }
@@ -241,7 +241,7 @@ TEST(GeluTanh, MatchesTheFormulaInEveryDtype) {
       y[i] = 0.5 * v * (1 + th);
       dx[i] = 0.5 * (1 + th) + 0.5 * v * (1 - th * th) * c * (1 + 3 * 0.044715 * v * v);
     }
-    EXPECT_LT(relative_error(gelu_tanh(xd), y), tolerance(dtype)) << dtype_name(dtype);
+    EXPECT_LT(relative_error(gelu_tanh_forward(xd), y), tolerance(dtype)) << dtype_name(dtype);
     EXPECT_LT(relative_error(gelu_tanh_backward(dy, xd), dx), 2 * tolerance(dtype))
         << dtype_name(dtype);
   }
@@ -378,7 +378,7 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchTheDefinition) {
   const double scale = 0.7;
   Reference ref = reference_attention(c, seen(q), seen(k), seen(v), seen(dout), scale, keep);
   AttentionOptions options{.mask = mask, .is_causal = spec.causal, .scale = scale};
-  Tensor out = dot_product_attention(q, k, v, options);
+  Tensor out = dot_product_attention_forward(q, k, v, options);
   EXPECT_EQ(out.shape(), (Shape{c.B, c.T, c.H, c.Dv}));
   EXPECT_EQ(out.dtype(), dtype);
   EXPECT_LT(relative_error(out, ref.out), tolerance(dtype));
@@ -406,8 +406,8 @@ TEST(Attention, DefaultScaleIsOneOverSqrtKeyDim) {
   Tensor q = random_f64(gen, {2, 3, 2, 9});
   Tensor k = random_f64(gen, {2, 4, 2, 9});
   Tensor v = random_f64(gen, {2, 4, 2, 5});
-  Tensor explicit_scale = dot_product_attention(q, k, v, {.scale = 1.0 / 3.0});
-  Tensor default_scale = dot_product_attention(q, k, v);
+  Tensor explicit_scale = dot_product_attention_forward(q, k, v, {.scale = 1.0 / 3.0});
+  Tensor default_scale = dot_product_attention_forward(q, k, v);
   EXPECT_LT(relative_error(default_scale, explicit_scale.to_vector<double>()), 1e-15);
 }
 
@@ -416,19 +416,19 @@ TEST(Attention, RejectsInconsistentShapesAndBadMasks) {
   Tensor v = Tensor::zeros({2, 6, 4, 7});
   EXPECT_THAT(
       [&] {
-        dot_product_attention(q, Tensor::zeros({2, 6, 4, 4}), v);
+        dot_product_attention_forward(q, Tensor::zeros({2, 6, 4, 4}), v);
       },
       ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("equal B, H, Dk and S")));
   EXPECT_THAT(
       [&] {
-        dot_product_attention(q.reshape({6, 4, 5}), k, v);
+        dot_product_attention_forward(q.reshape({6, 4, 5}), k, v);
       },
       ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("rank 4")));
-  EXPECT_THAT([&] { dot_product_attention(q, k, v.to(DType::float64)); },
+  EXPECT_THAT([&] { dot_product_attention_forward(q, k, v.to(DType::float64)); },
               ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("one dtype")));
   EXPECT_THAT(
       [&] {
-        dot_product_attention(q, k, v, {.mask = Tensor::ones({2, 3, 6})});
+        dot_product_attention_forward(q, k, v, {.mask = Tensor::ones({2, 3, 6})});
       },
       ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("broadcasts to [2, 4, 3, 6]")));
   EXPECT_THAT(

@@ -22,17 +22,17 @@ using ops::Bf16MatmulMode;
 
 TEST(Bf16MatmulMode, ForcedModesAnswerAsForced) {
   {
-    testing::Bf16MatmulModeGuard g(Bf16MatmulMode::kFloat32Compute);
+    testing::Bf16MatmulModeGuard g(Bf16MatmulMode::float32_compute);
     EXPECT_TRUE(ops::bf16_matmul_computes_in_f32(64, 32, 16));
   }
   {
-    testing::Bf16MatmulModeGuard g(Bf16MatmulMode::kBfloat16Kernels);
+    testing::Bf16MatmulModeGuard g(Bf16MatmulMode::bfloat16_kernels);
     EXPECT_FALSE(ops::bf16_matmul_computes_in_f32(64, 32, 16));
   }
 }
 
 TEST(Bf16MatmulMode, TheAutomaticChoiceIsOnePerShapeForAllThreads) {
-  testing::Bf16MatmulModeGuard g(Bf16MatmulMode::kAuto);
+  testing::Bf16MatmulModeGuard g(Bf16MatmulMode::measured);
   // Shapes no other test multiplies, asked by 4 threads at once, twice each.
   const std::vector<std::array<int64_t, 3>> shapes = {{96, 200, 48}, {17, 33, 65}, {256, 96, 96}};
   for (const auto& s : shapes) {
@@ -60,12 +60,12 @@ TEST(Bf16MatmulMode, TheAutomaticChoiceIsOnePerShapeForAllThreads) {
 TEST(Bf16MatmulMode, BothPathsComputeTheProduct) {
   Generator gen(4);
   const int64_t m = 48, k = 200, n = 40;
-  Tensor a = ops::cast(gen.uniform({m, k}, -1, 1), DType::bfloat16);
-  Tensor b = ops::cast(gen.uniform({k, n}, -1, 1), DType::bfloat16);
-  Tensor a64 = ops::cast(a, DType::float64), b64 = ops::cast(b, DType::float64);
-  for (Bf16MatmulMode mode : {Bf16MatmulMode::kFloat32Compute, Bf16MatmulMode::kBfloat16Kernels}) {
+  Tensor a = ops::cast_forward(gen.uniform({m, k}, -1, 1), DType::bfloat16);
+  Tensor b = ops::cast_forward(gen.uniform({k, n}, -1, 1), DType::bfloat16);
+  Tensor a64 = ops::cast_forward(a, DType::float64), b64 = ops::cast_forward(b, DType::float64);
+  for (Bf16MatmulMode mode : {Bf16MatmulMode::float32_compute, Bf16MatmulMode::bfloat16_kernels}) {
     testing::Bf16MatmulModeGuard g(mode);
-    Tensor y = ops::cast(ops::matmul(a, b), DType::float64);
+    Tensor y = ops::cast_forward(ops::matmul_forward(a, b), DType::float64);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         double ref = 0;

@@ -85,8 +85,8 @@ TEST(Bfloat16Bulk, OddLengthsAndTailsAreConverted) {
 TEST(RoundToBfloat16, EqualsCastToBfloat16ThenWidenBitForBit) {
   std::vector<float> v = edge_and_random_values(50000);
   Tensor x = Tensor::from_vector<float>(v, {static_cast<int64_t>(v.size())});
-  Tensor one_pass = ops::round_to_bfloat16(x);
-  Tensor two_casts = ops::cast(ops::cast(x, DType::bfloat16), DType::float32);
+  Tensor one_pass = ops::round_to_bfloat16_forward(x);
+  Tensor two_casts = ops::cast_forward(ops::cast_forward(x, DType::bfloat16), DType::float32);
   ASSERT_EQ(one_pass.dtype(), DType::float32);
   const float* a = one_pass.data<float>();
   const float* b = two_casts.data<float>();
@@ -94,8 +94,8 @@ TEST(RoundToBfloat16, EqualsCastToBfloat16ThenWidenBitForBit) {
     // Every value, subnormals included: the scalar definition (bfloat16's constructor).
     ASSERT_EQ(to_bits(a[i]), static_cast<uint32_t>(bfloat16::round_from_float(v[i])) << 16)
         << "bits 0x" << std::hex << to_bits(v[i]);
-    // oneDNN's float32 -> bfloat16 reorder (ops::cast) flushes float32 subnormals to zero; the
-    // one-pass rounding keeps them (bfloat16 has float32's subnormal range). Elsewhere the two
+    // oneDNN's float32 -> bfloat16 reorder (ops::cast_forward) flushes float32 subnormals to zero;
+    // the one-pass rounding keeps them (bfloat16 has float32's subnormal range). Elsewhere the two
     // agree bit for bit.
     if (std::fpclassify(v[i]) == FP_SUBNORMAL) continue;
     // The cast pair may quiet a NaN differently (oneDNN's reorder); both must stay NaN.
@@ -108,8 +108,8 @@ TEST(RoundToBfloat16, EqualsCastToBfloat16ThenWidenBitForBit) {
 }
 
 TEST(RoundToBfloat16, RejectsOtherDtypes) {
-  EXPECT_THROW(ops::round_to_bfloat16(Tensor({3}, DType::bfloat16)), InvalidArgument);
-  EXPECT_THROW(ops::round_to_bfloat16(Tensor({3}, DType::float64)), InvalidArgument);
+  EXPECT_THROW(ops::round_to_bfloat16_forward(Tensor({3}, DType::bfloat16)), InvalidArgument);
+  EXPECT_THROW(ops::round_to_bfloat16_forward(Tensor({3}, DType::float64)), InvalidArgument);
 }
 
 TEST(ReluBfloat16, FusedLinearReluOnBitsMatchesTheFloatComparison) {
@@ -120,9 +120,9 @@ TEST(ReluBfloat16, FusedLinearReluOnBitsMatchesTheFloatComparison) {
   for (uint32_t b = 0; b < 0x10000u; ++b) {
     x.data<bfloat16>()[b] = bfloat16::from_bits(static_cast<uint16_t>(b));
   }
-  Tensor k = ops::cast(Tensor::from_vector<float>({1.0f}, {1, 1}), DType::bfloat16);
-  Tensor z = ops::linear(x, k, Tensor(), Activation::none);
-  Tensor y = ops::linear(x, k, Tensor(), Activation::relu);
+  Tensor k = ops::cast_forward(Tensor::from_vector<float>({1.0f}, {1, 1}), DType::bfloat16);
+  Tensor z = ops::linear_forward(x, k, Tensor(), ops::FusedActivation::none);
+  Tensor y = ops::linear_forward(x, k, Tensor(), ops::FusedActivation::relu);
   const bfloat16* pz = z.data<bfloat16>();
   const bfloat16* py = y.data<bfloat16>();
   for (uint32_t b = 0; b < 0x10000u; ++b) {
@@ -170,7 +170,7 @@ Tensor random_f32(const Shape& s, unsigned seed) {
 
 void expect_bits_equal(const Tensor& a, const Tensor& b) {
   ASSERT_EQ(a.shape(), b.shape());
-  Tensor a32 = ops::cast(a, DType::float32), b32 = ops::cast(b, DType::float32);
+  Tensor a32 = ops::cast_forward(a, DType::float32), b32 = ops::cast_forward(b, DType::float32);
   ASSERT_EQ(std::memcmp(a32.data<float>(), b32.data<float>(), a32.num_elements() * sizeof(float)),
             0);
 }
@@ -179,18 +179,20 @@ void expect_bits_equal(const Tensor& a, const Tensor& b) {
 // give exactly what the all-bfloat16 linear gives when bfloat16 matmuls compute in float32; the
 // kernel and bias gradients come out float32 and equal the float32 products before rounding.
 TEST(MixedLinear, MatchesTheAllBfloat16LinearWhenComputingInFloat32) {
-  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
-  Tensor x = ops::cast(random_f32({37, 50}, 1), DType::bfloat16);
-  Tensor k32 = ops::round_to_bfloat16(random_f32({50, 23}, 2));
-  Tensor b32 = ops::round_to_bfloat16(random_f32({23}, 3));
-  Tensor k16 = ops::cast(k32, DType::bfloat16), b16 = ops::cast(b32, DType::bfloat16);
-  for (Activation act : {Activation::none, Activation::relu, Activation::tanh}) {
-    Tensor y_mixed = ops::linear(x, k32, b32, act);
-    Tensor y_ref = ops::linear(x, k16, b16, act);
+  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::float32_compute);
+  Tensor x = ops::cast_forward(random_f32({37, 50}, 1), DType::bfloat16);
+  Tensor k32 = ops::round_to_bfloat16_forward(random_f32({50, 23}, 2));
+  Tensor b32 = ops::round_to_bfloat16_forward(random_f32({23}, 3));
+  Tensor k16 = ops::cast_forward(k32, DType::bfloat16),
+         b16 = ops::cast_forward(b32, DType::bfloat16);
+  for (ops::FusedActivation act :
+       {ops::FusedActivation::none, ops::FusedActivation::relu, ops::FusedActivation::tanh}) {
+    Tensor y_mixed = ops::linear_forward(x, k32, b32, act);
+    Tensor y_ref = ops::linear_forward(x, k16, b16, act);
     ASSERT_EQ(y_mixed.dtype(), DType::bfloat16);
     expect_bits_equal(y_mixed, y_ref);
 
-    Tensor dy = ops::cast(random_f32({37, 23}, 4), DType::bfloat16);
+    Tensor dy = ops::cast_forward(random_f32({37, 23}, 4), DType::bfloat16);
     ops::LinearGrads gm = ops::linear_backward(dy, x, k32, y_mixed, act, true, true, true);
     ops::LinearGrads gr = ops::linear_backward(dy, x, k16, y_ref, act, true, true, true);
     ASSERT_EQ(gm.dx.dtype(), DType::bfloat16);
@@ -198,13 +200,13 @@ TEST(MixedLinear, MatchesTheAllBfloat16LinearWhenComputingInFloat32) {
     ASSERT_EQ(gm.dbias.dtype(), DType::float32);
     expect_bits_equal(gm.dx, gr.dx);
     // The all-bfloat16 path rounds dkernel / dbias to bfloat16; the mixed one keeps float32.
-    expect_bits_equal(ops::cast(gm.dkernel, DType::bfloat16), gr.dkernel);
-    expect_bits_equal(ops::cast(gm.dbias, DType::bfloat16), gr.dbias);
+    expect_bits_equal(ops::cast_forward(gm.dkernel, DType::bfloat16), gr.dkernel);
+    expect_bits_equal(ops::cast_forward(gm.dbias, DType::bfloat16), gr.dbias);
     // dkernel = float32(x)ᵀ · float32(dz), the float32 matmul of the widened operands.
-    Tensor dz = act == Activation::none ? dy : Tensor();
+    Tensor dz = act == ops::FusedActivation::none ? dy : Tensor();
     if (dz.defined()) {
-      Tensor want =
-          ops::matmul(ops::cast(x, DType::float32), ops::cast(dz, DType::float32), true, false);
+      Tensor want = ops::matmul_forward(ops::cast_forward(x, DType::float32),
+                                        ops::cast_forward(dz, DType::float32), true, false);
       expect_bits_equal(gm.dkernel, want);
     }
   }
@@ -214,25 +216,28 @@ TEST(MixedLinear, MatchesTheAllBfloat16LinearWhenComputingInFloat32) {
 // float32 matmul of widen(x) and widen(relu_backward(dy, y)) (relu_backward is checked above
 // against the float arithmetic), and its dx that product with the kernel, rounded.
 TEST(MixedLinear, ReluBackwardEqualsWidenedReluGradientThenFloat32Matmuls) {
-  Tensor x = ops::cast(random_f32({29, 40}, 5), DType::bfloat16);
-  Tensor k32 = ops::round_to_bfloat16(random_f32({40, 31}, 6));
-  Tensor y = ops::linear(x, k32, Tensor(), Activation::relu);
+  Tensor x = ops::cast_forward(random_f32({29, 40}, 5), DType::bfloat16);
+  Tensor k32 = ops::round_to_bfloat16_forward(random_f32({40, 31}, 6));
+  Tensor y = ops::linear_forward(x, k32, Tensor(), ops::FusedActivation::relu);
   Tensor dy32 = random_f32({29, 31}, 7);
   dy32.data<float>()[0] = 0.0f;
   dy32.data<float>()[1] = -0.0f;
-  Tensor dy = ops::cast(dy32, DType::bfloat16);
-  ops::LinearGrads g = ops::linear_backward(dy, x, k32, y, Activation::relu, true, true, true);
-  Tensor dz32 = ops::cast(ops::relu_backward(dy, y), DType::float32);
-  Tensor x32 = ops::cast(x, DType::float32);
-  expect_bits_equal(g.dkernel, ops::matmul(x32, dz32, true, false));
-  expect_bits_equal(g.dx, ops::cast(ops::matmul(dz32, k32, false, true), DType::bfloat16));
+  Tensor dy = ops::cast_forward(dy32, DType::bfloat16);
+  ops::LinearGrads g =
+      ops::linear_backward(dy, x, k32, y, ops::FusedActivation::relu, true, true, true);
+  Tensor dz32 = ops::cast_forward(ops::relu_backward(dy, y), DType::float32);
+  Tensor x32 = ops::cast_forward(x, DType::float32);
+  expect_bits_equal(g.dkernel, ops::matmul_forward(x32, dz32, true, false));
+  expect_bits_equal(
+      g.dx, ops::cast_forward(ops::matmul_forward(dz32, k32, false, true), DType::bfloat16));
 }
 
 TEST(MixedLinear, OtherDtypeMixesAreStillRejected) {
-  Tensor x32 = random_f32({4, 3}, 1), k16 = ops::cast(random_f32({3, 2}, 2), DType::bfloat16);
-  EXPECT_THROW(ops::linear(x32, k16, Tensor()), InvalidArgument);
-  Tensor x64 = ops::cast(x32, DType::float64);
-  EXPECT_THROW(ops::linear(x64, random_f32({3, 2}, 2), Tensor()), InvalidArgument);
+  Tensor x32 = random_f32({4, 3}, 1),
+         k16 = ops::cast_forward(random_f32({3, 2}, 2), DType::bfloat16);
+  EXPECT_THROW(ops::linear_forward(x32, k16, Tensor()), InvalidArgument);
+  Tensor x64 = ops::cast_forward(x32, DType::float64);
+  EXPECT_THROW(ops::linear_forward(x64, random_f32({3, 2}, 2), Tensor()), InvalidArgument);
 }
 
 }  // namespace

@@ -155,7 +155,7 @@ TEST_P(Conv2DMatchesReference, ForwardAndBackward) {
   Tensor dy = random_tensor(gen, {c.n, ref.oh, ref.ow, c.o}, dtype, ref.dy);
   Conv2DOptions options{.strides = {c.sh, c.sw}, .padding = c.padding};
 
-  Tensor y = conv2d(x, k, b, options);
+  Tensor y = conv2d_forward(x, k, b, options);
   EXPECT_EQ(y.shape(), Shape({c.n, ref.oh, ref.ow, c.o}));
   EXPECT_EQ(y.dtype(), dtype);
   EXPECT_LT(relative_error(y, ref.forward()), tolerance(dtype));
@@ -171,7 +171,7 @@ TEST_P(Conv2DMatchesReference, ForwardAndBackward) {
   EXPECT_LT(relative_error(conv2d_backward_bias(dy), ref.backward_bias()), tolerance(dtype));
 
   // A second call reuses the cached primitives and must give the same numbers.
-  Tensor again = conv2d(x, k, b, options);
+  Tensor again = conv2d_forward(x, k, b, options);
   EXPECT_EQ(again.to_vector<double>(), y.to_vector<double>());
 }
 
@@ -193,8 +193,8 @@ TEST(Conv2D, WithoutBiasAddsNothing) {
   Tensor k = gen.uniform({3, 3, 5, 6}, -1, 1);
   Tensor zero = Tensor::zeros({6});
   Conv2DOptions options{.strides = {2, 2}, .padding = Padding::same};
-  EXPECT_EQ(conv2d(x, k, Tensor(), options).to_vector<float>(),
-            conv2d(x, k, zero, options).to_vector<float>());
+  EXPECT_EQ(conv2d_forward(x, k, Tensor(), options).to_vector<float>(),
+            conv2d_forward(x, k, zero, options).to_vector<float>());
 }
 
 TEST(Conv2D, SamePaddingPutsTheOddPadElementAfter) {
@@ -203,7 +203,7 @@ TEST(Conv2D, SamePaddingPutsTheOddPadElementAfter) {
   // the window.
   Tensor x = Tensor::ones({1, 4, 4, 1});
   Tensor k = Tensor::ones({2, 2, 1, 1});
-  Tensor y = conv2d(x, k, Tensor(), {.padding = Padding::same});
+  Tensor y = conv2d_forward(x, k, Tensor(), {.padding = Padding::same});
   std::vector<float> v = y.to_vector<float>();
   EXPECT_FLOAT_EQ(v[0], 4);
   EXPECT_FLOAT_EQ(v[3], 2);
@@ -213,7 +213,7 @@ TEST(Conv2D, SamePaddingPutsTheOddPadElementAfter) {
 TEST(Conv2D, EmptyBatchGivesEmptyOutputAndZeroKernelGradient) {
   for (DType dtype : {DType::float32, DType::bfloat16}) {
     Tensor x = Tensor::zeros({0, 7, 7, 5}, dtype), k = Tensor::ones({3, 3, 5, 6}, dtype);
-    Tensor y = conv2d(x, k, Tensor(), {.padding = Padding::same});
+    Tensor y = conv2d_forward(x, k, Tensor(), {.padding = Padding::same});
     EXPECT_EQ(y.shape(), Shape({0, 7, 7, 6}));
     EXPECT_EQ(conv2d_backward_input(y, k, x.shape(), {.padding = Padding::same}).shape(),
               x.shape());
@@ -225,7 +225,7 @@ TEST(Conv2D, EmptyBatchGivesEmptyOutputAndZeroKernelGradient) {
 TEST(Conv2D, RejectsWrongRankNamingBothShapes) {
   Tensor x({3, 7, 7}), k({3, 3, 5, 6});
   try {
-    conv2d(x, k);
+    conv2d_forward(x, k);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("conv2d"), HasSubstr("float32[3, 7, 7]"),
@@ -236,7 +236,7 @@ TEST(Conv2D, RejectsWrongRankNamingBothShapes) {
 TEST(Conv2D, RejectsChannelMismatchNamingBothShapes) {
   Tensor x({3, 7, 7, 4}), k({3, 3, 5, 6});
   try {
-    conv2d(x, k);
+    conv2d_forward(x, k);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("in_channels"), HasSubstr("float32[3, 7, 7, 4]"),
@@ -246,20 +246,20 @@ TEST(Conv2D, RejectsChannelMismatchNamingBothShapes) {
 
 TEST(Conv2D, RejectsValidWindowLargerThanInput) {
   Tensor x({1, 2, 7, 5}), k({3, 3, 5, 6});
-  EXPECT_THROW(conv2d(x, k), InvalidArgument);
-  EXPECT_NO_THROW(conv2d(x, k, Tensor(), {.padding = Padding::same}));
+  EXPECT_THROW(conv2d_forward(x, k), InvalidArgument);
+  EXPECT_NO_THROW(conv2d_forward(x, k, Tensor(), {.padding = Padding::same}));
 }
 
 TEST(Conv2D, RejectsBiasOfWrongLengthAndMixedDtypes) {
   Tensor x = Tensor::zeros({1, 5, 5, 2}), k = Tensor::zeros({3, 3, 2, 4});
   try {
-    conv2d(x, k, Tensor::zeros({3}));
+    conv2d_forward(x, k, Tensor::zeros({3}));
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("float32[3]"), HasSubstr("float32[3, 3, 2, 4]")));
   }
   try {
-    conv2d(x, k.to(DType::bfloat16));
+    conv2d_forward(x, k.to(DType::bfloat16));
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(),

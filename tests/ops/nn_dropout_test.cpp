@@ -16,7 +16,7 @@ TEST(Dropout, KeepsWhereTheGeneratorsUniformIsAtLeastRateAndRescales) {
   Generator data_gen(1);
   Tensor x = data_gen.uniform({3, 7, 5}, -2, 2);
   Generator gen(99, 4);
-  DropoutResult r = dropout(x, rate, gen);
+  DropoutResult r = dropout_forward(x, rate, gen);
 
   Generator replay(99, 4);  // the same stream, drawn here one value per element
   std::vector<float> xs = x.to_vector<float>(), ys = r.output.to_vector<float>();
@@ -33,16 +33,16 @@ TEST(Dropout, KeepsWhereTheGeneratorsUniformIsAtLeastRateAndRescales) {
 TEST(Dropout, SameSeedGivesTheSameMaskAndOtherSeedsDoNot) {
   Tensor x = Tensor::ones({1000});
   Generator a(5), b(5), c(6);
-  EXPECT_EQ(dropout(x, 0.5, a).mask.to_vector<uint8_t>(),
-            dropout(x, 0.5, b).mask.to_vector<uint8_t>());
-  EXPECT_NE(dropout(x, 0.5, a).mask.to_vector<uint8_t>(),
-            dropout(x, 0.5, c).mask.to_vector<uint8_t>());
+  EXPECT_EQ(dropout_forward(x, 0.5, a).mask.to_vector<uint8_t>(),
+            dropout_forward(x, 0.5, b).mask.to_vector<uint8_t>());
+  EXPECT_NE(dropout_forward(x, 0.5, a).mask.to_vector<uint8_t>(),
+            dropout_forward(x, 0.5, c).mask.to_vector<uint8_t>());
 }
 
 TEST(Dropout, KeepsAboutOneMinusRateAndPreservesTheMean) {
   const int64_t n = 100000;
   Generator gen(11);
-  DropoutResult r = dropout(Tensor::ones({n}), 0.25, gen);
+  DropoutResult r = dropout_forward(Tensor::ones({n}), 0.25, gen);
   double kept = 0, sum = 0;
   for (uint8_t m : r.mask.to_vector<uint8_t>()) kept += m;
   for (float v : r.output.to_vector<float>()) sum += v;
@@ -54,7 +54,7 @@ TEST(Dropout, KeepsAboutOneMinusRateAndPreservesTheMean) {
 TEST(Dropout, BackwardAppliesTheForwardMask) {
   Generator gen(2);
   Tensor x = Tensor::ones({4, 9}, DType::float64);
-  DropoutResult r = dropout(x, 0.4, gen);
+  DropoutResult r = dropout_forward(x, 0.4, gen);
   Tensor dy = Generator(8).uniform({4, 9}, -1, 1, DType::float64);
   std::vector<double> g = dropout_backward(dy, r.mask, 0.4).to_vector<double>();
   std::vector<double> d = dy.to_vector<double>();
@@ -65,7 +65,7 @@ TEST(Dropout, BackwardAppliesTheForwardMask) {
 TEST(Dropout, BFloat16KeepsValuesRescaled) {
   Generator gen(3);
   Tensor x = Tensor::full({64}, 1.5, DType::bfloat16);
-  DropoutResult r = dropout(x, 0.5, gen);
+  DropoutResult r = dropout_forward(x, 0.5, gen);
   EXPECT_EQ(r.output.dtype(), DType::bfloat16);
   std::vector<float> y = r.output.to_vector<float>();
   std::vector<uint8_t> m = r.mask.to_vector<uint8_t>();
@@ -75,7 +75,7 @@ TEST(Dropout, BFloat16KeepsValuesRescaled) {
 TEST(Dropout, RateZeroIsTheIdentityAndDrawsNothing) {
   Generator gen(4), untouched(4);
   Tensor x = Tensor::ones({10});
-  DropoutResult r = dropout(x, 0.0, gen);
+  DropoutResult r = dropout_forward(x, 0.0, gen);
   EXPECT_TRUE(r.output.shares_storage_with(x));
   EXPECT_FALSE(r.mask.defined());
   EXPECT_EQ(gen.next_u32(), untouched.next_u32());
@@ -85,10 +85,10 @@ TEST(Dropout, RateZeroIsTheIdentityAndDrawsNothing) {
 TEST(Dropout, RejectsRatesOutsideZeroToOne) {
   Generator gen;
   Tensor x = Tensor::ones({2});
-  EXPECT_THROW(dropout(x, 1.0, gen), InvalidArgument);
-  EXPECT_THROW(dropout(x, -0.1, gen), InvalidArgument);
+  EXPECT_THROW(dropout_forward(x, 1.0, gen), InvalidArgument);
+  EXPECT_THROW(dropout_forward(x, -0.1, gen), InvalidArgument);
   try {
-    dropout(x, std::nan(""), gen);
+    dropout_forward(x, std::nan(""), gen);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("rate"));

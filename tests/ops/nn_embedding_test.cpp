@@ -33,7 +33,7 @@ TEST_P(EmbeddingMatchesReference, GathersRowsAndScatterAddsGradients) {
   Tensor ids = ids_tensor(id_dtype);
   std::vector<double> t = table.to_vector<double>();
 
-  Tensor y = embedding_lookup(table, ids);
+  Tensor y = embedding_lookup_forward(table, ids);
   ASSERT_EQ(y.shape(), Shape({3, 4, dim}));
   EXPECT_EQ(y.dtype(), dtype);
   std::vector<double> expected;
@@ -63,7 +63,7 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, EmbeddingMatchesReference,
 
 TEST(Embedding, ScalarIdGivesOneRow) {
   Tensor table = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
-  Tensor y = embedding_lookup(table, Tensor::full({}, 1, DType::int32));
+  Tensor y = embedding_lookup_forward(table, Tensor::full({}, 1, DType::int32));
   EXPECT_EQ(y.shape(), Shape({2}));
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{3, 4}));
 }
@@ -72,27 +72,27 @@ TEST(Embedding, OutOfRangeIdNamesTheIdAndVocabularySize) {
   Tensor table = Tensor::zeros({10, 4});
   Tensor ids = Tensor::from_vector<int64_t>({1, 12, 3}, {3});
   try {
-    embedding_lookup(table, ids);
+    embedding_lookup_forward(table, ids);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("id 12"), HasSubstr("position 1"),
                                 HasSubstr("vocabulary of size 10")));
   }
   Tensor negative = Tensor::from_vector<int64_t>({-1}, {1});
-  EXPECT_THROW(embedding_lookup(table, negative), InvalidArgument);
+  EXPECT_THROW(embedding_lookup_forward(table, negative), InvalidArgument);
   EXPECT_THROW(embedding_lookup_backward(Tensor::zeros({3, 4}), ids, 10), InvalidArgument);
 }
 
 TEST(Embedding, RejectsTableOfWrongRankAndFloatIdsNamingBothShapes) {
   Tensor ids = Tensor::from_vector<int64_t>({1}, {1});
   try {
-    embedding_lookup(Tensor::zeros({10}), ids);
+    embedding_lookup_forward(Tensor::zeros({10}), ids);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("float32[10]"), HasSubstr("int64[1]")));
   }
   try {
-    embedding_lookup(Tensor::zeros({10, 2}), Tensor::zeros({1}));
+    embedding_lookup_forward(Tensor::zeros({10, 2}), Tensor::zeros({1}));
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("int32 or int64"), HasSubstr("float32[1]")));

@@ -164,8 +164,9 @@ TEST_P(NormMatchesReference, BatchNormInferenceUsesTheMovingStatistics) {
       dgamma[c] += ref.dy[i] * xhat;
       dbeta[c] += ref.dy[i];
     }
-  EXPECT_LT(relative_error(batch_norm_inference(x, gamma, beta, moving_mean, moving_var), y),
-            tolerance(dtype));
+  EXPECT_LT(
+      relative_error(batch_norm_inference_forward(x, gamma, beta, moving_mean, moving_var), y),
+      tolerance(dtype));
   NormGrads g = batch_norm_inference_backward(dy, x, gamma, moving_mean, moving_var);
   EXPECT_LT(relative_error(g.x, dx), tolerance(dtype));
   EXPECT_LT(relative_error(g.gamma, dgamma), tolerance(dtype));
@@ -182,7 +183,7 @@ TEST_P(NormMatchesReference, LayerNormForwardAndBackward) {
   std::vector<double> y, dx, dgamma, dbeta;
   ref.layer(y, dx, dgamma, dbeta);
 
-  LayerNormResult r = layer_norm(x, gamma, beta);
+  LayerNormResult r = layer_norm_forward(x, gamma, beta);
   EXPECT_EQ(r.mean.shape(), Shape({3, 5}));
   EXPECT_LT(relative_error(r.output, y), tolerance(dtype));
   NormGrads g = layer_norm_backward(dy, x, gamma, r.mean, r.inv_std);
@@ -222,19 +223,19 @@ TEST(BatchNorm, RejectsParametersOfAnotherDtypeAndMissingMovingStatistics) {
   Tensor x = Tensor::zeros({2, 3});
   EXPECT_THROW(batch_norm_training(x, Tensor::ones({3}, DType::float64), Tensor()),
                InvalidArgument);
-  EXPECT_THROW(batch_norm_inference(x, Tensor(), Tensor(), Tensor(), Tensor::ones({3})),
+  EXPECT_THROW(batch_norm_inference_forward(x, Tensor(), Tensor(), Tensor(), Tensor::ones({3})),
                InvalidArgument);
 }
 
 TEST(LayerNorm, RejectsBetaOfWrongShapeAndGradientOfWrongShape) {
   Tensor x = Tensor::zeros({4, 6});
   try {
-    layer_norm(x, Tensor(), Tensor::zeros({4}));
+    layer_norm_forward(x, Tensor(), Tensor::zeros({4}));
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("float32[4, 6]"), HasSubstr("beta=float32[4]")));
   }
-  LayerNormResult r = layer_norm(x, Tensor(), Tensor());
+  LayerNormResult r = layer_norm_forward(x, Tensor(), Tensor());
   try {
     layer_norm_backward(Tensor::zeros({6, 4}), x, Tensor(), r.mean, r.inv_std);
     FAIL() << "expected InvalidArgument";

@@ -80,7 +80,7 @@ TEST_P(MaxPool2DMatchesReference, ForwardAndBackward) {
   std::vector<size_t> src;
   ref.forward(y, src);
   Pool2DOptions options{.pool_size = {c.ph, c.pw}, .strides = {c.sh, c.sw}, .padding = c.padding};
-  MaxPool2DResult r = max_pool2d(x, options);
+  MaxPool2DResult r = max_pool2d_forward(x, options);
   ASSERT_EQ(r.output.shape(), Shape({c.n, ref.oh, ref.ow, c.c}));
   EXPECT_EQ(r.output.dtype(), dtype);
   EXPECT_EQ(r.output.to_vector<double>(), y);
@@ -110,20 +110,20 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, MaxPool2DMatchesReference,
 TEST(MaxPool2D, StridesDefaultToPoolSize) {
   Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
                                         {1, 4, 4, 1});
-  MaxPool2DResult r = max_pool2d(x, {.pool_size = {2, 2}});
+  MaxPool2DResult r = max_pool2d_forward(x, {.pool_size = {2, 2}});
   EXPECT_EQ(r.output.shape(), Shape({1, 2, 2, 1}));
   EXPECT_EQ(r.output.to_vector<float>(), (std::vector<float>{6, 8, 14, 16}));
 }
 
 TEST(MaxPool2D, PaddingNeverWinsOverNegativeValues) {
   Tensor x = Tensor::full({1, 3, 3, 1}, -5.0);
-  MaxPool2DResult r = max_pool2d(x, {.pool_size = {2, 2}, .padding = Padding::same});
+  MaxPool2DResult r = max_pool2d_forward(x, {.pool_size = {2, 2}, .padding = Padding::same});
   EXPECT_EQ(r.output.to_vector<float>(), (std::vector<float>(4, -5.0f)));
 }
 
 TEST(MaxPool2D, NaNPropagates) {
   Tensor x = Tensor::from_vector<float>({1, std::nanf(""), 3, 4}, {1, 2, 2, 1});
-  EXPECT_TRUE(std::isnan(max_pool2d(x, {}).output.item()));
+  EXPECT_TRUE(std::isnan(max_pool2d_forward(x, {}).output.item()));
 }
 
 // Per channel of one 2x2 window (NHWC, 3 channels): channel 0 has a tie (the first position
@@ -136,7 +136,7 @@ TEST(MaxPool2D, TiesKeepTheFirstPositionAndTheFirstNaNWinsPerChannel) {
                                          7, 5, 3,    //
                                          2, nan, 9},
                                         {1, 2, 2, 3});
-  MaxPool2DResult r = max_pool2d(x, {});
+  MaxPool2DResult r = max_pool2d_forward(x, {});
   const std::vector<int64_t> at = r.argmax.to_vector<int64_t>();
   EXPECT_EQ(at, (std::vector<int64_t>{1 * 3 + 0, 1 * 3 + 1, 3 * 3 + 2}));
   EXPECT_EQ(r.output.data<float>()[0], 7.0f);
@@ -146,7 +146,7 @@ TEST(MaxPool2D, TiesKeepTheFirstPositionAndTheFirstNaNWinsPerChannel) {
 
 TEST(MaxPool2D, RejectsWrongRankNamingTheShape) {
   try {
-    max_pool2d(Tensor({3, 7, 7}));
+    max_pool2d_forward(Tensor({3, 7, 7}));
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("max_pool2d"), HasSubstr("float32[3, 7, 7]")));
@@ -155,7 +155,7 @@ TEST(MaxPool2D, RejectsWrongRankNamingTheShape) {
 
 TEST(MaxPool2D, RejectsValidWindowLargerThanInput) {
   try {
-    max_pool2d(Tensor({1, 2, 7, 1}), {.pool_size = {3, 3}});
+    max_pool2d_forward(Tensor({1, 2, 7, 1}), {.pool_size = {3, 3}});
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("float32[1, 2, 7, 1]"), HasSubstr("[3, 3]")));

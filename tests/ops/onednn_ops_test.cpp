@@ -55,17 +55,17 @@ std::vector<double> ref_matmul(const std::vector<double>& a, const std::vector<d
   return y;
 }
 
-double ref_act(Activation act, double z) {
+double ref_act(ops::FusedActivation act, double z) {
   switch (act) {
-    case Activation::relu:
+    case ops::FusedActivation::relu:
       return z > 0 ? z : 0;
-    case Activation::sigmoid:
+    case ops::FusedActivation::sigmoid:
       return 1 / (1 + std::exp(-z));
-    case Activation::tanh:
+    case ops::FusedActivation::tanh:
       return std::tanh(z);
-    case Activation::gelu:
+    case ops::FusedActivation::gelu:
       return 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
-    case Activation::none:
+    case ops::FusedActivation::none:
       break;
   }
   return z;
@@ -83,7 +83,7 @@ TEST_P(OneDnnOps, MatmulMatchesNaiveLoopForAllTransposes) {
     for (bool tb : {false, true}) {
       Input a = make_input(gen, ta ? Shape{k, m} : Shape{m, k}, dt);
       Input b = make_input(gen, tb ? Shape{n, k} : Shape{k, n}, dt);
-      Tensor y = ops::matmul(a.t, b.t, ta, tb);
+      Tensor y = ops::matmul_forward(a.t, b.t, ta, tb);
       EXPECT_EQ(y.dtype(), dt);
       EXPECT_EQ(y.shape(), (Shape{m, n}));
       EXPECT_LT(rel_error(y, ref_matmul(a.ref, b.ref, m, k, n, ta, tb)), tolerance(dt))
@@ -106,11 +106,12 @@ TEST_P(OneDnnOps, MatmulBackwardMatchesNaiveLoops) {
 TEST_P(OneDnnOps, LinearWithEachFusedActivationMatchesNaiveLoop) {
   const DType dt = GetParam();
   const int64_t batch = 33, in = 17, out = 13;
-  for (Activation act : {Activation::none, Activation::relu, Activation::sigmoid, Activation::tanh,
-                         Activation::gelu}) {
+  for (ops::FusedActivation act :
+       {ops::FusedActivation::none, ops::FusedActivation::relu, ops::FusedActivation::sigmoid,
+        ops::FusedActivation::tanh, ops::FusedActivation::gelu}) {
     Input x = make_input(gen, {batch, in}, dt), w = make_input(gen, {in, out}, dt);
     Input b = make_input(gen, {out}, dt);
-    Tensor y = ops::linear(x.t, w.t, b.t, act);
+    Tensor y = ops::linear_forward(x.t, w.t, b.t, act);
     std::vector<double> ref = ref_matmul(x.ref, w.ref, batch, in, out, false, false);
     for (int64_t i = 0; i < batch; ++i)
       for (int64_t j = 0; j < out; ++j) {
@@ -126,9 +127,9 @@ TEST_P(OneDnnOps, LinearBackwardMatchesNaiveLoops) {
   const int64_t batch = 19, in = 11, out = 7;
   Input x = make_input(gen, {batch, in}, dt), w = make_input(gen, {in, out}, dt);
   Input b = make_input(gen, {out}, dt), dy = make_input(gen, {batch, out}, dt);
-  Tensor y = ops::linear(x.t, w.t, b.t, Activation::relu);
+  Tensor y = ops::linear_forward(x.t, w.t, b.t, ops::FusedActivation::relu);
   std::vector<double> yv = y.to_vector<double>();
-  ops::LinearGrads g = ops::linear_backward(dy.t, x.t, w.t, y, Activation::relu);
+  ops::LinearGrads g = ops::linear_backward(dy.t, x.t, w.t, y, ops::FusedActivation::relu);
   std::vector<double> dz(dy.ref);
   for (size_t i = 0; i < dz.size(); ++i) dz[i] = yv[i] > 0 ? dz[i] : 0.0;
   std::vector<double> db(static_cast<size_t>(out), 0.0);
@@ -150,23 +151,24 @@ TEST_P(OneDnnOps, UnaryEltwiseMatchesNaiveLoop) {
     double lo, hi;
   };
   std::vector<Case> cases = {
-      {"neg", [](const Tensor& x) { return ops::neg(x); }, [](double v) { return -v; }, -2, 2},
-      {"exp", [](const Tensor& x) { return ops::exp(x); }, [](double v) { return std::exp(v); }, -2,
+      {"neg", [](const Tensor& x) { return ops::neg_forward(x); }, [](double v) { return -v; }, -2,
        2},
-      {"log", [](const Tensor& x) { return ops::log(x); }, [](double v) { return std::log(v); },
-       0.1, 3},
-      {"sqrt", [](const Tensor& x) { return ops::sqrt(x); }, [](double v) { return std::sqrt(v); },
-       0.1, 3},
-      {"square", [](const Tensor& x) { return ops::square(x); }, [](double v) { return v * v; }, -2,
-       2},
-      {"relu", [](const Tensor& x) { return ops::relu(x); }, [](double v) { return v > 0 ? v : 0; },
-       -2, 2},
-      {"sigmoid", [](const Tensor& x) { return ops::sigmoid(x); },
-       [](double v) { return ref_act(Activation::sigmoid, v); }, -4, 4},
-      {"tanh", [](const Tensor& x) { return ops::tanh(x); }, [](double v) { return std::tanh(v); },
-       -3, 3},
-      {"gelu", [](const Tensor& x) { return ops::gelu(x); },
-       [](double v) { return ref_act(Activation::gelu, v); }, -3, 3},
+      {"exp", [](const Tensor& x) { return ops::exp_forward(x); },
+       [](double v) { return std::exp(v); }, -2, 2},
+      {"log", [](const Tensor& x) { return ops::log_forward(x); },
+       [](double v) { return std::log(v); }, 0.1, 3},
+      {"sqrt", [](const Tensor& x) { return ops::sqrt_forward(x); },
+       [](double v) { return std::sqrt(v); }, 0.1, 3},
+      {"square", [](const Tensor& x) { return ops::square_forward(x); },
+       [](double v) { return v * v; }, -2, 2},
+      {"relu", [](const Tensor& x) { return ops::relu_forward(x); },
+       [](double v) { return v > 0 ? v : 0; }, -2, 2},
+      {"sigmoid", [](const Tensor& x) { return ops::sigmoid_forward(x); },
+       [](double v) { return ref_act(ops::FusedActivation::sigmoid, v); }, -4, 4},
+      {"tanh", [](const Tensor& x) { return ops::tanh_forward(x); },
+       [](double v) { return std::tanh(v); }, -3, 3},
+      {"gelu", [](const Tensor& x) { return ops::gelu_forward(x); },
+       [](double v) { return ref_act(ops::FusedActivation::gelu, v); }, -3, 3},
   };
   for (const Case& c : cases) {
     Input x = make_input(gen, {7, 13}, dt, c.lo, c.hi);
@@ -197,8 +199,9 @@ TEST_P(OneDnnOps, SoftmaxAndLogSoftmaxMatchNaiveLoopAlongEachAxis) {
           lsm[idx(i)] = x.ref[idx(i)] - std::log(sum);
         }
       }
-    EXPECT_LT(rel_error(ops::softmax(x.t, axis), sm), tolerance(dt)) << "axis " << axis;
-    EXPECT_LT(rel_error(ops::log_softmax(x.t, axis), lsm), tolerance(dt)) << "axis " << axis;
+    EXPECT_LT(rel_error(ops::softmax_forward(x.t, axis), sm), tolerance(dt)) << "axis " << axis;
+    EXPECT_LT(rel_error(ops::log_softmax_forward(x.t, axis), lsm), tolerance(dt))
+        << "axis " << axis;
   }
 }
 
@@ -221,14 +224,14 @@ TEST(OneDnnOps, CastRoundsToNearestEvenBothWays) {
   std::vector<float> v = {1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, 3.0e38f, 1e-3f, 0.0f};
   std::vector<double> expected = {1.0, 1.0, 1.0 + 0x1p-6, -2.5, 0, 0, 0.0};
   Tensor x = Tensor::from_vector<float>(v, {7});
-  Tensor b = ops::cast(x, DType::bfloat16);
+  Tensor b = ops::cast_forward(x, DType::bfloat16);
   ASSERT_EQ(b.dtype(), DType::bfloat16);
   std::vector<double> got = b.to_vector<double>();
   for (int i : {0, 1, 2, 3, 6})
     EXPECT_EQ(got[static_cast<size_t>(i)], expected[static_cast<size_t>(i)]);
   EXPECT_NEAR(got[4], 3.0e38, 3.0e38 * 4e-3);
   EXPECT_NEAR(got[5], 1e-3, 1e-3 * 4e-3);
-  Tensor back = ops::cast(b, DType::float32);
+  Tensor back = ops::cast_forward(b, DType::float32);
   ASSERT_EQ(back.dtype(), DType::float32);
   EXPECT_EQ(back.to_vector<double>(), got);  // bf16 -> f32 is exact
 }

@@ -30,28 +30,28 @@ std::string invalid_argument_message(F&& f) {
 
 TEST(OpErrors, MatmulNamesBothShapes) {
   Tensor a({3, 4}), b({5, 6});
-  EXPECT_THAT(invalid_argument_message([&] { ops::matmul(a, b); }),
+  EXPECT_THAT(invalid_argument_message([&] { ops::matmul_forward(a, b); }),
               AllOf(HasSubstr("matmul"), HasSubstr("[3, 4]"), HasSubstr("[5, 6]")));
 }
 
 TEST(OpErrors, MatmulDtypeMismatchNamesBothOperands) {
   Tensor a({3, 4}), b({4, 6}, DType::float64);
-  EXPECT_THAT(invalid_argument_message([&] { ops::matmul(a, b); }),
+  EXPECT_THAT(invalid_argument_message([&] { ops::matmul_forward(a, b); }),
               AllOf(HasSubstr("float32[3, 4]"), HasSubstr("float64[4, 6]")));
 }
 
 TEST(OpErrors, LinearNamesXAndKernel) {
   Tensor x({8, 5}), k({6, 3}), b({3});
-  EXPECT_THAT(invalid_argument_message([&] { ops::linear(x, k, b); }),
+  EXPECT_THAT(invalid_argument_message([&] { ops::linear_forward(x, k, b); }),
               AllOf(HasSubstr("linear"), HasSubstr("[8, 5]"), HasSubstr("[6, 3]")));
   Tensor k2({5, 3}), bad_bias({4});
-  EXPECT_THAT(invalid_argument_message([&] { ops::linear(x, k2, bad_bias); }),
+  EXPECT_THAT(invalid_argument_message([&] { ops::linear_forward(x, k2, bad_bias); }),
               AllOf(HasSubstr("bias"), HasSubstr("[3]"), HasSubstr("[4]")));
 }
 
 TEST(OpErrors, BroadcastingNamesBothShapes) {
   Tensor a({3, 4}), b({5, 6});
-  for (auto op : {&ops::add, &ops::sub, &ops::mul, &ops::div}) {
+  for (auto op : {&ops::add_forward, &ops::sub_forward, &ops::mul_forward, &ops::div_forward}) {
     EXPECT_THAT(invalid_argument_message([&] { op(a, b); }),
                 AllOf(HasSubstr("[3, 4]"), HasSubstr("[5, 6]"), HasSubstr("broadcast")));
   }
@@ -60,33 +60,35 @@ TEST(OpErrors, BroadcastingNamesBothShapes) {
 TEST(OpErrors, LossesNameBothShapes) {
   Tensor t({4, 3}), p({4, 5});
   EXPECT_THAT(
-      invalid_argument_message([&] { ops::categorical_crossentropy(t, p); }),
+      invalid_argument_message([&] { ops::categorical_crossentropy_forward(t, p); }),
       AllOf(HasSubstr("categorical_crossentropy"), HasSubstr("[4, 3]"), HasSubstr("[4, 5]")));
-  EXPECT_THAT(invalid_argument_message([&] { ops::mean_squared_error(t, p); }),
+  EXPECT_THAT(invalid_argument_message([&] { ops::mean_squared_error_forward(t, p); }),
               AllOf(HasSubstr("[4, 3]"), HasSubstr("[4, 5]")));
   Tensor labels = Tensor::zeros({3}, DType::int32);
-  EXPECT_THAT(invalid_argument_message([&] { ops::sparse_categorical_crossentropy(labels, p); }),
-              AllOf(HasSubstr("[3]"), HasSubstr("[4, 5]")));
+  EXPECT_THAT(
+      invalid_argument_message([&] { ops::sparse_categorical_crossentropy_forward(labels, p); }),
+      AllOf(HasSubstr("[3]"), HasSubstr("[4, 5]")));
 }
 
 TEST(OpErrors, SparseLabelOutOfRangeIsReported) {
   Tensor labels = Tensor::from_vector<int32_t>({0, 5}, {2});
   EXPECT_THAT(invalid_argument_message([&] {
-                ops::sparse_categorical_crossentropy(labels, Tensor::ones({2, 5}));
+                ops::sparse_categorical_crossentropy_forward(labels, Tensor::ones({2, 5}));
               }),
               AllOf(HasSubstr("label 5"), HasSubstr("[0, 5)")));
 }
 
 TEST(OpErrors, ConcatNamesTheMismatchedTensors) {
   EXPECT_THAT(invalid_argument_message([&] {
-                ops::concat({Tensor({2, 3}), Tensor({2, 4})}, 0);
+                ops::concat_forward({Tensor({2, 3}), Tensor({2, 4})}, 0);
               }),
               AllOf(HasSubstr("[2, 3]"), HasSubstr("[2, 4]")));
 }
 
 TEST(OpErrors, IntegerInputsToFloatingOpsAreRejected) {
-  EXPECT_THAT(invalid_argument_message([&] { ops::relu(Tensor::zeros({2}, DType::int32)); }),
-              HasSubstr("int32[2]"));
+  EXPECT_THAT(
+      invalid_argument_message([&] { ops::relu_forward(Tensor::zeros({2}, DType::int32)); }),
+      HasSubstr("int32[2]"));
 }
 
 TEST(Losses, CategoricalCrossentropyFromProbabilitiesNormalisesAndClips) {
@@ -94,7 +96,7 @@ TEST(Losses, CategoricalCrossentropyFromProbabilitiesNormalisesAndClips) {
   // Row 1: p = [0, 1] clips 0 to 1e-7: loss with y = [1, 0] is −log 1e-7.
   Tensor t = Tensor::from_vector<double>({0, 1, 1, 0}, {2, 2});
   Tensor p = Tensor::from_vector<double>({0.2, 0.6, 0.0, 1.0}, {2, 2});
-  Tensor l = ops::categorical_crossentropy(t, p);
+  Tensor l = ops::categorical_crossentropy_forward(t, p);
   EXPECT_NEAR(l.at(0), -std::log(0.75), 1e-12);
   EXPECT_NEAR(l.at(1), -std::log(1e-7), 1e-9);
   // Where p was clipped the gradient is zero; the unclipped entry still gets −1/Σp · (...).
@@ -110,8 +112,8 @@ TEST(Losses, CategoricalCrossentropyEqualsTheFullSumIncludingNanAndInfRows) {
   const std::vector<float> t = {0, 1, 0, 0.2f, 0.5f, 0.3f, 1, 0, 0, 0, 0, 1, 0, 1, 0};
   const std::vector<float> p = {0.1f, 0.7f, 0.2f, 0.3f, 0.3f, 0.4f, 0.5f, inf,
                                 0.5f, 0.2f, nan,  0.8f, 0.0f, 0.0f, 0.0f};
-  Tensor l = ops::categorical_crossentropy(Tensor::from_vector<float>(t, {5, 3}),
-                                           Tensor::from_vector<float>(p, {5, 3}));
+  Tensor l = ops::categorical_crossentropy_forward(Tensor::from_vector<float>(t, {5, 3}),
+                                                   Tensor::from_vector<float>(p, {5, 3}));
   for (int r = 0; r < 5; ++r) {
     float sum = 0, total = 0;
     for (int i = 0; i < 3; ++i) sum += p[static_cast<size_t>(3 * r + i)];
@@ -137,8 +139,8 @@ TEST(Losses, SparseMatchesCategoricalOnOneHotLogits) {
   Tensor z = gen.uniform({5, 7}, -3, 3, DType::float64);
   Tensor labels = Tensor::from_vector<int64_t>({0, 6, 3, 3, 1}, {5});
   Tensor onehot = ops::one_hot(labels, 7, DType::float64);
-  Tensor a = ops::sparse_categorical_crossentropy(labels, z, true);
-  Tensor b = ops::categorical_crossentropy(onehot, z, true);
+  Tensor a = ops::sparse_categorical_crossentropy_forward(labels, z, true);
+  Tensor b = ops::categorical_crossentropy_forward(onehot, z, true);
   for (int i = 0; i < 5; ++i) {
     double m = -1e300, s = 0;
     for (int j = 0; j < 7; ++j) m = std::max(m, z.at(i * 7 + j));
@@ -152,19 +154,19 @@ TEST(Losses, SparseMatchesCategoricalOnOneHotLogits) {
 TEST(Losses, BinaryCrossentropyAndRegressionLossesAverageOverTheLastAxis) {
   Tensor t = Tensor::from_vector<double>({1, 0, 0.5, 1}, {2, 2});
   Tensor p = Tensor::from_vector<double>({0.9, 0.2, 0.5, 1.0}, {2, 2});
-  Tensor bce = ops::binary_crossentropy(t, p);
+  Tensor bce = ops::binary_crossentropy_forward(t, p);
   EXPECT_NEAR(bce.at(0), (-std::log(0.9) - std::log(0.8)) / 2, 1e-12);
   EXPECT_NEAR(bce.at(1), (-std::log(0.5)) / 2 + (-std::log(1 - 1e-7)) / 2, 1e-12);
-  Tensor mse = ops::mean_squared_error(t, p);
+  Tensor mse = ops::mean_squared_error_forward(t, p);
   EXPECT_NEAR(mse.at(0), (0.01 + 0.04) / 2, 1e-12);
-  Tensor mae = ops::mean_absolute_error(t, p);
+  Tensor mae = ops::mean_absolute_error_forward(t, p);
   EXPECT_NEAR(mae.at(0), (0.1 + 0.2) / 2, 1e-12);
 }
 
 TEST(ShapeOps, TransposeConcatArgmaxOneHot) {
   Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
-  EXPECT_EQ(ops::transpose(x).to_vector<float>(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
-  Tensor c = ops::concat({x, Tensor::from_vector<float>({7, 8}, {2, 1})}, 1);
+  EXPECT_EQ(ops::transpose_forward(x).to_vector<float>(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  Tensor c = ops::concat_forward({x, Tensor::from_vector<float>({7, 8}, {2, 1})}, 1);
   EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{1, 2, 3, 7, 4, 5, 6, 8}));
   auto parts = ops::concat_backward(c, {3, 1}, 1);
   EXPECT_EQ(parts[0].to_vector<float>(), x.to_vector<float>());
@@ -177,9 +179,9 @@ TEST(ShapeOps, TransposeConcatArgmaxOneHot) {
 TEST(Reductions, SumMeanMaxMatchLoopsOnOddShapes) {
   Generator gen(9);
   Tensor x = gen.uniform({7, 13}, -1, 1, DType::float32);
-  Tensor s = ops::reduce_sum(x, {0});
-  Tensor m = ops::reduce_mean(x, {1}, true);
-  Tensor mx = ops::reduce_max(x);
+  Tensor s = ops::reduce_sum_forward(x, {0});
+  Tensor m = ops::reduce_mean_forward(x, {1}, true);
+  Tensor mx = ops::reduce_max_forward(x);
   ASSERT_EQ(s.shape(), Shape{13});
   ASSERT_EQ(m.shape(), (Shape{7, 1}));
   ASSERT_EQ(mx.shape(), Shape{});
@@ -205,11 +207,11 @@ TEST(SteadyState, LinearForwardBackwardDoesNotAllocateAfterWarmUp) {
   Tensor b2 = Tensor::zeros({10}), dy = gen.uniform({128, 10}, -1, 1);
   Tensor dk1({784, 128}), db1({128}), dk2({128, 10}), db2({10}), dh({128, 128});
   auto step = [&] {
-    Tensor h = ops::linear(x, k1, b1, Activation::relu);
-    Tensor y = ops::linear(h, k2, b2);
-    Tensor p = ops::softmax(y);
-    ops::linear_backward_into(dy, h, k2, y, Activation::none, dh, dk2, db2);
-    ops::linear_backward_into(dh, x, k1, h, Activation::relu, Tensor(), dk1, db1);
+    Tensor h = ops::linear_forward(x, k1, b1, ops::FusedActivation::relu);
+    Tensor y = ops::linear_forward(h, k2, b2);
+    Tensor p = ops::softmax_forward(y);
+    ops::linear_backward_into(dy, h, k2, y, ops::FusedActivation::none, dh, dk2, db2);
+    ops::linear_backward_into(dh, x, k1, h, ops::FusedActivation::relu, Tensor(), dk1, db1);
     return p;
   };
   for (int i = 0; i < 3; ++i) step();

@@ -67,7 +67,7 @@ void expect_same_float(float got, float want, const std::string& what) {
 
 void check(DType dtype) {
   const Operands o = make(dtype);
-  ops::LinearGrads g = ops::linear_backward(o.dy, o.x, o.kernel, o.y, Activation::relu);
+  ops::LinearGrads g = ops::linear_backward(o.dy, o.x, o.kernel, o.y, ops::FusedActivation::relu);
   const std::vector<float> dz = relu_grad(o);
   const std::vector<float> dbias = g.dbias.to_vector<float>();
   ASSERT_EQ(dbias.size(), static_cast<size_t>(kCols));
@@ -115,22 +115,23 @@ TEST(LinearBackward, ReluAndBiasGradientsInOnePassFloat32) {
 }
 
 TEST(LinearBackward, ReluAndBiasGradientsInOnePassBfloat16Kernels) {
-  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kBfloat16Kernels);
+  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
   check(DType::bfloat16);
 }
 
 TEST(LinearBackward, ReluAndBiasGradientsInOnePassBfloat16ComputedInFloat32) {
-  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kFloat32Compute);
+  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::float32_compute);
   check(DType::bfloat16);
 }
 
 // A bfloat16 layer's float32 bias gradient (mixed_bfloat16 with float32 variables): the sum is
 // not rounded to bfloat16.
 TEST(LinearBackward, Bfloat16OperandsWithAFloat32BiasGradientKeepTheFloat32Sum) {
-  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::kBfloat16Kernels);
+  testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
   const Operands o = make(DType::bfloat16);
   Tensor dbias({kCols}, DType::float32), dkernel({kIn, kCols}, DType::float32);
-  ops::linear_backward_into(o.dy, o.x, o.kernel, o.y, Activation::relu, Tensor(), dkernel, dbias);
+  ops::linear_backward_into(o.dy, o.x, o.kernel, o.y, ops::FusedActivation::relu, Tensor(), dkernel,
+                            dbias);
   const std::vector<float> dz = relu_grad(o), got = dbias.to_vector<float>();
   for (int64_t j = 0; j < kCols; ++j) {
     float sum32 = 0.0f;

@@ -1,6 +1,6 @@
-// ops::softmax_crossentropy's edge cases against float64 log-sum-exp written here: a class whose
-// logit is -inf and whose label is 0 costs nothing (0 · inf is skipped, not NaN); an infinite or
-// NaN probability anywhere in a row makes that row NaN and leaves the others alone; the largest
+// ops::softmax_crossentropy_forward's edge cases against float64 log-sum-exp written here: a class
+// whose logit is -inf and whose label is 0 costs nothing (0 · inf is skipped, not NaN); an infinite
+// or NaN probability anywhere in a row makes that row NaN and leaves the others alone; the largest
 // probability may sit in any column, and ties take the first.
 #include <gtest/gtest.h>
 
@@ -35,8 +35,9 @@ TEST(SoftmaxCrossentropyOp, MatchesLogSumExpWhereverTheLargestProbabilityIs) {
                                 1.0f, 1.0f,  0.0f, 0.3f, -2.0f, 0.7f, -kInf, 0.1f,  0.2f, 0.3f};
   const std::vector<float> y = {0, 1, 0, 0, 0, 0, 0, 0.5f, 0.5f, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0};
   Tensor logits = Tensor::from_vector(z, {4, 5}), labels = Tensor::from_vector(y, {4, 5});
-  Tensor p = ops::softmax(logits, -1);
-  const std::vector<float> loss = ops::softmax_crossentropy(labels, logits, p).to_vector<float>();
+  Tensor p = ops::softmax_forward(logits, -1);
+  const std::vector<float> loss =
+      ops::softmax_crossentropy_forward(labels, logits, p).to_vector<float>();
   for (size_t r = 0; r < 4; ++r) {
     const double want = reference(z, y, r, n);
     EXPECT_NEAR(loss[r], want, 2e-6 * (1 + want)) << "row " << r;
@@ -47,11 +48,12 @@ TEST(SoftmaxCrossentropyOp, ANonFiniteProbabilityMakesOnlyItsRowNaN) {
   const std::vector<float> z = {0.1f, 0.2f, 0.3f, 0.1f, 0.2f, 0.3f, 0.1f, 0.2f, 0.3f};
   const std::vector<float> y = {1, 0, 0, 0, 1, 0, 0, 0, 1};
   Tensor logits = Tensor::from_vector(z, {3, 3}), labels = Tensor::from_vector(y, {3, 3});
-  std::vector<float> p = ops::softmax(logits, -1).to_vector<float>();
+  std::vector<float> p = ops::softmax_forward(logits, -1).to_vector<float>();
   p[1] = kInf;  // row 0
   p[5] = kNaN;  // row 1
   const std::vector<float> loss =
-      ops::softmax_crossentropy(labels, logits, Tensor::from_vector(p, {3, 3})).to_vector<float>();
+      ops::softmax_crossentropy_forward(labels, logits, Tensor::from_vector(p, {3, 3}))
+          .to_vector<float>();
   EXPECT_TRUE(std::isnan(loss[0]));
   EXPECT_TRUE(std::isnan(loss[1]));
   EXPECT_NEAR(loss[2], reference(z, y, 2, 3), 2e-6);

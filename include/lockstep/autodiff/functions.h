@@ -1,8 +1,11 @@
 #pragma once
 // Differentiable ops (as tf.matmul, tf.nn.relu, ... are): each computes its result with the ops
-// layer's kernel and, when a recording tape tracks one of its inputs, records a backward function
-// that calls the matching ops::*_backward kernel. Shapes, dtypes and formulas are documented with
-// the kernels in lockstep/ops/*.h; losses are in lockstep/autodiff/losses.h.
+// layer's kernel (lockstep::relu calls ops::relu_forward) and, when a recording tape tracks one of
+// its inputs, records a backward function that calls the matching ops::*_backward kernel. A raw
+// kernel never has the name of a differentiable op, so code that means relu cannot call the
+// kernel and lose the gradient (tests/layering/compile_fail checks it). Shapes, dtypes and
+// formulas are documented with the kernels in lockstep/ops/*.h; losses are in
+// lockstep/autodiff/losses.h.
 //
 // Core's Tensor::reshape / slice are views the tape does not see: use lockstep::reshape /
 // flatten below inside differentiated code.
@@ -10,6 +13,7 @@
 
 #include "lockstep/core/tensor.h"
 #include "lockstep/ops/linear.h"
+#include "lockstep/ops/shape_ops.h"
 
 namespace lockstep {
 
@@ -17,7 +21,7 @@ namespace lockstep {
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 // act(x·kernel + bias) (Keras Dense), see ops/linear.h; bias may be undefined.
 Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
-              Activation activation = Activation::none);
+              ops::FusedActivation activation = ops::FusedActivation::none);
 // x[..., j] + bias[j].
 Tensor bias_add(const Tensor& x, const Tensor& bias);
 
@@ -56,8 +60,8 @@ Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor transpose(const Tensor& x, const std::vector<int>& perm = {});
 Tensor flatten(const Tensor& x);
 
-// Not differentiable (integer results / inputs): never recorded.
-Tensor argmax(const Tensor& x, int axis = -1);
-Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype = DType::float32);
+// Not differentiable (integer results / inputs), so nothing to record: the kernels themselves.
+using ops::argmax;
+using ops::one_hot;
 
 }  // namespace lockstep

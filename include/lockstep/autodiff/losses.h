@@ -9,8 +9,8 @@ namespace lockstep {
 
 Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred,
                                 bool from_logits = false, int axis = -1);
-// From logits [rows, classes] and their softmax `probabilities` (ops::softmax_crossentropy);
-// the gradient flows to the logits only.
+// From logits [rows, classes] and their softmax `probabilities`
+// (ops::softmax_crossentropy_forward); the gradient flows to the logits only.
 Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits,
                             const Tensor& probabilities);
 // labels: int32 / int64 [...]; y_pred: [..., classes].

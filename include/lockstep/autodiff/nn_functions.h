@@ -5,7 +5,7 @@
 // kernel. Shapes, layouts and formulas are documented in those headers.
 //
 //   Tensor y = conv2d(x, kernel.value(), bias.value(), {.strides = {2, 2}, .padding =
-//   Padding::same}); y = max_pool2d(relu(y), {.pool_size = {2, 2}});
+//   ops::Padding::same}); y = max_pool2d(relu(y), {.pool_size = {2, 2}});
 //
 // Undefined optional tensors (bias, gamma, beta) are simply absent: no gradient is recorded for
 // them. Integer ids and the statistics returned for moving averages are not differentiated.
@@ -21,10 +21,10 @@ namespace lockstep {
 
 // x [N, H, W, C_in], kernel [KH, KW, C_in, C_out], bias [C_out] or undefined -> [N, OH, OW, C_out]
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
-              const Conv2DOptions& options = {});
+              const ops::Conv2DOptions& options = {});
 
 // x [N, H, W, C] -> [N, OH, OW, C]
-Tensor max_pool2d(const Tensor& x, const Pool2DOptions& options = {});
+Tensor max_pool2d(const Tensor& x, const ops::Pool2DOptions& options = {});
 
 // Training mode: normalizes with the batch statistics (per channel = last axis) and returns them
 // for the layer's moving averages:

@@ -18,6 +18,6 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask);
 Tensor gelu_tanh(const Tensor& x);
 // query [B, T, H, Dk], key [B, S, H, Dk], value [B, S, H, Dv] -> [B, T, H, Dv]
 Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                             const AttentionOptions& options = {});
+                             const ops::AttentionOptions& options = {});
 
 }  // namespace lockstep

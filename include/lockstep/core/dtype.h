@@ -1,4 +1,6 @@
 #pragma once
+// DType: the element types of a Tensor (as tf.dtypes), their sizes and names, and dtype_v<T>, the
+// dtype of a C++ element type.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -14,8 +16,6 @@ enum class DType : uint8_t { float32, bfloat16, float64, int32, int64, uint8 };
 
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
-// Parses "float32", "bfloat16", "float64", "int32", "int64", "uint8"; throws InvalidArgument.
-DType dtype_from_name(std::string_view name);
 inline bool is_floating(DType d) {
   return d == DType::float32 || d == DType::bfloat16 || d == DType::float64;
 }

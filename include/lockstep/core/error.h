@@ -9,14 +9,14 @@
 namespace lockstep {
 
 enum class StatusCode {
-  kInvalidArgument,     // the caller passed something wrong (shape, dtype, value, flag)
-  kNotFound,            // a file, device or name does not exist
-  kFailedPrecondition,  // the system is not in a state to do this (e.g. not built yet)
-  kUnavailable,         // a peer or service cannot be reached (dead worker)
-  kDeadlineExceeded,    // a collective or wait timed out
-  kDataLoss,            // a file is truncated or corrupt
-  kOutOfRange,          // iteration ran past the end
-  kInternal,            // a bug in Lockstep or a library it calls
+  invalid_argument,     // the caller passed something wrong (shape, dtype, value, flag)
+  not_found,            // a file, device or name does not exist
+  failed_precondition,  // the system is not in a state to do this (e.g. not built yet)
+  unavailable,          // a peer or service cannot be reached (dead worker)
+  deadline_exceeded,    // a collective or wait timed out
+  data_loss,            // a file is truncated or corrupt
+  out_of_range,         // iteration ran past the end
+  internal,             // a bug in Lockstep or a library it calls
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -30,20 +30,41 @@ class Error : public std::runtime_error {
   StatusCode code_;
 };
 
-#define LOCKSTEP_DEFINE_ERROR(Name)                                                    \
-  class Name : public Error {                                                          \
-   public:                                                                             \
-    explicit Name(const std::string& message) : Error(StatusCode::k##Name, message) {} \
-  };
-
-LOCKSTEP_DEFINE_ERROR(InvalidArgument)
-LOCKSTEP_DEFINE_ERROR(NotFound)
-LOCKSTEP_DEFINE_ERROR(FailedPrecondition)
-LOCKSTEP_DEFINE_ERROR(Unavailable)
-LOCKSTEP_DEFINE_ERROR(DeadlineExceeded)
-LOCKSTEP_DEFINE_ERROR(DataLoss)
-LOCKSTEP_DEFINE_ERROR(OutOfRange)
-LOCKSTEP_DEFINE_ERROR(Internal)
-#undef LOCKSTEP_DEFINE_ERROR
+// One class per status code, so that callers catch exactly the errors they can handle.
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& message)
+      : Error(StatusCode::invalid_argument, message) {}
+};
+class NotFound : public Error {
+ public:
+  explicit NotFound(const std::string& message) : Error(StatusCode::not_found, message) {}
+};
+class FailedPrecondition : public Error {
+ public:
+  explicit FailedPrecondition(const std::string& message)
+      : Error(StatusCode::failed_precondition, message) {}
+};
+class Unavailable : public Error {
+ public:
+  explicit Unavailable(const std::string& message) : Error(StatusCode::unavailable, message) {}
+};
+class DeadlineExceeded : public Error {
+ public:
+  explicit DeadlineExceeded(const std::string& message)
+      : Error(StatusCode::deadline_exceeded, message) {}
+};
+class DataLoss : public Error {
+ public:
+  explicit DataLoss(const std::string& message) : Error(StatusCode::data_loss, message) {}
+};
+class OutOfRange : public Error {
+ public:
+  explicit OutOfRange(const std::string& message) : Error(StatusCode::out_of_range, message) {}
+};
+class Internal : public Error {
+ public:
+  explicit Internal(const std::string& message) : Error(StatusCode::internal, message) {}
+};
 
 }  // namespace lockstep

@@ -43,7 +43,4 @@ struct StoragePoolStats {
 StoragePoolStats storage_pool_stats();
 // Sets peak_live_bytes to the current live_bytes.
 void storage_pool_reset_peak();
-// Returns every cached block to the system (e.g. after a large model is destroyed).
-void storage_pool_release_cached();
-
 }  // namespace lockstep

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
-#include "lockstep/distribute/cpu_cores.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/distribute/device.h"
 
 namespace lockstep {

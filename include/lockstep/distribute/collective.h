@@ -93,8 +93,6 @@ class Communicator {
   // "shared_memory" or "mpi", for logs and error messages.
   virtual std::string_view backend() const = 0;
   const CommunicationOptions& options() const { return options_; }
-  // Number of collectives this endpoint has started (barrier included); the #N in messages.
-  uint64_t collectives_started() const { return sequence_; }
 
   // ---- Type-erased core. Every rank calls each of these with the same arguments. ----
 

@@ -55,15 +55,15 @@ std::vector<Element> split_batch(const Element& batch, int num_slices, int first
 class DistributedDataset {
  public:
   enum class Mode {
-    kSplitGlobalBatches,
-    kSplitWorkerBatches,
-    kPerReplicaBatches,
-    kPerReplicaPipelines
+    split_global_batches,
+    split_worker_batches,
+    per_replica_batches,
+    per_replica_pipelines
   };
 
   DistributedDataset(Dataset dataset, Mode mode, int num_local_replicas, int num_replicas_in_sync,
                      int first_local_replica);
-  // Mode::kPerReplicaPipelines: one dataset per local replica.
+  // Mode::per_replica_pipelines: one dataset per local replica.
   DistributedDataset(std::vector<Dataset> per_replica, int num_replicas_in_sync,
                      int first_local_replica);
 
@@ -76,7 +76,7 @@ class DistributedDataset {
     // Per-replica pipelines that never end: each replica may pull its own elements with
     // next_on_replica, concurrently with the others.
     bool fetches_on_replicas() const;
-    // Local replica r's next element (Mode::kPerReplicaPipelines only; from replica r's thread).
+    // Local replica r's next element (Mode::per_replica_pipelines only; from replica r's thread).
     // Throws OutOfRange if its dataset ended, which fetches_on_replicas() rules out.
     Element next_on_replica(int local_replica);
     // The position to resume from, counted in steps, so that it means the same on any number of
@@ -102,7 +102,7 @@ class DistributedDataset {
   // The (first) underlying dataset: local replica 0's with per-replica pipelines.
   const Dataset& dataset() const { return datasets_.front(); }
   // Steps until the input ends: Dataset::kInfinite, Dataset::kUnknown, or a count (per-worker
-  // datasets: elements, or elements / local replicas rounded up for kPerReplicaBatches;
+  // datasets: elements, or elements / local replicas rounded up for per_replica_batches;
   // per-replica pipelines: the longest).
   int64_t cardinality() const;
   Mode mode() const { return mode_; }

@@ -172,7 +172,7 @@ class ReplicatedStep {
   struct Scratch;
   class ReplicaPhase;
   class ChunkPhase;
-  enum class ChunkMode { kAccumulate, kSum, kApplyFromSum, kApply };
+  enum class ChunkMode { accumulate, sum, apply_from_sum, apply };
 
   Slot* acquire();
   void release(Slot* s);

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "lockstep/distribute/cluster_resolver.h"
 #include "lockstep/distribute/device.h"

@@ -13,8 +13,8 @@ using ActivationFn = std::function<Tensor(const Tensor&)>;
 
 // Throws InvalidArgument naming the accepted names.
 ActivationFn get(const std::string& name);
-// The fused kind for `name` if the linear kernel can apply it, else Activation::none.
-Activation fused_kind(const std::string& name);
+// The fused kind for `name` if the linear kernel can apply it, else ops::FusedActivation::none.
+ops::FusedActivation fused_kind(const std::string& name);
 bool is_fusable(const std::string& name);
 
 // Keras' `_keras_logits`: the "softmax" activation remembers, per thread, the logits of its most

@@ -1,5 +1,5 @@
 #pragma once
-// All Keras layers.
+// Umbrella header of keras.layers: every layer class.
 #include "lockstep/keras/layers/attention.h"
 #include "lockstep/keras/layers/convolutional.h"
 #include "lockstep/keras/layers/core.h"

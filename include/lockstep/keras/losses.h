@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "lockstep/core/tensor.h"
 
@@ -24,7 +24,7 @@ class Loss {
   virtual Tensor call(const Tensor& y_true, const Tensor& y_pred) const = 0;
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
   virtual std::string name() const = 0;
-  virtual nlohmann::json get_config() const { return {{"name", name()}}; }
+  virtual nlohmann::json get_config() const;
   virtual std::shared_ptr<Loss> clone() const = 0;
 };
 

@@ -149,7 +149,7 @@ class Model : public LayerImpl<Model> {
   // Time and bytes of the gradient sum and update, and the backup task runs, accumulated over
   // every training step so far (all zeros before the first). See distribute/replicated_step.h.
   distribute::SyncStats gradient_sync_stats() const;
-  bool compiled() const { return compiled_ != nullptr; }
+  bool compiled() const { return training_ != nullptr; }
   // Set by callbacks (EarlyStopping, TerminateOnNaN) to end fit after the current step.
   bool stop_training = false;
 
@@ -160,11 +160,11 @@ class Model : public LayerImpl<Model> {
   void set_graph(std::vector<KerasTensor> inputs, KerasTensor outputs);
 
  private:
-  struct Compiled;
+  struct TrainingState;
   struct Graph;
   friend struct Trainer;
   std::unique_ptr<Graph> graph_;
-  std::unique_ptr<Compiled> compiled_;
+  std::unique_ptr<TrainingState> training_;
   distribute::Strategy* strategy_;
 };
 

@@ -18,23 +18,23 @@
 
 namespace lockstep::ops {
 
-Tensor neg(const Tensor& x);
+Tensor neg_forward(const Tensor& x);
 Tensor neg_backward(const Tensor& dy);
-Tensor exp(const Tensor& x);
+Tensor exp_forward(const Tensor& x);
 Tensor exp_backward(const Tensor& dy, const Tensor& y);
-Tensor log(const Tensor& x);
+Tensor log_forward(const Tensor& x);
 Tensor log_backward(const Tensor& dy, const Tensor& x);
-Tensor sqrt(const Tensor& x);
+Tensor sqrt_forward(const Tensor& x);
 Tensor sqrt_backward(const Tensor& dy, const Tensor& y);
-Tensor square(const Tensor& x);
+Tensor square_forward(const Tensor& x);
 Tensor square_backward(const Tensor& dy, const Tensor& x);
-Tensor relu(const Tensor& x);
+Tensor relu_forward(const Tensor& x);
 Tensor relu_backward(const Tensor& dy, const Tensor& y);
-Tensor sigmoid(const Tensor& x);
+Tensor sigmoid_forward(const Tensor& x);
 Tensor sigmoid_backward(const Tensor& dy, const Tensor& y);
-Tensor tanh(const Tensor& x);
+Tensor tanh_forward(const Tensor& x);
 Tensor tanh_backward(const Tensor& dy, const Tensor& y);
-Tensor gelu(const Tensor& x);
+Tensor gelu_forward(const Tensor& x);
 Tensor gelu_backward(const Tensor& dy, const Tensor& x);
 
 }  // namespace lockstep::ops

@@ -24,9 +24,8 @@
 // the gradients have the inputs' dtype.
 #include "lockstep/core/tensor.h"
 
-namespace lockstep {
+namespace lockstep::ops {
 
-// In namespace lockstep, not ops, as the other options structs (see nn_padding.h).
 struct AttentionOptions {
   // Undefined, or a tensor broadcastable to [B, H, T, S] (e.g. Keras' attention_mask [B, T, S]
   // reshaped to [B, 1, T, S], or a [T, S] pattern shared by every example).
@@ -36,12 +35,8 @@ struct AttentionOptions {
   double scale = 0.0;
 };
 
-}  // namespace lockstep
-
-namespace lockstep::ops {
-
-Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                             const AttentionOptions& options = {});
+Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                     const AttentionOptions& options = {});
 
 struct AttentionGrads {
   Tensor dquery, dkey, dvalue;  // undefined when not requested

@@ -14,8 +14,8 @@
 
 namespace lockstep::ops {
 
-Tensor batch_matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
-                    bool transpose_b = false);
+Tensor batch_matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a = false,
+                            bool transpose_b = false);
 
 // Gradients of y = op(a)·op(b) per batch index, given dy ([..., M, N]):
 //   dL/dop(a) = dy · op(b)ᵀ,   dL/dop(b) = op(a)ᵀ · dy,   transposed back when transpose_a/_b.

@@ -15,10 +15,10 @@
 
 namespace lockstep::ops {
 
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
+Tensor add_forward(const Tensor& a, const Tensor& b);
+Tensor sub_forward(const Tensor& a, const Tensor& b);
+Tensor mul_forward(const Tensor& a, const Tensor& b);
+Tensor div_forward(const Tensor& a, const Tensor& b);
 
 // Gradients with respect to a and b; undefined when not requested.
 struct BinaryGrads {
@@ -34,7 +34,7 @@ BinaryGrads div_backward(const Tensor& dy, const Tensor& a, const Tensor& b, boo
                          bool need_db = true);
 
 // x: [..., n], bias: [n].
-Tensor bias_add(const Tensor& x, const Tensor& bias);
+Tensor bias_add_forward(const Tensor& x, const Tensor& bias);
 struct BiasAddGrads {
   Tensor dx, dbias;
 };
@@ -46,5 +46,16 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 
 // y = c · x for a scalar c (used by gradients of means).
 Tensor scale(const Tensor& x, double c);
+
+// In place, on no tape: dst += src (sub_into: dst −= src), for accumulating gradients and sums and
+// for Variable::assign_add / assign_sub. Same shape and dtype, no broadcasting; floating dtypes
+// compute as add_forward does (bfloat16 through float32), int32 / int64 in their own type. The
+// one elementwise add-into of the library: other code calls these instead of writing the loop.
+void add_into(const Tensor& dst, const Tensor& src);
+void sub_into(const Tensor& dst, const Tensor& src);
+// The float32 loop itself, for callers that hold raw buffers (the training step's chunk sums).
+inline void add_into(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
 
 }  // namespace lockstep::ops

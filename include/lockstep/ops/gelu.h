@@ -2,7 +2,7 @@
 // GELU's two forms (keras.activations.gelu(x, approximate)), forward and backward. Any shape;
 // floating dtypes (float32 and bfloat16 run oneDNN's eltwise primitives, float64 a loop).
 //
-//   exact (approximate=False, Keras' default; ops::gelu in activations.h)
+//   exact (approximate=False, Keras' default; ops::gelu_forward in activations.h)
 //                y = x Φ(x) = ½ x (1 + erf(x / √2))
 //                dx = dy · (Φ(x) + x φ(x)),             φ the standard normal density
 //   tanh (approximate=True)
@@ -12,7 +12,7 @@
 
 namespace lockstep::ops {
 
-Tensor gelu_tanh(const Tensor& x);
+Tensor gelu_tanh_forward(const Tensor& x);
 // dy and x of one shape and dtype; returns dx like dy.
 Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x);
 

@@ -12,28 +12,21 @@
 // The first layer's dx is not needed: skip it with need_dx = false.
 #include "lockstep/core/tensor.h"
 
-namespace lockstep {
-
-// gelu is the exact (erf) form, Keras' default (approximate=False). Declared in `lockstep` (not
-// `ops`) so that argument-dependent lookup of an unqualified linear(x, k, b, act) finds only the
-// differentiable lockstep::linear, not also ops::linear.
-enum class Activation { none, relu, sigmoid, tanh, gelu };
-
-}  // namespace lockstep
-
 namespace lockstep::ops {
 
-using lockstep::Activation;
-const char* activation_name(Activation act);
+// The activation the kernel applies to x · kernel + bias in the same oneDNN call (a post-op). gelu
+// is the exact (erf) form, Keras' default (approximate=False).
+enum class FusedActivation { none, relu, sigmoid, tanh, gelu };
+const char* activation_name(FusedActivation act);
 
 // `bias` may be undefined (no bias). For bfloat16 x and kernel, bias may be bfloat16 or float32.
-Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
-              Activation activation = Activation::none);
+Tensor linear_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                      FusedActivation activation = FusedActivation::none);
 // Writes into `y` ([batch, out], x's dtype, or float32 for a bfloat16 x: the matmul then computes
 // in float32 and does not round its result). A bfloat16 x may also meet a float32 kernel and bias
 // (holding bfloat16 values under mixed_bfloat16, or a float32 layer's own weights).
-void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation,
-                 const Tensor& y);
+void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                 FusedActivation activation, const Tensor& y);
 
 struct LinearGrads {
   Tensor dx, dkernel, dbias;
@@ -41,14 +34,14 @@ struct LinearGrads {
 // `y` is linear's output; `pre_activation` (z) is required for gelu only. Undefined grads for
 // what was not requested (and dbias when need_dbias is false).
 LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel,
-                            const Tensor& y, Activation activation, bool need_dx = true,
+                            const Tensor& y, FusedActivation activation, bool need_dx = true,
                             bool need_dkernel = true, bool need_dbias = true,
                             const Tensor& pre_activation = Tensor());
 // Writes into the caller's buffers; an undefined output is skipped. dkernel has kernel's shape
 // and dtype (float32 allowed for bfloat16 operands), dbias [out], dx x's shape. dy has y's dtype:
 // x's, or float32 for a bfloat16 x with a float32 kernel and a float32 y.
 void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,
-                          Activation activation, const Tensor& dx, const Tensor& dkernel,
+                          FusedActivation activation, const Tensor& dx, const Tensor& dkernel,
                           const Tensor& dbias, const Tensor& pre_activation = Tensor());
 
 }  // namespace lockstep::ops

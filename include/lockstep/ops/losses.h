@@ -24,8 +24,8 @@ namespace lockstep::ops {
 
 inline constexpr double kLossEpsilon = 1e-7;  // keras.backend.epsilon()
 
-Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred,
-                                bool from_logits = false, int axis = -1);
+Tensor categorical_crossentropy_forward(const Tensor& y_true, const Tensor& y_pred,
+                                        bool from_logits = false, int axis = -1);
 Tensor categorical_crossentropy_backward(const Tensor& dloss, const Tensor& y_true,
                                          const Tensor& y_pred, bool from_logits = false,
                                          int axis = -1);
@@ -35,17 +35,18 @@ Tensor categorical_crossentropy_backward(const Tensor& dloss, const Tensor& y_tr
 // row's largest probability j (exact: log p_j = z_j − lse; at the largest p the log is well
 // conditioned), and dL/dz = dloss · (p Σ_k y_k − y). No exponentials: the softmax's own are reused.
 // Rows whose p holds NaN or inf give NaN.
-Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits,
-                            const Tensor& probabilities);
+Tensor softmax_crossentropy_forward(const Tensor& y_true, const Tensor& logits,
+                                    const Tensor& probabilities);
 Tensor softmax_crossentropy_backward(const Tensor& dloss, const Tensor& y_true,
                                      const Tensor& probabilities);
 
-Tensor sparse_categorical_crossentropy(const Tensor& labels, const Tensor& y_pred,
-                                       bool from_logits = false);
+Tensor sparse_categorical_crossentropy_forward(const Tensor& labels, const Tensor& y_pred,
+                                               bool from_logits = false);
 Tensor sparse_categorical_crossentropy_backward(const Tensor& dloss, const Tensor& labels,
                                                 const Tensor& y_pred, bool from_logits = false);
 
-Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits = false);
+Tensor binary_crossentropy_forward(const Tensor& y_true, const Tensor& y_pred,
+                                   bool from_logits = false);
 Tensor binary_crossentropy_backward(const Tensor& dloss, const Tensor& y_true, const Tensor& y_pred,
                                     bool from_logits = false);
 
@@ -53,10 +54,10 @@ Tensor binary_crossentropy_backward(const Tensor& dloss, const Tensor& y_true, c
 struct RegressionLossGrads {
   Tensor dy_true, dy_pred;
 };
-Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred);
+Tensor mean_squared_error_forward(const Tensor& y_true, const Tensor& y_pred);
 RegressionLossGrads mean_squared_error_backward(const Tensor& dloss, const Tensor& y_true,
                                                 const Tensor& y_pred);
-Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred);
+Tensor mean_absolute_error_forward(const Tensor& y_true, const Tensor& y_pred);
 RegressionLossGrads mean_absolute_error_backward(const Tensor& dloss, const Tensor& y_true,
                                                  const Tensor& y_pred);
 

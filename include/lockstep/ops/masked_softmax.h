@@ -17,7 +17,7 @@ namespace lockstep::ops {
 
 inline constexpr double kMaskedScore = -1e9;
 
-Tensor masked_softmax(const Tensor& x, const Tensor& mask);
+Tensor masked_softmax_forward(const Tensor& x, const Tensor& mask);
 // dy and y: x's shape and dtype; `mask` as given to the forward pass.
 Tensor masked_softmax_backward(const Tensor& dy, const Tensor& y, const Tensor& mask);
 

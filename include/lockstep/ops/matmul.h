@@ -13,7 +13,8 @@
 namespace lockstep::ops {
 
 // y = op(a)·op(b), in a's dtype.
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a = false,
+                      bool transpose_b = false);
 // Writes op(a)·op(b) into `out` ([m, n]; dtype a's, or float32 when a and b are bfloat16).
 void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out, bool transpose_a = false,
                  bool transpose_b = false);
@@ -28,12 +29,12 @@ struct MatmulGrads {
 // compute float32" (widen the operands, run the float32 kernel, round the result). Which is
 // faster depends on the CPU and the shape: the bfloat16 dot product (vdpbf16ps) runs at twice the
 // float32 FMA rate on AMD Zen 4, at half of it on Intel cores without AMX, and AMX tiles run many
-// times faster still. kAuto (the default) measures both kernels once per shape, the first time a
+// times faster still. measured (the default) measures both kernels once per shape, the first time a
 // shape is multiplied, and keeps the faster for the rest of the process (the bfloat16 kernels
 // only when at least 10% faster, so that close calls do not flip between runs). The other two
 // force one path, for reproducibility across machines and for tests. The environment variable
 // LOCKSTEP_BF16_MATMUL=auto|bf16|f32 sets the starting mode.
-enum class Bf16MatmulMode { kAuto, kFloat32Compute, kBfloat16Kernels };
+enum class Bf16MatmulMode { measured, float32_compute, bfloat16_kernels };
 void set_bf16_matmul_mode(Bf16MatmulMode mode);
 Bf16MatmulMode bf16_matmul_mode();
 // True when a bfloat16 op(a)[m, k] · op(b)[k, n] is computed by widening to float32.

@@ -21,23 +21,15 @@
 #include "lockstep/core/tensor.h"
 #include "lockstep/ops/nn_padding.h"
 
-namespace lockstep {
+namespace lockstep::ops {
 
-// In namespace lockstep, not ops: see nn_padding.h.
 struct Conv2DOptions {
   std::array<int64_t, 2> strides{1, 1};  // {height, width}
   Padding padding = Padding::valid;
 };
 
-}  // namespace lockstep
-
-namespace lockstep::ops {
-
-// Output shape of conv2d for these operands; validates ranks, channel counts and the window.
-Shape conv2d_output_shape(const Shape& input, const Shape& kernel, const Conv2DOptions& options);
-
-Tensor conv2d(const Tensor& input, const Tensor& kernel, const Tensor& bias = Tensor(),
-              const Conv2DOptions& options = {});
+Tensor conv2d_forward(const Tensor& input, const Tensor& kernel, const Tensor& bias = Tensor(),
+                      const Conv2DOptions& options = {});
 
 // d(loss)/d(input) given d(loss)/d(output): the transposed convolution of grad_output with kernel.
 Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& kernel,

@@ -20,7 +20,7 @@ struct DropoutResult {
   Tensor mask;    // uint8, x's shape: 1 = kept; undefined when rate == 0
 };
 
-DropoutResult dropout(const Tensor& x, double rate, Generator& generator);
+DropoutResult dropout_forward(const Tensor& x, double rate, Generator& generator);
 
 // Applies a mask from `dropout` with the same rate (the backward pass, or the forward pass again).
 Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double rate);

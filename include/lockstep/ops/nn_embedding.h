@@ -15,7 +15,7 @@
 
 namespace lockstep::ops {
 
-Tensor embedding_lookup(const Tensor& table, const Tensor& ids);
+Tensor embedding_lookup_forward(const Tensor& table, const Tensor& ids);
 
 // grad_table [vocab_size, dim] in grad_output's dtype; grad_output is ids.shape() + [dim].
 Tensor embedding_lookup_backward(const Tensor& grad_output, const Tensor& ids, int64_t vocab_size);

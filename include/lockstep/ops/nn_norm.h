@@ -31,9 +31,9 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
                                     double epsilon = kKerasNormEpsilon);
 
 // output = gamma * (x - moving_mean) / sqrt(moving_variance + epsilon) + beta
-Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                            const Tensor& moving_mean, const Tensor& moving_variance,
-                            double epsilon = kKerasNormEpsilon);
+Tensor batch_norm_inference_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& moving_mean, const Tensor& moving_variance,
+                                    double epsilon = kKerasNormEpsilon);
 
 struct NormGrads {
   Tensor x;      // x's shape and dtype
@@ -65,8 +65,8 @@ struct LayerNormResult {
   Tensor inv_std;
 };
 
-LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                           double epsilon = kKerasNormEpsilon);
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   double epsilon = kKerasNormEpsilon);
 
 // With x̂ = (x - mean) * inv_std, g = dy * gamma and means over d:
 //   grad_x = inv_std * (g - mean(g) - x̂ mean(g x̂)),

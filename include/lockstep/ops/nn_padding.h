@@ -10,20 +10,12 @@
 #include <cstdint>
 #include <string_view>
 
-// Padding and the options structs of conv2d / max_pool2d live in namespace lockstep (as
-// Activation does) so that argument-dependent lookup does not make the ops:: kernels and the
-// differentiable lockstep:: wrappers of the same name ambiguous.
-namespace lockstep {
+namespace lockstep::ops {
 
 enum class Padding { valid, same };
 
 // Parses Keras' names "valid" and "same" (case-sensitive, as Keras); throws InvalidArgument.
 Padding padding_from_name(std::string_view name);
-std::string_view padding_name(Padding padding);
-
-}  // namespace lockstep
-
-namespace lockstep::ops {
 
 struct WindowGeometry {
   int64_t out = 0;

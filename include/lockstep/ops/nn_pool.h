@@ -20,9 +20,8 @@
 #include "lockstep/core/tensor.h"
 #include "lockstep/ops/nn_padding.h"
 
-namespace lockstep {
+namespace lockstep::ops {
 
-// In namespace lockstep, not ops: see nn_padding.h.
 struct Pool2DOptions {
   std::array<int64_t, 2> pool_size{2, 2};  // {height, width}
   // {height, width}; {0, 0} means "equal to pool_size", as Keras' strides=None.
@@ -30,16 +29,12 @@ struct Pool2DOptions {
   Padding padding = Padding::valid;
 };
 
-}  // namespace lockstep
-
-namespace lockstep::ops {
-
 struct MaxPool2DResult {
   Tensor output;  // [N, OH, OW, C], input's dtype
   Tensor argmax;  // [N, OH, OW, C] int64: flat index into input of each output's source
 };
 
-MaxPool2DResult max_pool2d(const Tensor& input, const Pool2DOptions& options = {});
+MaxPool2DResult max_pool2d_forward(const Tensor& input, const Pool2DOptions& options = {});
 
 // grad_input [N, H, W, C] (= input_shape) in grad_output's dtype; grad_output and argmax
 // [N, OH, OW, C] as returned by max_pool2d.

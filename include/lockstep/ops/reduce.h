@@ -15,9 +15,12 @@
 
 namespace lockstep::ops {
 
-Tensor reduce_sum(const Tensor& x, const std::vector<int>& axes = {}, bool keepdims = false);
-Tensor reduce_mean(const Tensor& x, const std::vector<int>& axes = {}, bool keepdims = false);
-Tensor reduce_max(const Tensor& x, const std::vector<int>& axes = {}, bool keepdims = false);
+Tensor reduce_sum_forward(const Tensor& x, const std::vector<int>& axes = {},
+                          bool keepdims = false);
+Tensor reduce_mean_forward(const Tensor& x, const std::vector<int>& axes = {},
+                           bool keepdims = false);
+Tensor reduce_max_forward(const Tensor& x, const std::vector<int>& axes = {},
+                          bool keepdims = false);
 
 Tensor reduce_sum_backward(const Tensor& dy, const Shape& x_shape, const std::vector<int>& axes,
                            bool keepdims);

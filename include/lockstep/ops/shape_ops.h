@@ -19,25 +19,25 @@
 
 namespace lockstep::ops {
 
-Tensor reshape(const Tensor& x, const Shape& shape);
-Tensor flatten(const Tensor& x);
+Tensor reshape_forward(const Tensor& x, const Shape& shape);
+Tensor flatten_forward(const Tensor& x);
 
-Tensor transpose(const Tensor& x, const std::vector<int>& perm = {});
+Tensor transpose_forward(const Tensor& x, const std::vector<int>& perm = {});
 Tensor transpose_backward(const Tensor& dy, const std::vector<int>& perm = {});
 
-Tensor concat(const std::vector<Tensor>& xs, int axis = 0);
+Tensor concat_forward(const std::vector<Tensor>& xs, int axis = 0);
 // Splits dy along `axis` into pieces of the given sizes (the inputs' dims along axis).
 std::vector<Tensor> concat_backward(const Tensor& dy, const std::vector<int64_t>& sizes,
                                     int axis = 0);
 
-Tensor cast(const Tensor& x, DType dtype);
+Tensor cast_forward(const Tensor& x, DType dtype);
 Tensor cast_backward(const Tensor& dy, DType x_dtype);
 // float32 -> float32 rounded to bfloat16 values (round to nearest even, NaN stays NaN): bit for
 // bit cast(cast(x, bfloat16), float32), in one pass. Used by mixed_bfloat16 layers for shapes
 // whose bfloat16 matmuls compute in float32 (bf16_matmul_computes_in_f32): the weights get
 // bfloat16 precision without a bfloat16 copy that every matmul would widen again. Its gradient is
 // the identity (like the cast pair's, whose float32 gradient would be rounded to bfloat16 instead).
-Tensor round_to_bfloat16(const Tensor& x);
+Tensor round_to_bfloat16_forward(const Tensor& x);
 
 Tensor argmax(const Tensor& x, int axis = -1);
 Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype = DType::float32);

@@ -10,9 +10,9 @@
 
 namespace lockstep::ops {
 
-Tensor softmax(const Tensor& x, int axis = -1);
+Tensor softmax_forward(const Tensor& x, int axis = -1);
 Tensor softmax_backward(const Tensor& dy, const Tensor& y, int axis = -1);
-Tensor log_softmax(const Tensor& x, int axis = -1);
+Tensor log_softmax_forward(const Tensor& x, int axis = -1);
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y, int axis = -1);
 
 }  // namespace lockstep::ops

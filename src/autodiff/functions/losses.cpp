@@ -9,7 +9,7 @@ using Grads = std::vector<Tensor>;
 
 Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits,
                                 int axis) {
-  Tensor loss = ops::categorical_crossentropy(y_true, y_pred, from_logits, axis);
+  Tensor loss = ops::categorical_crossentropy_forward(y_true, y_pred, from_logits, axis);
   if (autodiff::should_record({&y_pred})) {
     autodiff::record("categorical_crossentropy", {y_pred}, {loss},
                      [y_true, y_pred, from_logits, axis](const Grads& g) {
@@ -22,7 +22,7 @@ Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool
 
 Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits,
                             const Tensor& probabilities) {
-  Tensor loss = ops::softmax_crossentropy(y_true, logits, probabilities);
+  Tensor loss = ops::softmax_crossentropy_forward(y_true, logits, probabilities);
   if (autodiff::should_record({&logits})) {
     autodiff::record(
         "softmax_crossentropy", {logits}, {loss}, [y_true, probabilities](const Grads& g) {
@@ -34,7 +34,7 @@ Tensor softmax_crossentropy(const Tensor& y_true, const Tensor& logits,
 
 Tensor sparse_categorical_crossentropy(const Tensor& labels, const Tensor& y_pred,
                                        bool from_logits) {
-  Tensor loss = ops::sparse_categorical_crossentropy(labels, y_pred, from_logits);
+  Tensor loss = ops::sparse_categorical_crossentropy_forward(labels, y_pred, from_logits);
   if (autodiff::should_record({&y_pred})) {
     autodiff::record("sparse_categorical_crossentropy", {y_pred}, {loss},
                      [labels, y_pred, from_logits](const Grads& g) {
@@ -46,7 +46,7 @@ Tensor sparse_categorical_crossentropy(const Tensor& labels, const Tensor& y_pre
 }
 
 Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits) {
-  Tensor loss = ops::binary_crossentropy(y_true, y_pred, from_logits);
+  Tensor loss = ops::binary_crossentropy_forward(y_true, y_pred, from_logits);
   if (autodiff::should_record({&y_pred})) {
     autodiff::record(
         "binary_crossentropy", {y_pred}, {loss}, [y_true, y_pred, from_logits](const Grads& g) {
@@ -57,7 +57,7 @@ Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from
 }
 
 Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred) {
-  Tensor loss = ops::mean_squared_error(y_true, y_pred);
+  Tensor loss = ops::mean_squared_error_forward(y_true, y_pred);
   if (autodiff::should_record({&y_true, &y_pred})) {
     autodiff::record("mean_squared_error", {y_true, y_pred}, {loss},
                      [y_true, y_pred](const Grads& g) {
@@ -69,7 +69,7 @@ Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred) {
 }
 
 Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred) {
-  Tensor loss = ops::mean_absolute_error(y_true, y_pred);
+  Tensor loss = ops::mean_absolute_error_forward(y_true, y_pred);
   if (autodiff::should_record({&y_true, &y_pred})) {
     autodiff::record("mean_absolute_error", {y_true, y_pred}, {loss},
                      [y_true, y_pred](const Grads& g) {

@@ -7,7 +7,7 @@ namespace lockstep {
 using Grads = std::vector<Tensor>;
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
-  Tensor y = ops::matmul(a, b, transpose_a, transpose_b);
+  Tensor y = ops::matmul_forward(a, b, transpose_a, transpose_b);
   if (autodiff::should_record({&a, &b})) {
     bool need_da = autodiff::should_record({&a}), need_db = autodiff::should_record({&b});
     autodiff::record(
@@ -20,11 +20,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   return y;
 }
 
-Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation activation) {
+Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+              ops::FusedActivation activation) {
   // gelu's derivative needs the pre-activation, which the fused kernel does not keep.
-  const bool gelu = activation == Activation::gelu;
-  Tensor z = gelu ? ops::linear(x, kernel, bias, Activation::none) : Tensor();
-  Tensor y = gelu ? ops::gelu(z) : ops::linear(x, kernel, bias, activation);
+  const bool gelu = activation == ops::FusedActivation::gelu;
+  Tensor z = gelu ? ops::linear_forward(x, kernel, bias, ops::FusedActivation::none) : Tensor();
+  Tensor y = gelu ? ops::gelu_forward(z) : ops::linear_forward(x, kernel, bias, activation);
   if (autodiff::should_record({&x, &kernel, &bias})) {
     const bool need_dx = autodiff::should_record({&x});
     const bool has_bias = bias.defined();
@@ -53,7 +54,7 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activat
 }
 
 Tensor bias_add(const Tensor& x, const Tensor& bias) {
-  Tensor y = ops::bias_add(x, bias);
+  Tensor y = ops::bias_add_forward(x, bias);
   if (autodiff::should_record({&x, &bias})) {
     autodiff::record("bias_add", {x, bias}, {y}, [](const Grads& g) {
       ops::BiasAddGrads d = ops::bias_add_backward(g[0]);
@@ -64,7 +65,7 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor y = ops::add(a, b);
+  Tensor y = ops::add_forward(a, b);
   if (autodiff::should_record({&a, &b})) {
     autodiff::record("add", {a, b}, {y}, [sa = a.shape(), sb = b.shape()](const Grads& g) {
       ops::BinaryGrads d = ops::add_backward(g[0], sa, sb);
@@ -75,7 +76,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor y = ops::sub(a, b);
+  Tensor y = ops::sub_forward(a, b);
   if (autodiff::should_record({&a, &b})) {
     autodiff::record("sub", {a, b}, {y}, [sa = a.shape(), sb = b.shape()](const Grads& g) {
       ops::BinaryGrads d = ops::sub_backward(g[0], sa, sb);
@@ -86,7 +87,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor y = ops::mul(a, b);
+  Tensor y = ops::mul_forward(a, b);
   if (autodiff::should_record({&a, &b})) {
     bool need_da = autodiff::should_record({&a}), need_db = autodiff::should_record({&b});
     autodiff::record("mul", {a, b}, {y}, [a, b, need_da, need_db](const Grads& g) {
@@ -98,7 +99,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor y = ops::div(a, b);
+  Tensor y = ops::div_forward(a, b);
   if (autodiff::should_record({&a, &b})) {
     bool need_da = autodiff::should_record({&a}), need_db = autodiff::should_record({&b});
     autodiff::record("div", {a, b}, {y}, [a, b, need_da, need_db](const Grads& g) {
@@ -125,69 +126,69 @@ Tensor record_unary(const char* name, const Tensor& x, Tensor y, const Tensor& s
 }  // namespace
 
 Tensor neg(const Tensor& x) {
-  Tensor y = ops::neg(x);
+  Tensor y = ops::neg_forward(x);
   return record_unary("neg", x, y, Tensor(),
                       [](const Tensor& dy, const Tensor&) { return ops::neg_backward(dy); });
 }
 Tensor exp(const Tensor& x) {
-  Tensor y = ops::exp(x);
+  Tensor y = ops::exp_forward(x);
   return record_unary("exp", x, y, y, ops::exp_backward);
 }
 Tensor log(const Tensor& x) {
-  return record_unary("log", x, ops::log(x), x, ops::log_backward);
+  return record_unary("log", x, ops::log_forward(x), x, ops::log_backward);
 }
 Tensor sqrt(const Tensor& x) {
-  Tensor y = ops::sqrt(x);
+  Tensor y = ops::sqrt_forward(x);
   return record_unary("sqrt", x, y, y, ops::sqrt_backward);
 }
 Tensor square(const Tensor& x) {
-  return record_unary("square", x, ops::square(x), x, ops::square_backward);
+  return record_unary("square", x, ops::square_forward(x), x, ops::square_backward);
 }
 Tensor relu(const Tensor& x) {
-  Tensor y = ops::relu(x);
+  Tensor y = ops::relu_forward(x);
   return record_unary("relu", x, y, y, ops::relu_backward);
 }
 Tensor sigmoid(const Tensor& x) {
-  Tensor y = ops::sigmoid(x);
+  Tensor y = ops::sigmoid_forward(x);
   return record_unary("sigmoid", x, y, y, ops::sigmoid_backward);
 }
 Tensor tanh(const Tensor& x) {
-  Tensor y = ops::tanh(x);
+  Tensor y = ops::tanh_forward(x);
   return record_unary("tanh", x, y, y, ops::tanh_backward);
 }
 Tensor gelu(const Tensor& x) {
-  return record_unary("gelu", x, ops::gelu(x), x, ops::gelu_backward);
+  return record_unary("gelu", x, ops::gelu_forward(x), x, ops::gelu_backward);
 }
 
 Tensor softmax(const Tensor& x, int axis) {
-  Tensor y = ops::softmax(x, axis);
+  Tensor y = ops::softmax_forward(x, axis);
   return record_unary("softmax", x, y, y, [axis](const Tensor& dy, const Tensor& s) {
     return ops::softmax_backward(dy, s, axis);
   });
 }
 Tensor log_softmax(const Tensor& x, int axis) {
-  Tensor y = ops::log_softmax(x, axis);
+  Tensor y = ops::log_softmax_forward(x, axis);
   return record_unary("log_softmax", x, y, y, [axis](const Tensor& dy, const Tensor& s) {
     return ops::log_softmax_backward(dy, s, axis);
   });
 }
 
 Tensor reduce_sum(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
-  Tensor y = ops::reduce_sum(x, axes, keepdims);
+  Tensor y = ops::reduce_sum_forward(x, axes, keepdims);
   return record_unary("reduce_sum", x, y, Tensor(),
                       [shape = x.shape(), axes, keepdims](const Tensor& dy, const Tensor&) {
                         return ops::reduce_sum_backward(dy, shape, axes, keepdims);
                       });
 }
 Tensor reduce_mean(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
-  Tensor y = ops::reduce_mean(x, axes, keepdims);
+  Tensor y = ops::reduce_mean_forward(x, axes, keepdims);
   return record_unary("reduce_mean", x, y, Tensor(),
                       [shape = x.shape(), axes, keepdims](const Tensor& dy, const Tensor&) {
                         return ops::reduce_mean_backward(dy, shape, axes, keepdims);
                       });
 }
 Tensor reduce_max(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
-  Tensor y = ops::reduce_max(x, axes, keepdims);
+  Tensor y = ops::reduce_max_forward(x, axes, keepdims);
   return record_unary("reduce_max", x, y, x,
                       [y, axes, keepdims](const Tensor& dy, const Tensor& s) {
                         return ops::reduce_max_backward(dy, s, y, axes, keepdims);
@@ -195,7 +196,7 @@ Tensor reduce_max(const Tensor& x, const std::vector<int>& axes, bool keepdims) 
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
-  Tensor y = ops::cast(x, dtype);
+  Tensor y = ops::cast_forward(x, dtype);
   if (y.id() == x.id()) y = stop_gradient(y);  // a no-op cast still needs its own node
   return record_unary("cast", x, y, Tensor(), [from = x.dtype()](const Tensor& dy, const Tensor&) {
     return ops::cast_backward(dy, from);
@@ -203,13 +204,13 @@ Tensor cast(const Tensor& x, DType dtype) {
 }
 
 Tensor round_to_bfloat16(const Tensor& x) {
-  Tensor y = ops::round_to_bfloat16(x);
+  Tensor y = ops::round_to_bfloat16_forward(x);
   return record_unary("round_to_bfloat16", x, y, Tensor(),
                       [](const Tensor& dy, const Tensor&) { return dy; });
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int axis) {
-  Tensor y = ops::concat(xs, axis);
+  Tensor y = ops::concat_forward(xs, axis);
   if (autodiff::should_record(xs)) {
     std::vector<int64_t> sizes;
     for (const Tensor& t : xs) sizes.push_back(t.dim(axis));
@@ -221,31 +222,24 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
-  Tensor y = ops::reshape(x, shape);
+  Tensor y = ops::reshape_forward(x, shape);
   return record_unary(
       "reshape", x, y, Tensor(),
       [from = x.shape()](const Tensor& dy, const Tensor&) { return dy.reshape(from); });
 }
 
 Tensor flatten(const Tensor& x) {
-  Tensor y = ops::flatten(x);
+  Tensor y = ops::flatten_forward(x);
   return record_unary(
       "flatten", x, y, Tensor(),
       [from = x.shape()](const Tensor& dy, const Tensor&) { return dy.reshape(from); });
 }
 
 Tensor transpose(const Tensor& x, const std::vector<int>& perm) {
-  Tensor y = ops::transpose(x, perm);
+  Tensor y = ops::transpose_forward(x, perm);
   return record_unary("transpose", x, y, Tensor(), [perm](const Tensor& dy, const Tensor&) {
     return ops::transpose_backward(dy, perm);
   });
-}
-
-Tensor argmax(const Tensor& x, int axis) {
-  return ops::argmax(x, axis);
-}
-Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype) {
-  return ops::one_hot(indices, depth, dtype);
 }
 
 }  // namespace lockstep

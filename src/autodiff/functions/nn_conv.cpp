@@ -6,8 +6,8 @@ namespace lockstep {
 using Grads = std::vector<Tensor>;
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
-              const Conv2DOptions& options) {
-  Tensor y = ops::conv2d(x, kernel, bias, options);
+              const ops::Conv2DOptions& options) {
+  Tensor y = ops::conv2d_forward(x, kernel, bias, options);
   if (autodiff::should_record({&x, &kernel, &bias})) {
     // The first layer's input is data: skipping its gradient saves a whole transposed convolution.
     const bool need_dx = autodiff::should_record({&x});

@@ -4,7 +4,7 @@
 namespace lockstep {
 
 Tensor dropout(const Tensor& x, double rate, Generator& generator) {
-  ops::DropoutResult r = ops::dropout(x, rate, generator);
+  ops::DropoutResult r = ops::dropout_forward(x, rate, generator);
   // rate == 0 hands back x itself: nothing to record, the gradient reaches x directly.
   if (!r.mask.defined()) return r.output;
   if (autodiff::should_record({&x})) {

@@ -4,7 +4,7 @@
 namespace lockstep {
 
 Tensor embedding_lookup(const Tensor& table, const Tensor& ids) {
-  Tensor y = ops::embedding_lookup(table, ids);
+  Tensor y = ops::embedding_lookup_forward(table, ids);
   if (autodiff::should_record({&table})) {
     autodiff::record("embedding_lookup", {table}, {y},
                      [ids, vocab = table.dim(0)](const std::vector<Tensor>& g) {

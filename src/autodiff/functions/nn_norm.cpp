@@ -42,7 +42,8 @@ BatchNormOutput batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& moving_mean, const Tensor& moving_variance,
                             double epsilon) {
-  Tensor y = ops::batch_norm_inference(x, gamma, beta, moving_mean, moving_variance, epsilon);
+  Tensor y =
+      ops::batch_norm_inference_forward(x, gamma, beta, moving_mean, moving_variance, epsilon);
   if (autodiff::should_record({&x, &gamma, &beta})) {
     // The moving statistics change only in training mode, so the handles still hold this step's
     // values when the backward pass runs.
@@ -58,7 +59,7 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon) {
-  ops::LayerNormResult r = ops::layer_norm(x, gamma, beta, epsilon);
+  ops::LayerNormResult r = ops::layer_norm_forward(x, gamma, beta, epsilon);
   if (autodiff::should_record({&x, &gamma, &beta})) {
     autodiff::record(
         "layer_norm", present(x, gamma, beta), {r.output},

@@ -3,8 +3,8 @@
 
 namespace lockstep {
 
-Tensor max_pool2d(const Tensor& x, const Pool2DOptions& options) {
-  ops::MaxPool2DResult r = ops::max_pool2d(x, options);
+Tensor max_pool2d(const Tensor& x, const ops::Pool2DOptions& options) {
+  ops::MaxPool2DResult r = ops::max_pool2d_forward(x, options);
   if (autodiff::should_record({&x})) {
     // Keeps the indices and x's shape, not x.
     autodiff::record("max_pool2d", {x}, {r.output},

@@ -9,7 +9,7 @@ namespace lockstep {
 using Grads = std::vector<Tensor>;
 
 Tensor batch_matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
-  Tensor y = ops::batch_matmul(a, b, transpose_a, transpose_b);
+  Tensor y = ops::batch_matmul_forward(a, b, transpose_a, transpose_b);
   if (autodiff::should_record({&a, &b})) {
     const bool need_da = autodiff::should_record({&a}), need_db = autodiff::should_record({&b});
     autodiff::record("batch_matmul", {a, b}, {y},
@@ -23,7 +23,7 @@ Tensor batch_matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool tra
 }
 
 Tensor masked_softmax(const Tensor& x, const Tensor& mask) {
-  Tensor y = ops::masked_softmax(x, mask);
+  Tensor y = ops::masked_softmax_forward(x, mask);
   if (autodiff::should_record({&x})) {
     autodiff::record("masked_softmax", {x}, {y}, [y, mask](const Grads& g) {
       return Grads{ops::masked_softmax_backward(g[0], y, mask)};
@@ -33,7 +33,7 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask) {
 }
 
 Tensor gelu_tanh(const Tensor& x) {
-  Tensor y = ops::gelu_tanh(x);
+  Tensor y = ops::gelu_tanh_forward(x);
   if (autodiff::should_record({&x})) {
     autodiff::record("gelu_tanh", {x}, {y},
                      [x](const Grads& g) { return Grads{ops::gelu_tanh_backward(g[0], x)}; });
@@ -42,8 +42,8 @@ Tensor gelu_tanh(const Tensor& x) {
 }
 
 Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                             const AttentionOptions& options) {
-  Tensor y = ops::dot_product_attention(query, key, value, options);
+                             const ops::AttentionOptions& options) {
+  Tensor y = ops::dot_product_attention_forward(query, key, value, options);
   if (autodiff::should_record({&query, &key, &value})) {
     const bool nq = autodiff::should_record({&query}), nk = autodiff::should_record({&key}),
                nv = autodiff::should_record({&value});

@@ -1,4 +1,7 @@
 #include "local_devices.h"
+
+#include <nlohmann/json.hpp>
+
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/cluster_resolver.h"
 

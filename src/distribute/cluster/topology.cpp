@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "local_devices.h"

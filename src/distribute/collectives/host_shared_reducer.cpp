@@ -12,6 +12,7 @@
 
 #include "../sync/cpu_load.h"
 #include "../sync/futex.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "reduce_kernels.h"
 
@@ -40,7 +41,7 @@ bool spinning_pays() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   if (now - checked_ns.load(std::memory_order_relaxed) > 20'000'000) {
     checked_ns.store(now, std::memory_order_relaxed);
-    static const int cpus = affinity_cpus();
+    static const int cpus = available_core_count();
     const int running = procs_running();
     ok.store(running >= 0 && running <= cpus, std::memory_order_relaxed);
   }

@@ -22,6 +22,7 @@
 #include "mpi_diagnosis.h"
 #include "poll_backoff.h"
 #include "reduce_kernels.h"
+#include "seconds_text.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -78,12 +79,6 @@ std::string local_process_fate(int pid) {
       return "it is still running but not communicating (stalled: a long computation, a "
              "deadlock, or a different collective)";
   }
-}
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
 }
 
 MPI_Datatype mpi_type(DType dtype) {
@@ -314,7 +309,7 @@ std::string MpiCommunicator::describe_lost(const std::vector<char>& answered) co
   const double timeout = options().timeout_seconds;
   const std::string joined =
       "did not join " + describe_current() +
-      (timeout > 0 ? " within " + seconds_text(timeout) + " s" : std::string());
+      (timeout > 0 ? " within " + detail::seconds_text(timeout) + " s" : std::string());
   auto who = [&](int p) {
     const Peer& peer = peers_[static_cast<size_t>(p)];
     return "world rank " + std::to_string(peer.world_rank) + " (pid " + std::to_string(peer.pid) +
@@ -383,7 +378,7 @@ void MpiCommunicator::fail(const std::string& cause) {
     error_ = prefix + what + " failed: " + cause + "; every peer still answers.";
     error_is_deadline_ = false;
   } else {
-    error_ = prefix + what + " did not complete within " + seconds_text(timeout) +
+    error_ = prefix + what + " did not complete within " + detail::seconds_text(timeout) +
              " s (CommunicationOptions::timeout_seconds), although every peer is alive and " +
              "waiting in a collective; a rank may have called a different collective.";
     error_is_deadline_ = true;

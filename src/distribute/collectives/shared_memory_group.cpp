@@ -18,26 +18,16 @@
 #include <vector>
 
 #include "../sync/futex.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "reduce_kernels.h"
+#include "seconds_text.h"
 
 namespace lockstep::distribute {
 namespace detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int usable_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
 
 // What a rank posts before the entry barrier so that the others can read its buffers and check
 // that every rank called the same collective with the same arguments.
@@ -69,7 +59,8 @@ struct SharedMemoryState {
       : size(n), options(o), slots(static_cast<size_t>(n)) {
     // Spinning only pays when every rank has a core; oversubscribed ranks must yield the core to
     // the rank they are waiting for.
-    spin = n <= usable_cpus() ? std::chrono::microseconds(30) : std::chrono::microseconds(0);
+    spin =
+        n <= available_core_count() ? std::chrono::microseconds(30) : std::chrono::microseconds(0);
   }
 
   static constexpr uint64_t kPoison = 1ull << 31;  // in the count half of `phase`
@@ -87,12 +78,12 @@ struct SharedMemoryState {
   std::atomic<int> sleepers{0};
   std::atomic<bool> broken{false};
   std::mutex error_mutex;
-  StatusCode error_code = StatusCode::kInternal;
+  StatusCode error_code = StatusCode::internal;
   std::string error_message;
 
   [[noreturn]] void throw_broken() {
     std::lock_guard lock(error_mutex);
-    if (error_code == StatusCode::kDeadlineExceeded) throw DeadlineExceeded(error_message);
+    if (error_code == StatusCode::deadline_exceeded) throw DeadlineExceeded(error_message);
     throw Unavailable(error_message);
   }
 
@@ -331,7 +322,7 @@ class SharedMemoryCommunicator final : public Communicator {
                           " s (CommunicationOptions::timeout_seconds); ranks " + arrived +
                           " were waiting. A replica that failed or stopped calling collectives "
                           "leaves the others waiting; the group is now broken.";
-    s.break_locked(StatusCode::kDeadlineExceeded, message);
+    s.break_locked(StatusCode::deadline_exceeded, message);
     lock.unlock();
     throw DeadlineExceeded(message);
   }
@@ -374,7 +365,7 @@ std::shared_ptr<Communicator> SharedMemoryGroup::communicator(int rank) const {
 void SharedMemoryGroup::abort(const std::string& reason) {
   std::lock_guard lock(state_->error_mutex);
   state_->break_locked(
-      StatusCode::kUnavailable,
+      StatusCode::unavailable,
       "shared-memory group of " + std::to_string(state_->size) + " ranks aborted: " + reason);
 }
 

@@ -45,7 +45,7 @@ DistributedDataset::DistributedDataset(Dataset dataset, Mode mode, int num_local
       num_local_(num_local_replicas),
       num_in_sync_(num_replicas_in_sync),
       first_local_(first_local_replica) {
-  if (mode == Mode::kPerReplicaPipelines) {
+  if (mode == Mode::per_replica_pipelines) {
     throw InvalidArgument(
         "DistributedDataset: per-replica pipelines take one dataset per local replica.");
   }
@@ -54,7 +54,7 @@ DistributedDataset::DistributedDataset(Dataset dataset, Mode mode, int num_local
 DistributedDataset::DistributedDataset(std::vector<Dataset> per_replica, int num_replicas_in_sync,
                                        int first_local_replica)
     : datasets_(std::move(per_replica)),
-      mode_(Mode::kPerReplicaPipelines),
+      mode_(Mode::per_replica_pipelines),
       num_local_(static_cast<int>(datasets_.size())),
       num_in_sync_(num_replicas_in_sync),
       first_local_(first_local_replica) {
@@ -64,9 +64,9 @@ DistributedDataset::DistributedDataset(std::vector<Dataset> per_replica, int num
 }
 
 int64_t DistributedDataset::cardinality() const {
-  if (mode_ != Mode::kPerReplicaPipelines) {
+  if (mode_ != Mode::per_replica_pipelines) {
     const int64_t n = datasets_.front().cardinality();
-    if (n < 0 || mode_ != Mode::kPerReplicaBatches) return n;
+    if (n < 0 || mode_ != Mode::per_replica_batches) return n;
     return (n + num_local_ - 1) / num_local_;
   }
   // The longest pipeline sets the step count (the others get empty batches once they end).
@@ -95,7 +95,7 @@ DistributedDataset::Iterator DistributedDataset::make_iterator() const {
 }
 DistributedDataset::Iterator DistributedDataset::make_iterator(const IteratorState& state) const {
   IteratorState at = state;
-  if (mode_ == Mode::kPerReplicaBatches) {
+  if (mode_ == Mode::per_replica_batches) {
     // Steps to elements of this worker's dataset; a finite one that ended inside the saved last
     // step resumes at its end.
     at.position = state.position * num_local_;
@@ -108,13 +108,13 @@ DistributedDataset::Iterator DistributedDataset::make_iterator(const IteratorSta
 }
 
 bool DistributedDataset::Iterator::fetches_on_replicas() const {
-  return owner_->mode_ == Mode::kPerReplicaPipelines &&
+  return owner_->mode_ == Mode::per_replica_pipelines &&
          std::all_of(owner_->datasets_.begin(), owner_->datasets_.end(),
                      [](const Dataset& d) { return d.cardinality() == Dataset::kInfinite; });
 }
 
 Element DistributedDataset::Iterator::next_on_replica(int local_replica) {
-  if (owner_->mode_ != Mode::kPerReplicaPipelines || local_replica < 0 ||
+  if (owner_->mode_ != Mode::per_replica_pipelines || local_replica < 0 ||
       local_replica >= static_cast<int>(its_.size())) {
     throw InvalidArgument("DistributedDataset::Iterator::next_on_replica(" +
                           std::to_string(local_replica) +
@@ -136,7 +136,7 @@ Element DistributedDataset::Iterator::next_on_replica(int local_replica) {
 IteratorState DistributedDataset::Iterator::state() const {
   IteratorState s = its_.front().state();
   for (const lockstep::Iterator& it : its_) s.position = std::max(s.position, it.state().position);
-  if (owner_->mode_ == Mode::kPerReplicaBatches) {
+  if (owner_->mode_ == Mode::per_replica_batches) {
     const int64_t local = owner_->num_local_;
     s.position = (s.position + local - 1) / local;  // a step cut short by the end counts
   }
@@ -147,7 +147,7 @@ std::optional<PerReplica<Element>> DistributedDataset::Iterator::next() {
   profiler::ScopedSpan trace(profiler::Phase::kInput);
   const DistributedDataset& o = *owner_;
   PerReplica<Element> out;
-  if (o.mode_ == Mode::kPerReplicaPipelines) {
+  if (o.mode_ == Mode::per_replica_pipelines) {
     std::vector<std::optional<Element>> got;
     for (lockstep::Iterator& it : its_) got.push_back(it.next());
     auto first = std::find_if(got.begin(), got.end(), [](const auto& e) { return e.has_value(); });
@@ -168,14 +168,14 @@ std::optional<PerReplica<Element>> DistributedDataset::Iterator::next() {
     return out;
   }
   lockstep::Iterator& it_ = its_.front();
-  if (o.mode_ == Mode::kSplitGlobalBatches) {
+  if (o.mode_ == Mode::split_global_batches) {
     std::optional<Element> batch = it_.next();
     if (!batch) return std::nullopt;
     last_global_batch_ = (*batch)[0].rank() ? (*batch)[0].dim(0) : 0;
     out.values = split_batch(*batch, o.num_in_sync_, o.first_local_, o.num_local_);
     return out;
   }
-  if (o.mode_ == Mode::kSplitWorkerBatches) {
+  if (o.mode_ == Mode::split_worker_batches) {
     std::optional<Element> batch = it_.next();
     if (!batch) return std::nullopt;
     int64_t local = (*batch)[0].rank() ? (*batch)[0].dim(0) : 0;
@@ -205,7 +205,7 @@ std::optional<PerReplica<Element>> DistributedDataset::Iterator::next() {
 }
 
 DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& dataset) {
-  return DistributedDataset(dataset, DistributedDataset::Mode::kSplitGlobalBatches,
+  return DistributedDataset(dataset, DistributedDataset::Mode::split_global_batches,
                             num_local_replicas(), num_replicas_in_sync(),
                             worker_index() * num_local_replicas());
 }
@@ -217,7 +217,7 @@ DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& data
     case AutoShardPolicy::DATA:
       return experimental_distribute_dataset(dataset);
     case AutoShardPolicy::OFF:
-      return DistributedDataset(dataset, DistributedDataset::Mode::kSplitWorkerBatches,
+      return DistributedDataset(dataset, DistributedDataset::Mode::split_worker_batches,
                                 num_local_replicas(), num_replicas_in_sync(),
                                 worker_index() * num_local_replicas());
     case AutoShardPolicy::FILE:
@@ -248,7 +248,7 @@ DistributedDataset Strategy::distribute_datasets_from_function(
     return DistributedDataset(std::move(per_replica), num_replicas_in_sync(), first);
   }
   InputContext ctx{num_workers(), worker_index(), num_replicas_in_sync()};
-  return DistributedDataset(fn(ctx), DistributedDataset::Mode::kPerReplicaBatches,
+  return DistributedDataset(fn(ctx), DistributedDataset::Mode::per_replica_batches,
                             num_local_replicas(), num_replicas_in_sync(),
                             worker_index() * num_local_replicas());
 }

@@ -1,22 +1,13 @@
 #include "replica_pool.h"
 
 #include <omp.h>
-#include <pthread.h>
-#include <sched.h>
 
 #include <string>
 
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::distribute {
-
-bool pin_this_thread(const std::vector<int>& cores) {
-  if (cores.empty()) return true;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : cores) CPU_SET(c, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
-}
 
 ReplicaPool::ReplicaPool(std::vector<std::vector<int>> replica_cores)
     : errors_(replica_cores.size()) {
@@ -35,7 +26,7 @@ ReplicaPool::~ReplicaPool() {
 }
 
 void ReplicaPool::worker(int replica, std::vector<int> cores) {
-  pin_this_thread(cores);
+  pin_current_thread(cores);
   // Each replica owns one core: oneDNN's OpenMP regions started from this thread stay on it, and
   // no idle OpenMP team spins on the other cores.
   omp_set_num_threads(1);

@@ -47,8 +47,4 @@ class ReplicaPool {
   bool stopping_ = false;
 };
 
-// Pins the calling thread to `cores` (no-op when empty); returns false (and leaves the thread as
-// it was) when the OS refuses, e.g. a core outside this process's affinity mask.
-bool pin_this_thread(const std::vector<int>& cores);
-
 }  // namespace lockstep::distribute

@@ -17,6 +17,7 @@
 #include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/task_pool.h"
+#include "lockstep/ops/elementwise.h"
 
 namespace lockstep::distribute {
 
@@ -52,10 +53,6 @@ void copy_next(float* dst, const float* src, size_t n, bool streaming) {
 }
 
 std::atomic<size_t> g_streaming_threshold{size_t{16} << 20};
-
-void add_into(float* __restrict out, const float* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] += src[i];
-}
 
 }  // namespace
 
@@ -181,7 +178,7 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
   int num_tasks() const override { return static_cast<int>(step_.chunks_.size()); }
   int kind() const override { return 1; }
   profiler::Phase trace_phase() const override {
-    return mode_ == ChunkMode::kAccumulate || mode_ == ChunkMode::kSum
+    return mode_ == ChunkMode::accumulate || mode_ == ChunkMode::sum
                ? profiler::Phase::kLocalReduce
                : profiler::Phase::kUpdate;
   }
@@ -194,14 +191,14 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     const size_t n = static_cast<size_t>(c.n);
     float* g = sc.g.data();
     switch (mode_) {
-      case ChunkMode::kAccumulate:
-      case ChunkMode::kSum:
+      case ChunkMode::accumulate:
+      case ChunkMode::sum:
         s.sum_chunk(c, in, g);
         return &sc;
-      case ChunkMode::kApplyFromSum:
+      case ChunkMode::apply_from_sum:
         std::memcpy(g, s.summed_.data<float>() + c.flat, n * sizeof(float));
         break;
-      case ChunkMode::kApply:
+      case ChunkMode::apply:
         if (const float* only = s.sole_gradient(c, in); only != nullptr) {
           // One replica's gradient is the sum: read it where it is (apply() does not write it).
           g = const_cast<float*>(only);
@@ -233,14 +230,14 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     const Chunk& c = *sc.chunk;
     const size_t bytes = static_cast<size_t>(c.n) * sizeof(float);
     switch (mode_) {
-      case ChunkMode::kAccumulate:
+      case ChunkMode::accumulate:
         std::memcpy(s.accumulator_[1 - in.accumulator].data<float>() + c.flat, sc.g.data(), bytes);
         return;
-      case ChunkMode::kSum:
+      case ChunkMode::sum:
         std::memcpy(s.summed_.data<float>() + c.flat, sc.g.data(), bytes);
         return;
-      case ChunkMode::kApplyFromSum:
-      case ChunkMode::kApply:
+      case ChunkMode::apply_from_sum:
+      case ChunkMode::apply:
         break;
     }
     const size_t i = c.var;
@@ -317,8 +314,8 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
     sc->slot_in.assign(max_slots_, nullptr);
     scratch_.push_back(std::move(sc));
   }
-  const ChunkMode modes[4] = {ChunkMode::kAccumulate, ChunkMode::kSum, ChunkMode::kApplyFromSum,
-                              ChunkMode::kApply};
+  const ChunkMode modes[4] = {ChunkMode::accumulate, ChunkMode::sum, ChunkMode::apply_from_sum,
+                              ChunkMode::apply};
   for (int m = 0; m < 4; ++m) chunk_phases_[m] = std::make_unique<ChunkPhase>(*this, modes[m]);
   committed_[0].assign(static_cast<size_t>(num_local_), nullptr);
   committed_[1].assign(static_cast<size_t>(num_local_), nullptr);
@@ -382,7 +379,8 @@ void ReplicatedStep::bucket_ready(ReplicaRun& run, size_t b) {
     float* d = summed_.data<float>() + flat;
     if (run.defined_[v]) {
       std::memcpy(d, run.flat_.data<float>() + flat, bytes);
-      if (overlap_accumulator_) add_into(d, accumulator_[acc_current_].data<float>() + flat, n);
+      if (overlap_accumulator_)
+        ops::add_into(d, accumulator_[acc_current_].data<float>() + flat, n);
     } else if (overlap_accumulator_) {
       std::memcpy(d, accumulator_[acc_current_].data<float>() + flat, bytes);
     } else {
@@ -554,9 +552,7 @@ void ReplicatedStep::apply_deferred_sums() {
         throw InvalidArgument("sum_after_step: replicas summed values of different shapes: " +
                               it->total.describe() + " and " + d.value.describe() + ".");
       }
-      double* t = it->total.data<double>();
-      const double* v = d.value.data<double>();
-      for (int64_t i = 0, n = d.value.num_elements(); i < n; ++i) t[i] += v[i];
+      ops::add_into(it->total, d.value);
     }
   }
   if (Communicator* cross = strategy_.cross_worker()) {
@@ -605,7 +601,7 @@ void ReplicatedStep::sum_chunk(const Chunk& c, const ChunkInputs& in, float* out
       std::memcpy(out, src, bytes);
       first = false;
     } else {
-      add_into(out, src, c.n);
+      ops::add_into(out, src, c.n);
     }
   }
   if (first) std::memset(out, 0, bytes);
@@ -691,7 +687,7 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   // After the buckets: the communicator has one user at a time.
   apply_deferred_sums();
   if (!apply) {
-    run_chunks(ChunkMode::kAccumulate);
+    run_chunks(ChunkMode::accumulate);
     acc_current_ = 1 - acc_current_;
     acc_valid_ = true;
   } else {
@@ -699,7 +695,7 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
     if (workers || update_.wants_gradient_norms()) {
       if (!summed_.defined()) summed_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
       if (!overlapped) {
-        run_chunks(ChunkMode::kSum);
+        run_chunks(ChunkMode::sum);
         if (workers) {
           const auto tc = Clock::now();
           all_reduce_across_workers();
@@ -719,10 +715,10 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
         }
       }
       update_.begin_update(norms);
-      run_chunks(ChunkMode::kApplyFromSum);
+      run_chunks(ChunkMode::apply_from_sum);
     } else {
       update_.begin_update({});
-      run_chunks(ChunkMode::kApply);
+      run_chunks(ChunkMode::apply);
     }
     update_.end_update();
     for (size_t i = 0; i < vars_.size(); ++i) {

@@ -1,7 +1,5 @@
 #include "lockstep/distribute/strategy.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -9,27 +7,19 @@
 #include <set>
 #include <thread>
 
+#include "../collectives/reduce_kernels.h"
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/distribute/shared_memory_group.h"
 #include "lockstep/distribute/task_pool.h"
+#include "lockstep/ops/reduce.h"
+#include "lockstep/ops/shape_ops.h"
 #include "replica_pool.h"
 
 namespace lockstep::distribute {
 
 namespace {
 thread_local Strategy* current_strategy = nullptr;
-
-void accumulate(std::vector<double>& acc, const Tensor& t, ReduceOp op, bool first) {
-  Tensor wide = t.dtype() == DType::float64 ? t : t.to(DType::float64);
-  const double* d = wide.data<double>();
-  for (size_t i = 0; i < acc.size(); ++i) {
-    if (op == ReduceOp::MAX) {
-      acc[i] = first ? d[i] : std::max(acc[i], d[i]);
-    } else {
-      acc[i] += d[i];
-    }
-  }
-}
 }  // namespace
 
 Strategy::Strategy(StrategyConfig config) : config_(std::move(config)) {
@@ -76,12 +66,7 @@ int Strategy::default_num_threads() const {
   std::set<int> cores;
   for (const auto& c : config_.replica_cores) cores.insert(c.begin(), c.end());
   int usable = static_cast<int>(cores.size());
-  if (usable == 0) {
-    cpu_set_t set;
-    usable = sched_getaffinity(0, sizeof set, &set) == 0
-                 ? CPU_COUNT(&set)
-                 : static_cast<int>(std::thread::hardware_concurrency());
-  }
+  if (usable == 0) usable = available_core_count();
   return std::max(1, std::min(usable, num_local_replicas()));
 }
 
@@ -139,50 +124,38 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optio
                           std::to_string(num_local_replicas()) + "). Received " +
                           std::to_string(value.size()) + ".");
   }
-  std::vector<double> acc;
-  Shape out_shape;
+  // Each replica's value in float64, reduced along the axis first (as a sum or max) with the
+  // ops layer's reduction, remembering how many entries it had.
+  const ReduceOp fold_op = op == ReduceOp::MAX ? ReduceOp::MAX : ReduceOp::SUM;
+  std::vector<Tensor> parts;
   double count = 0;
   for (int r = 0; r < value.size(); ++r) {
-    Tensor v = value[r];
+    Tensor v = value[r].dtype() == DType::float64 ? value[r] : value[r].to(DType::float64);
     if (axis) {
-      // Reduce along the axis first (as a sum or max), remembering how many entries it had.
-      int a = v.shape().normalize_axis(*axis);
-      Shape rs = v.shape().without(a);
-      int64_t outer = 1, len = v.dim(a), inner = 1;
-      for (int i = 0; i < a; ++i) outer *= v.dim(i);
-      for (int i = a + 1; i < v.rank(); ++i) inner *= v.dim(i);
-      Tensor wide = v.to(DType::float64);
-      Tensor red = Tensor::zeros(rs, DType::float64);
-      double* o = red.data<double>();
-      const double* d = wide.data<double>();
-      for (int64_t x = 0; x < outer; ++x)
-        for (int64_t l = 0; l < len; ++l)
-          for (int64_t y = 0; y < inner; ++y) {
-            double& dst = o[x * inner + y];
-            double src = d[(x * len + l) * inner + y];
-            dst = (op == ReduceOp::MAX && l > 0) ? std::max(dst, src)
-                  : (op == ReduceOp::MAX)        ? src
-                                                 : dst + src;
-          }
+      const int a = v.shape().normalize_axis(*axis);
+      const int64_t len = v.dim(a);
       count += static_cast<double>(len);
       if (op == ReduceOp::MAX && len == 0) continue;
-      v = red;
+      v = op == ReduceOp::MAX ? ops::reduce_max_forward(v, {a}) : ops::reduce_sum_forward(v, {a});
     } else {
       count += 1;
     }
-    if (r == 0 || acc.empty()) {
-      out_shape = v.shape();
-      bool first = acc.empty();
-      if (first) acc.assign(static_cast<size_t>(v.num_elements()), 0.0);
-      accumulate(acc, v, op, first);
-    } else {
-      if (!(v.shape() == out_shape)) {
-        throw InvalidArgument(
-            "Strategy::reduce: replica values differ in shape: " + out_shape.to_string() +
-            " (replica 0) and " + v.shape().to_string() + " (replica " + std::to_string(r) + ").");
-      }
-      accumulate(acc, v, op, false);
+    if (!parts.empty() && !(v.shape() == parts[0].shape())) {
+      throw InvalidArgument(
+          "Strategy::reduce: replica values differ in shape: " + parts[0].shape().to_string() +
+          " (replica 0) and " + v.shape().to_string() + " (replica " + std::to_string(r) + ").");
     }
+    parts.push_back(v);
+  }
+  // The replicas' values folded in replica order by the collectives' reduction.
+  std::vector<double> acc(parts.empty() ? 0 : static_cast<size_t>(parts[0].num_elements()));
+  const Shape out_shape = parts.empty() ? Shape() : parts[0].shape();
+  if (!parts.empty()) {
+    std::vector<const void*> srcs;
+    for (const Tensor& p : parts) srcs.push_back(p.raw_data());
+    void* dst = acc.data();
+    detail::reduce_fold(DType::float64, fold_op, srcs.data(), static_cast<int>(srcs.size()), &dst,
+                        1, acc.size(), 1);
   }
   if (num_workers() > 1) {
     ReduceOp inner = op == ReduceOp::MEAN ? ReduceOp::SUM : op;
@@ -207,10 +180,7 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int axis) {
         "ReplicaContext::all_gather inside run() for multi-worker gathers.");
   }
   const Tensor& first = value[0];
-  int a = first.shape().normalize_axis(axis);
-  int64_t total = 0, outer = 1, inner = 1;
-  for (int i = 0; i < a; ++i) outer *= first.dim(i);
-  for (int i = a + 1; i < first.rank(); ++i) inner *= first.dim(i);
+  const int a = first.shape().normalize_axis(axis);
   for (const Tensor& v : value.values) {
     if (v.rank() != first.rank() || v.dtype() != first.dtype() ||
         !(v.shape().with_dim(a, 0) == first.shape().with_dim(a, 0))) {
@@ -218,20 +188,8 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int axis) {
                             v.describe() + " cannot be concatenated along axis " +
                             std::to_string(axis) + ".");
     }
-    total += v.dim(a);
   }
-  Tensor out(first.shape().with_dim(a, total), first.dtype());
-  size_t es = dtype_size(first.dtype());
-  char* o = static_cast<char*>(out.raw_data());
-  for (int64_t x = 0; x < outer; ++x) {
-    for (const Tensor& v : value.values) {
-      size_t bytes = static_cast<size_t>(v.dim(a) * inner) * es;
-      std::memcpy(o, static_cast<const char*>(v.raw_data()) + static_cast<size_t>(x) * bytes,
-                  bytes);
-      o += bytes;
-    }
-  }
-  return out;
+  return ops::concat_forward(value.values, a);
 }
 
 const void* Strategy::on_variable_created(const std::string&) {

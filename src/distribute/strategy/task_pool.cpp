@@ -1,7 +1,6 @@
 #include "lockstep/distribute/task_pool.h"
 
 #include <omp.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <climits>
@@ -10,9 +9,9 @@
 
 #include "../sync/cpu_load.h"
 #include "../sync/futex.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/task_cancellation.h"
-#include "replica_pool.h"
 
 namespace lockstep::distribute {
 
@@ -113,7 +112,7 @@ bool TaskPool::spinning_allowed() {
   auto now = Clock::now();
   if (now - spin_checked_ > std::chrono::milliseconds(20)) {
     spin_checked_ = now;
-    static const int cpus = detail::affinity_cpus();
+    static const int cpus = available_core_count();
     int running = detail::procs_running();
     int ours = 1 + awake_.load(std::memory_order_relaxed);
     int others = running < 0 ? 0 : std::max(0, running - ours);
@@ -191,7 +190,7 @@ void TaskPool::wait_for_runs_before(uint64_t sequence) {
 
 void TaskPool::helper(int thread) {
   if (thread < static_cast<int>(options_.pin_cores.size()))
-    pin_this_thread(options_.pin_cores[static_cast<size_t>(thread)]);
+    pin_current_thread(options_.pin_cores[static_cast<size_t>(thread)]);
   omp_set_num_threads(1);
   profiler::set_thread_label("pool thread", thread);
   uint64_t seen = 0;

@@ -1,22 +1,13 @@
 #pragma once
 // How busy the machine is, for deciding whether a waiting thread may spin: spinning pays only
-// when every runnable thread has a core; otherwise the spin takes the time a descheduled peer
-// (a replica task, another rank) needs. Internal to the distribute layer.
-#include <sched.h>
-
+// when every runnable thread has a core (available_core_count(), core/cpu_cores.h); otherwise the
+// spin takes the time a descheduled peer (a replica task, another rank) needs. Internal to the
+// distribute layer.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
 namespace lockstep::distribute::detail {
-
-// Cores this process may run on.
-inline int affinity_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
 
 // Runnable threads on the whole machine (the caller included), from /proc/stat; -1 when unknown.
 inline int procs_running() {

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/core/task_cancellation.h"

@@ -7,12 +7,12 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "compiled.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/layers/core.h"
 #include "lockstep/keras/metrics.h"
 #include "lockstep/keras/optimizers.h"
 #include "lockstep/keras/saving/safetensors.h"
+#include "training_state.h"
 
 namespace lockstep::keras {
 
@@ -140,19 +140,19 @@ std::vector<Variable> Model::own_weights() const {
 }
 
 optimizers::Optimizer& Model::optimizer() {
-  if (!compiled_)
+  if (!training_)
     throw FailedPrecondition("Model '" + name() + "' is not compiled: call compile() first.");
-  return *compiled_->optimizer;
+  return *training_->optimizer;
 }
 
 distribute::SyncStats Model::gradient_sync_stats() const {
-  return compiled_ && compiled_->step ? compiled_->step->stats() : distribute::SyncStats{};
+  return training_ && training_->step ? training_->step->stats() : distribute::SyncStats{};
 }
 
 const losses::Loss& Model::loss() const {
-  if (!compiled_)
+  if (!training_)
     throw FailedPrecondition("Model '" + name() + "' is not compiled: call compile() first.");
-  return *compiled_->loss;
+  return *training_->loss;
 }
 
 void Model::compile(CompileOptions options) {
@@ -162,12 +162,12 @@ void Model::compile(CompileOptions options) {
     throw InvalidArgument("compile: expected steps_per_execution >= 1. Received: " +
                           std::to_string(options.steps_per_execution) + ".");
   }
-  auto c = std::make_unique<Compiled>();
-  c->optimizer = options.optimizer.ptr;
-  c->loss = options.loss.ptr;
-  for (const MetricArg& m : options.metrics) c->metrics.push_back(m.ptr);
-  c->steps_per_execution = options.steps_per_execution;
-  compiled_ = std::move(c);
+  auto state = std::make_unique<TrainingState>();
+  state->optimizer = options.optimizer.ptr;
+  state->loss = options.loss.ptr;
+  for (const MetricArg& m : options.metrics) state->metrics.push_back(m.ptr);
+  state->steps_per_execution = options.steps_per_execution;
+  training_ = std::move(state);
 }
 
 std::string Model::summary() const {

@@ -5,7 +5,6 @@
 #include <memory>
 #include <mutex>
 
-#include "compiled.h"
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/profiler.h"
@@ -14,6 +13,7 @@
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/model.h"
+#include "training_state.h"
 
 namespace lockstep::keras {
 
@@ -35,7 +35,7 @@ struct TrainRunState : distribute::RunState {
 
 struct Trainer {
   Model& model;
-  Model::Compiled& c;
+  Model::TrainingState& state;
   distribute::Strategy& strategy;
   // Per-replica pipelines pulled inside the step: each replica's element of the current step,
   // pulled once whichever run of the replica's task gets there first.
@@ -47,13 +47,13 @@ struct Trainer {
   std::vector<std::unique_ptr<ReplicaInput>> replica_inputs;
   int64_t steps_run = 0;
 
-  Trainer(Model& m) : model(m), c(*m.compiled_), strategy(*m.strategy_) {}
+  Trainer(Model& m) : model(m), state(*m.training_), strategy(*m.strategy_) {}
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
   // A replica's run that lost to its backup may still be executing (it stops at its next
   // cancellation check); it must be gone before what it refers to (this, the iterator) is.
   ~Trainer() {
-    if (c.step) c.step->wait_for_stragglers();
+    if (state.step) state.step->wait_for_stragglers();
   }
 
   static Tensor as_model_input(const Model& m, const Tensor& x) {
@@ -68,8 +68,8 @@ struct Trainer {
       auto scope = strategy.scope();
       model(as_model_input(first_batch[0].slice(0, std::min<int64_t>(1, first_batch[0].dim(0)))));
     }
-    if (c.step) return;
-    c.trainable = model.trainable_weights();
+    if (state.step) return;
+    state.trainable = model.trainable_weights();
     for (const Variable& v : model.weights()) {
       if (v.owner() && v.owner() != &strategy) {
         throw FailedPrecondition(
@@ -79,36 +79,36 @@ struct Trainer {
             strategy.name() + "'). Create the model and its weights inside one scope.");
       }
     }
-    for (const Variable& v : c.trainable) {
+    for (const Variable& v : state.trainable) {
       if (v.dtype() != DType::float32) {
         throw InvalidArgument("fit: trainable weight '" + v.name() + "' is " +
                               v.raw_value().describe() + "; weights must be float32.");
       }
     }
-    c.optimizer->build(c.trainable);
-    const auto* prototypes = &c.metrics;
-    c.step = std::make_unique<distribute::ReplicatedStep>(
-        strategy, c.trainable, *c.optimizer, [prototypes] {
+    state.optimizer->build(state.trainable);
+    const auto* prototypes = &state.metrics;
+    state.step = std::make_unique<distribute::ReplicatedStep>(
+        strategy, state.trainable, *state.optimizer, [prototypes] {
           auto st = std::make_unique<TrainRunState>();
           for (const auto& m : *prototypes) st->metrics.push_back(m->clone());
           return st;
         });
     int n = strategy.num_local_replicas();
-    c.replica_metrics.clear();
+    state.replica_metrics.clear();
     for (int r = 0; r < n; ++r) {
       std::vector<std::unique_ptr<metrics::Metric>> ms;
-      for (const auto& m : c.metrics) ms.push_back(m->clone());
-      c.replica_metrics.push_back(std::move(ms));
+      for (const auto& m : state.metrics) ms.push_back(m->clone());
+      state.replica_metrics.push_back(std::move(ms));
     }
-    c.accumulated_steps = 0;
-    c.loss_sum.assign(static_cast<size_t>(n), 0.0);
-    c.example_count.assign(static_cast<size_t>(n), 0.0);
+    state.accumulated_steps = 0;
+    state.loss_sum.assign(static_cast<size_t>(n), 0.0);
+    state.example_count.assign(static_cast<size_t>(n), 0.0);
   }
 
   void reset_state() {
-    std::fill(c.loss_sum.begin(), c.loss_sum.end(), 0.0);
-    std::fill(c.example_count.begin(), c.example_count.end(), 0.0);
-    for (auto& ms : c.replica_metrics)
+    std::fill(state.loss_sum.begin(), state.loss_sum.end(), 0.0);
+    std::fill(state.example_count.begin(), state.example_count.end(), 0.0);
+    for (auto& ms : state.replica_metrics)
       for (auto& m : ms) m->reset_state();
   }
 
@@ -121,11 +121,11 @@ struct Trainer {
   callbacks::Logs logs() const {
     std::vector<std::unique_ptr<metrics::Metric>> merged;
     std::vector<double> global(2, 0.0);
-    for (size_t r = 0; r < c.loss_sum.size(); ++r)
-      global[0] += c.loss_sum[r], global[1] += c.example_count[r];
-    for (size_t i = 0; i < c.metrics.size(); ++i) {
-      merged.push_back(c.metrics[i]->clone());
-      for (const auto& ms : c.replica_metrics) merged.back()->merge_state(*ms[i]);
+    for (size_t r = 0; r < state.loss_sum.size(); ++r)
+      global[0] += state.loss_sum[r], global[1] += state.example_count[r];
+    for (size_t i = 0; i < state.metrics.size(); ++i) {
+      merged.push_back(state.metrics[i]->clone());
+      for (const auto& ms : state.replica_metrics) merged.back()->merge_state(*ms[i]);
     }
     if (strategy.num_workers() > 1) {
       for (const auto& m : merged) {
@@ -170,18 +170,18 @@ struct Trainer {
     st.reset();
     const int64_t b = e[0].dim(0);
     if (b == 0) {
-      run.set_gradients(std::vector<Tensor>(c.trainable.size()));
+      run.set_gradients(std::vector<Tensor>(state.trainable.size()));
       return;
     }
     profiler::ScopedSpan forward(profiler::Phase::kForward, run.replica());
     const Tensor x = as_model_input(e[0]);
     const Tensor y = e[1];
     // Dividing by N x the global batch makes the accumulated sum the average of the N steps.
-    const int accumulation = c.optimizer->gradient_accumulation_steps();
+    const int accumulation = state.optimizer->gradient_accumulation_steps();
     GradientTape tape;
     Tensor y_pred = model(x, /*training=*/true);
     check_task_cancelled();
-    Tensor per_example = c.loss->call(y, y_pred);
+    Tensor per_example = state.loss->call(y, y_pred);
     Tensor scaled = distribute::compute_average_loss(per_example, global_batch * accumulation);
     forward.end();
     // Multi-worker: buckets of finished gradients start crossing workers while the backward pass
@@ -192,7 +192,7 @@ struct Trainer {
     }
     // Straight into the run's gradient buffers: no copy.
     profiler::ScopedSpan backward(profiler::Phase::kBackward, run.replica());
-    run.set_gradients(tape.gradient(scaled, c.trainable, run.gradient_buffers()));
+    run.set_gradients(tape.gradient(scaled, state.trainable, run.gradient_buffers()));
     backward.end();
     st.loss_sum = sum_of(per_example);
     st.examples = static_cast<double>(b);
@@ -203,17 +203,17 @@ struct Trainer {
   // gradient_accumulation_steps N, only accumulation on N - 1 steps of N), and the committed
   // runs' loss sums and metrics merged into the replicas' running state.
   void train_step(distribute::ReplicatedStep::ReplicaFn fn) {
-    const int accumulation = c.optimizer->gradient_accumulation_steps();
-    const bool update = accumulation == 1 || c.accumulated_steps + 1 == accumulation;
-    c.step->run(std::move(fn), update);
-    c.accumulated_steps = update ? 0 : c.accumulated_steps + 1;
+    const int accumulation = state.optimizer->gradient_accumulation_steps();
+    const bool update = accumulation == 1 || state.accumulated_steps + 1 == accumulation;
+    state.step->run(std::move(fn), update);
+    state.accumulated_steps = update ? 0 : state.accumulated_steps + 1;
     for (int r = 0; r < strategy.num_local_replicas(); ++r) {
-      const auto& st = static_cast<const TrainRunState&>(*c.step->committed_state(r));
+      const auto& st = static_cast<const TrainRunState&>(*state.step->committed_state(r));
       const size_t i = static_cast<size_t>(r);
-      c.loss_sum[i] += st.loss_sum;
-      c.example_count[i] += st.examples;
+      state.loss_sum[i] += st.loss_sum;
+      state.example_count[i] += st.examples;
       for (size_t m = 0; m < st.metrics.size(); ++m)
-        c.replica_metrics[i][m]->merge_state(*st.metrics[m]);
+        state.replica_metrics[i][m]->merge_state(*st.metrics[m]);
     }
     ++steps_run;
   }
@@ -223,15 +223,15 @@ struct Trainer {
     int64_t b = e[0].dim(0);
     if (b == 0) return;
     Tensor y_pred = model(as_model_input(e[0]), /*training=*/false);
-    Tensor per_example = c.loss->call(e[1], y_pred);
-    c.loss_sum[static_cast<size_t>(r)] += sum_of(per_example);
-    c.example_count[static_cast<size_t>(r)] += static_cast<double>(b);
-    for (auto& m : c.replica_metrics[static_cast<size_t>(r)]) m->update_state(e[1], y_pred);
+    Tensor per_example = state.loss->call(e[1], y_pred);
+    state.loss_sum[static_cast<size_t>(r)] += sum_of(per_example);
+    state.example_count[static_cast<size_t>(r)] += static_cast<double>(b);
+    for (auto& m : state.replica_metrics[static_cast<size_t>(r)]) m->update_state(e[1], y_pred);
   }
 
   // Runs up to `k` train steps from `it`; returns the number run (0 at the end).
   int64_t run_train(distribute::DistributedDataset::Iterator& it, int64_t k) {
-    if (it.fetches_on_replicas() && c.step) {
+    if (it.fetches_on_replicas() && state.step) {
       // Per-replica pipelines that never end: each replica pulls its own batches inside its task.
       // As tf.distribute does for per-replica input, the global batch is taken as this replica's
       // batch times the replicas in sync (exact when all batches are full).
@@ -326,12 +326,12 @@ callbacks::History Model::fit(const Tensor& x, const Tensor& y, FitOptions optio
 }
 
 callbacks::History Model::fit(const Dataset& dataset, FitOptions options) {
-  if (!compiled_) throw FailedPrecondition("Model '" + name() + "' must be compiled before fit().");
+  if (!training_) throw FailedPrecondition("Model '" + name() + "' must be compiled before fit().");
   return fit(strategy_->experimental_distribute_dataset(dataset), options);
 }
 
 callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOptions options) {
-  if (!compiled_) throw FailedPrecondition("Model '" + name() + "' must be compiled before fit().");
+  if (!training_) throw FailedPrecondition("Model '" + name() + "' must be compiled before fit().");
   if (options.epochs < 0 || options.initial_epoch < 0 || options.steps_per_epoch < 0) {
     throw InvalidArgument("fit: epochs, initial_epoch and steps_per_epoch must be >= 0.");
   }
@@ -379,10 +379,10 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
   } else if (options.steps_per_epoch > 0) {
     it.emplace(dist.make_iterator());
   }
-  int64_t k = compiled_->steps_per_execution;
+  int64_t k = training_->steps_per_execution;
   for (int epoch = initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.steps_per_epoch == 0) it.emplace(dist.make_iterator());
-    if (compiled_->step) t.reset_state();
+    if (training_->step) t.reset_state();
     cbs.on_epoch_begin(epoch, {});
     int64_t step = 0;
     bool exhausted = false;
@@ -425,7 +425,7 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
 }
 
 std::map<std::string, double> Model::evaluate(const Dataset& dataset, EvaluateOptions options) {
-  if (!compiled_)
+  if (!training_)
     throw FailedPrecondition("Model '" + name() + "' must be compiled before evaluate().");
   if (options.steps == 0 && dataset.cardinality() == Dataset::kInfinite) {
     throw InvalidArgument("evaluate: the dataset is infinite, so steps must be given.");
@@ -438,7 +438,7 @@ std::map<std::string, double> Model::evaluate(const Dataset& dataset, EvaluateOp
   cbs.set_target(training_target(*this));
   cbs.on_test_begin({});
   bool prepared = false;
-  int64_t k = compiled_->steps_per_execution;
+  int64_t k = training_->steps_per_execution;
   for (int64_t step = 0; options.steps == 0 || step < options.steps;) {
     std::vector<PerReplica<Element>> inputs;
     for (int64_t s = 0; s < k && (options.steps == 0 || step + s < options.steps); ++s) {
@@ -504,7 +504,7 @@ Tensor Model::predict(const Dataset& dataset, int64_t steps) {
 }
 
 std::map<std::string, double> Model::train_on_batch(const Tensor& x, const Tensor& y) {
-  if (!compiled_)
+  if (!training_)
     throw FailedPrecondition("Model '" + name() + "' must be compiled before train_on_batch().");
   Trainer t(*this);
   Dataset ds = Dataset::from_tensor_slices({x, y}).batch(x.dim(0));

@@ -1,6 +1,7 @@
 #include "lockstep/keras/layers/attention.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "lockstep/autodiff/functions.h"
@@ -192,8 +193,8 @@ AttentionOutput MultiHeadAttention::attend(const Tensor& query_in, const Tensor&
     attended = unfused_attention(q, k, v, mask, o.use_causal_mask, o.training,
                                  o.return_attention_scores ? &result.scores : nullptr);
   } else {
-    AttentionOptions fused{.is_causal = o.use_causal_mask,
-                           .scale = 1.0 / std::sqrt(static_cast<double>(options_.key_dim))};
+    ops::AttentionOptions fused{.is_causal = o.use_causal_mask,
+                                .scale = 1.0 / std::sqrt(static_cast<double>(options_.key_dim))};
     // Keras expands a [B, T, S] mask over the heads; a [T, S] one broadcasts as it is.
     if (mask.defined()) fused.mask = mask.rank() == 3 ? mask.reshape({B, 1, T, S}) : mask;
     attended = dot_product_attention(q, k, v, fused);

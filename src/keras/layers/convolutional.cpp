@@ -1,5 +1,7 @@
 #include "lockstep/keras/layers/convolutional.h"
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/nn_functions.h"
 #include "lockstep/keras/activations.h"
@@ -31,7 +33,8 @@ void require_nhwc(const std::string& layer, const std::string& name, const Shape
 
 // [N, H, W, C] -> [N, OH, OW, channels] with TensorFlow's window rules; N may be 0 (symbolic).
 Shape windowed_shape(std::string_view op, const Shape& s, const std::array<int64_t, 2>& window,
-                     const std::array<int64_t, 2>& strides, Padding padding, int64_t channels) {
+                     const std::array<int64_t, 2>& strides, ops::Padding padding,
+                     int64_t channels) {
   int64_t oh = ops::window_geometry(op, s[1], window[0], strides[0], padding).out;
   int64_t ow = ops::window_geometry(op, s[2], window[1], strides[1], padding).out;
   return Shape{s[0], oh, ow, channels};
@@ -42,7 +45,7 @@ Shape windowed_shape(std::string_view op, const Shape& s, const std::array<int64
 Conv2D::Conv2D(Conv2DOptions options)
     : LayerImpl(options.name, "conv2d", options.dtype),
       options_(std::move(options)),
-      padding_(padding_from_name(options_.padding)) {
+      padding_(ops::padding_from_name(options_.padding)) {
   if (options_.filters <= 0) {
     throw InvalidArgument("Conv2D: expected filters > 0. Received: filters=" +
                           std::to_string(options_.filters) + ".");
@@ -54,7 +57,7 @@ Conv2D::Conv2D(Conv2DOptions options)
   initializers::get(options_.bias_initializer);
 }
 
-lockstep::Conv2DOptions Conv2D::op_options() const {
+ops::Conv2DOptions Conv2D::op_options() const {
   return {.strides = options_.strides, .padding = padding_};
 }
 
@@ -114,13 +117,13 @@ nlohmann::json Conv2D::get_config() const {
 MaxPooling2D::MaxPooling2D(MaxPooling2DOptions options)
     : LayerImpl(options.name, "max_pooling2d", options.dtype),
       options_(std::move(options)),
-      padding_(padding_from_name(options_.padding)) {
+      padding_(ops::padding_from_name(options_.padding)) {
   require_positive_pair("MaxPooling2D", "pool_size", options_.pool_size);
   if (options_.strides == std::array<int64_t, 2>{0, 0}) options_.strides = options_.pool_size;
   require_positive_pair("MaxPooling2D", "strides", options_.strides);
 }
 
-Pool2DOptions MaxPooling2D::op_options() const {
+ops::Pool2DOptions MaxPooling2D::op_options() const {
   return {.pool_size = options_.pool_size, .strides = options_.strides, .padding = padding_};
 }
 

@@ -2,6 +2,7 @@
 #include "lockstep/ops/shape_ops.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
@@ -34,7 +35,7 @@ namespace {
 // saves a copy of each weight's gradient per step and keeps no float32 copy of x for the
 // backward pass (only the bfloat16 x, which the previous layer already holds).
 Tensor dense_linear(const Tensor& x, const Variable& kernel_var, const Variable& bias_var,
-                    const Tensor& kernel, const Tensor& bias, lockstep::Activation activation,
+                    const Tensor& kernel, const Tensor& bias, ops::FusedActivation activation,
                     DType out) {
   Tensor y({x.dim(0), kernel.dim(1)}, out);
   ops::linear_into(x, kernel, bias, activation, y);
@@ -123,16 +124,16 @@ Tensor Dense::call(const Tensor& inputs, bool) {
   const DType compute = compute_dtype();
   const bool f32_weights = kernel_.dtype() == DType::float32;
   const bool fusable = activations::is_fusable(options_.activation);
-  const lockstep::Activation kind =
-      fusable ? activations::fused_kind(options_.activation) : lockstep::Activation::none;
+  const ops::FusedActivation kind =
+      fusable ? activations::fused_kind(options_.activation) : ops::FusedActivation::none;
   // A float32 layer fed bfloat16 activations (a float32 output layer under mixed_bfloat16) takes
   // them as they are instead of autocasting them to a float32 copy: the matmul widens them anyway.
   if (!(x.dtype() == DType::bfloat16 && compute == DType::float32 && f32_weights &&
-        kind != lockstep::Activation::gelu)) {
+        kind != ops::FusedActivation::gelu)) {
     x = autocast(x);  // Keras: floating inputs take the compute dtype
   }
   Tensor y;
-  if (x.dtype() == DType::bfloat16 && f32_weights && kind != lockstep::Activation::gelu &&
+  if (x.dtype() == DType::bfloat16 && f32_weights && kind != ops::FusedActivation::gelu &&
       (compute == DType::float32 || compute == DType::bfloat16)) {
     // bfloat16 activations, float32 variables, see dense_linear. A float32 layer keeps its
     // weights. Under mixed_bfloat16 the weights are multiplied as bfloat16 values: their cached
@@ -145,8 +146,8 @@ Tensor Dense::call(const Tensor& inputs, bool) {
         kernel = kernel_.bfloat16_rounded();
         if (bias.defined()) bias = bias_.bfloat16_rounded();
       } else {
-        kernel = ops::cast(kernel, DType::bfloat16);
-        if (bias.defined()) bias = ops::cast(bias, DType::bfloat16);
+        kernel = ops::cast_forward(kernel, DType::bfloat16);
+        if (bias.defined()) bias = ops::cast_forward(bias, DType::bfloat16);
       }
     }
     y = dense_linear(x, kernel_, bias_, kernel, bias, kind, compute);

@@ -1,5 +1,7 @@
 #include "lockstep/keras/layers/embedding.h"
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/autodiff/nn_functions.h"
 
 namespace lockstep::keras {

@@ -1,5 +1,7 @@
 #include "lockstep/keras/layers/global_pooling.h"
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/autodiff/functions.h"
 
 namespace lockstep::keras::layers {

@@ -1,5 +1,6 @@
 #include "lockstep/keras/layers/normalization.h"
 
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "lockstep/autodiff/functions.h"

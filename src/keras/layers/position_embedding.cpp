@@ -1,6 +1,7 @@
 #include "lockstep/keras/layers/position_embedding.h"
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
@@ -23,7 +24,7 @@ Tensor leading_rows_over_batch(const Tensor& table, int64_t t, int64_t batch) {
   if (autodiff::should_record({&table})) {
     autodiff::record("position_embedding", {table}, {y},
                      [L, t, bytes](const std::vector<Tensor>& g) {
-                       Tensor sum = ops::reduce_sum(g[0], {0});  // [t, D]
+                       Tensor sum = ops::reduce_sum_forward(g[0], {0});  // [t, D]
                        if (t == L) return std::vector<Tensor>{sum};
                        Tensor full = Tensor::zeros({L, sum.dim(1)}, sum.dtype());
                        std::memcpy(full.raw_data(), sum.raw_data(), bytes);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 namespace lockstep::keras::layers {
 

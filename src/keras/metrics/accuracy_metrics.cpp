@@ -1,6 +1,7 @@
 #include "lockstep/keras/metrics/accuracy_metrics.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "lockstep/core/error.h"

@@ -1,5 +1,6 @@
 #include "lockstep/keras/metrics/metric.h"
 
+#include <nlohmann/json.hpp>
 #include <typeinfo>
 
 #include "lockstep/core/error.h"

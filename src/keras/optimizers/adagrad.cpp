@@ -1,6 +1,7 @@
 #include "lockstep/keras/optimizers/adagrad.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/core/error.h"
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"

@@ -1,5 +1,7 @@
 #include "lockstep/keras/optimizers/sgd.h"
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::optimizers {

@@ -6,7 +6,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lockstep/core/atomic_file.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::saving {
@@ -82,26 +82,6 @@ bool parse_hex8(const std::string& s, uint32_t& out) {
   std::string msg = what + " '" + path + "': " + std::strerror(err);
   if (err == ENOENT) throw NotFound(msg);
   throw Unavailable(msg);
-}
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      io_error("save_safetensors: cannot write", path, errno);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-std::string directory_of(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 class Fd {
@@ -190,26 +170,10 @@ void save_safetensors(const std::string& path,
   const std::string header_crc = hex8(crc(crc(0, nullptr, 0), bytes.data(), bytes.size()));
   bytes.replace(at, 8, header_crc);
 
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (fd.get() < 0) io_error("save_safetensors: cannot create", tmp, errno);
-  try {
-    write_all(fd.get(), bytes.data(), bytes.size(), tmp);
-    for (const auto& [name, t] : tensors) write_all(fd.get(), t.raw_data(), t.nbytes(), tmp);
-    if (::fsync(fd.get()) != 0) io_error("save_safetensors: cannot fsync", tmp, errno);
-    if (::close(fd.release()) != 0) io_error("save_safetensors: cannot close", tmp, errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      io_error("save_safetensors: cannot rename the temporary file onto", path, errno);
-    }
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  // Makes the rename itself durable.
-  Fd dir(::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() >= 0) ::fsync(dir.get());
+  AtomicFileWriter file(path, "save_safetensors");
+  file.write(bytes.data(), bytes.size());
+  for (const auto& [name, t] : tensors) file.write(t.raw_data(), t.nbytes());
+  file.commit();
 }
 
 namespace {

@@ -49,9 +49,9 @@ class Conv2D : public LayerImpl<Conv2D> {
   const Variable& bias() const { return bias_; }
 
  private:
-  lockstep::Conv2DOptions op_options() const;
+  ops::Conv2DOptions op_options() const;
   Conv2DOptions options_;
-  Padding padding_;
+  ops::Padding padding_;
   Variable kernel_, bias_;
 };
 
@@ -74,9 +74,9 @@ class MaxPooling2D : public LayerImpl<MaxPooling2D> {
   nlohmann::json get_config() const override;
 
  private:
-  Pool2DOptions op_options() const;
+  ops::Pool2DOptions op_options() const;
   MaxPooling2DOptions options_;
-  Padding padding_;
+  ops::Padding padding_;
 };
 
 }  // namespace lockstep::keras::layers

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/core/tensor.h"

@@ -1,5 +1,7 @@
 #pragma once
-// What compile() sets up and what fit/evaluate keep between steps (internal to the engine).
+// Model::TrainingState: what compile() sets up (optimizer, loss, metric prototypes) and the
+// training state fit / evaluate keep between steps — the trainable variables, the strategy's
+// ReplicatedStep, the replicas' running loss sums and metrics (internal to the engine).
 #include <memory>
 #include <vector>
 
@@ -8,7 +10,7 @@
 
 namespace lockstep::keras {
 
-struct Model::Compiled {
+struct Model::TrainingState {
   std::shared_ptr<optimizers::Optimizer> optimizer;
   std::shared_ptr<losses::Loss> loss;
   std::vector<std::shared_ptr<metrics::Metric>> metrics;  // prototypes (config only)

@@ -1,6 +1,9 @@
 #pragma once
-// The cores this process may run on, and pinning a thread to some of them. Strategies call
-// available_cores() to size the replica set and pin_current_thread() from each replica thread.
+// CPU topology, the one answer to "how many cores": the cores this process may run on (its
+// affinity mask cut by a CPU quota), and pinning a thread to some of them. Cluster resolvers size
+// the replica set with available_cores(); the strategy's thread pools, the shared-memory
+// collectives and parallel map size themselves with available_core_count(); pool threads pin
+// themselves with pin_current_thread().
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -14,6 +17,9 @@ inline constexpr const char* kDefaultCgroupRoot = "/sys/fs/cgroup";
 // `cgroup_cpu_limit(cgroup_root)` ids when a CPU quota allows fewer cores than the mask. Sorted
 // ascending; never empty. Reads the *calling thread's* mask: call it before pinning any thread.
 std::vector<int> available_cores(const std::filesystem::path& cgroup_root = kDefaultCgroupRoot);
+// available_cores().size(): how many cores the calling thread may use (at least 1). Reads the
+// affinity mask and the cgroup files at every call; callers on a hot path keep the value.
+int available_core_count(const std::filesystem::path& cgroup_root = kDefaultCgroupRoot);
 
 // Whole cores a CPU bandwidth quota allows: floor(quota / period), at least 1; nullopt when there
 // is no quota. Reads cgroup v2 `cpu.max` ("max 100000" = no quota, "150000 100000" = 1 core) and

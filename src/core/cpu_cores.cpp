@@ -1,4 +1,4 @@
-#include "lockstep/distribute/cpu_cores.h"
+#include "lockstep/core/cpu_cores.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -158,6 +158,10 @@ std::vector<int> available_cores(const fs::path& cgroup_root) {
     cores.resize(*limit);
   }
   return cores;
+}
+
+int available_core_count(const fs::path& cgroup_root) {
+  return static_cast<int>(available_cores(cgroup_root).size());
 }
 
 bool pin_current_thread(const std::vector<int>& cores) {
