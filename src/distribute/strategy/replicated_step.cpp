@@ -178,9 +178,8 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
   int num_tasks() const override { return static_cast<int>(step_.chunks_.size()); }
   int kind() const override { return 1; }
   profiler::Phase trace_phase() const override {
-    return mode_ == ChunkMode::accumulate || mode_ == ChunkMode::sum
-               ? profiler::Phase::kLocalReduce
-               : profiler::Phase::kUpdate;
+    return mode_ == ChunkMode::accumulate || mode_ == ChunkMode::sum ? profiler::Phase::kLocalReduce
+                                                                     : profiler::Phase::kUpdate;
   }
 
   void* run(int task, int thread) override {
