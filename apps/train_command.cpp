@@ -5,6 +5,8 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -36,7 +38,35 @@ struct TrainArgs {
   std::string gradient_dtype = "float32";  // across workers (MPI); replicas of one process: float32
   int64_t bytes_per_pack = 0;              // gradient bucket size across workers; 0: 25 MiB
   std::string input_pipeline = "auto";     // global, per-replica, or auto (see add_train_command)
+  std::string profile;                     // profile directory (docs/profiling.md); empty: off
+  std::string profile_steps;               // A:B, parsed into profile_first and profile_last
+  int64_t profile_first = 2, profile_last = std::numeric_limits<int64_t>::max();
 };
+
+// --profile-steps A:B, steps counted from 1, both included.
+CLI::Validator profile_steps(TrainArgs& a) {
+  return CLI::Validator(
+      [&a](std::string& text) -> std::string {
+        const auto colon = text.find(':');
+        try {
+          size_t used_a = 0, used_b = 0;
+          if (colon == std::string::npos) throw std::invalid_argument(text);
+          const std::string first = text.substr(0, colon), last = text.substr(colon + 1);
+          const long long f = std::stoll(first, &used_a), l = std::stoll(last, &used_b);
+          if (used_a != first.size() || used_b != last.size() || f < 1 || l < f)
+            throw std::invalid_argument(text);
+          a.profile_first = f;
+          a.profile_last = l;
+        } catch (const std::exception&) {
+          throw FlagError(
+              "--profile-steps must be A:B with 1 ≤ A ≤ B (steps counted from 1), "
+              "got '" +
+              text + "'");
+        }
+        return "";
+      },
+      "A:B");
+}
 
 // uint8 pixels -> float32 / 255 in one pass (it runs on the host thread, next to the replicas).
 // Keeps the images uint8 (a view reshaped to [B, 784]: no copy, a quarter of float32's bytes) and
@@ -185,6 +215,13 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   if (!a.backup_dir.empty()) {
     callbacks.push_back(std::make_shared<keras::callbacks::BackupAndRestore>(a.backup_dir));
   }
+  if (!a.profile.empty()) {
+    callbacks.push_back(std::make_shared<keras::callbacks::Profiler>(
+        keras::callbacks::ProfilerOptions{.log_dir = a.profile,
+                                          .first_step = a.profile_first,
+                                          .last_step = a.profile_last,
+                                          .print_summary = a.verbose > 0}));
+  }
   auto history = model.fit(
       *train_input,
       {.epochs = a.epochs, .steps_per_epoch = steps, .verbose = a.verbose, .callbacks = callbacks});
@@ -274,6 +311,14 @@ std::function<int()> add_train_command(CLI::App& app) {
                   "replica shuffles its own shard on its own thread), or auto (per-replica when "
                   "the replicas use every core)")
       ->check(CLI::IsMember({"auto", "global", "per-replica"}));
+  auto* profile = cmd->add_option("--profile", a->profile,
+                                  "Profile the training steps into this directory: trace.json "
+                                  "(Perfetto / chrome://tracing), summary.txt, steps.svg, "
+                                  "report.html (docs/profiling.md)");
+  cmd->add_option("--profile-steps", a->profile_steps,
+                  "Steps to profile, A:B, counted from 1 (default: 2 to the end)")
+      ->check(profile_steps(*a))
+      ->needs(profile);
   return [a] {
     TrainArgs args = *a;
     const Environment env = Environment::process();

@@ -61,6 +61,9 @@ def configs_for(args, model):
         out += [peers.lockstep_config(args, model, 0, "mixed_bfloat16"),
                 peers.lockstep_config(args, model, 1, "mixed_bfloat16")]
     if model == "mlp":
+        if args.profiler_row:
+            out.append(peers.lockstep_config(args, model, 0,
+                                             profile_dir=os.path.join(args.out, "profile")))
         if not args.lean:
             out += [peers.lockstep_config(args, model, n, spe=8),
                     peers.lockstep_config(args, model, n, input_pipeline="global")]
@@ -236,6 +239,9 @@ def parse_args():
     p.add_argument("--quick", action="store_true",
                    help="a quick check that everything runs: 2 rounds, 3 epochs, seed model only, "
                    "lean (options given explicitly still win)")
+    p.add_argument("--profiler-row", action="store_true",
+                   help="add the all-core defaults row with the step profiler on (--profile), to "
+                        "set against the defaults row (docs/profiling.md)")
     p.add_argument("--floor-repetitions", type=int, default=5)
     p.add_argument("--run-timeout", type=float, default=300,
                    help="seconds before one run is stopped and reported as timed out")

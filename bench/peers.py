@@ -14,9 +14,10 @@ SHORT_RUNS = {"wide": (40, 3), "conv": (60, 3)}
 
 
 def lockstep_config(args, model, replicas, precision="float32", spe=None, input_pipeline=None,
-                    binary=None, label="Lockstep"):
+                    binary=None, label="Lockstep", profile_dir=None):
     """`lockstep train` with `replicas` local replicas of batch 128 each (replicas=0: the CLI's
-    own default, one per available core)."""
+    own default, one per available core). With `profile_dir`, the step profiler records every step
+    but the first (`--profile`; it writes its files after the last epoch, outside the timings)."""
     steps, epochs = SHORT_RUNS.get(model, (0, args.epochs))
     if replicas:
         name = "%s %d replica%s" % (label, replicas, "s" if replicas > 1 else "")
@@ -28,6 +29,8 @@ def lockstep_config(args, model, replicas, precision="float32", spe=None, input_
         name += " spe=%d" % spe
     if input_pipeline:
         name += " %s input" % input_pipeline
+    if profile_dir:
+        name += " profiler on"
     cmd = [binary or args.lockstep, "train", "--model", model, "--verbose", "0", "--epochs",
            str(epochs)]
     if replicas:
@@ -40,12 +43,15 @@ def lockstep_config(args, model, replicas, precision="float32", spe=None, input_
         cmd += ["--steps-per-execution", str(spe)]
     if input_pipeline:
         cmd += ["--input-pipeline", input_pipeline]
+    if profile_dir:
+        cmd += ["--profile", profile_dir]
     return {"name": name, "system": "Lockstep", "model": model,
             "replicas": replicas or args.cores, "precision": precision,
             "global_batch": PER_REPLICA_BATCH * (replicas or args.cores), "cmd": cmd, "env": {},
             "kind": "lockstep",
-            "defaults": replicas == 0 and not spe and not input_pipeline and binary is None,
-            "baseline": binary is not None}
+            "defaults": (replicas == 0 and not spe and not input_pipeline and binary is None
+                         and not profile_dir),
+            "baseline": binary is not None, "profiler": bool(profile_dir)}
 
 
 def lockstep_mpi_config(args, model, procs):

@@ -34,7 +34,7 @@ def floor_fraction(row, meta, samples):
 def plain_row(c, rs, meta):
     row = {k: c.get(k) for k in ("id", "name", "system", "model", "condition", "replicas",
                                  "precision", "kind", "group", "tuning", "defaults", "mpi",
-                                 "baseline", "mode")}
+                                 "baseline", "mode", "profiler")}
     row["global_batch"] = rs[-1]["global_batch"]
     row["rounds"] = len(rs)
     for k in ("samples_per_s", "epoch_s", "first_epoch_s", "peak_rss_mb"):
@@ -233,7 +233,7 @@ def fastest(rows):
 def all_core_f32(rows, model, condition="quiet"):
     """Lockstep's all-core float32 rows of one process (MPI and the baseline binary apart)."""
     return [r for r in pick(rows, model, condition, system="Lockstep", precision="float32",
-                            mpi=False, baseline=False) if r["replicas"] > 1]
+                            mpi=False, baseline=False, profiler=False) if r["replicas"] > 1]
 
 
 def speed_checks(rows, meta):
@@ -273,6 +273,10 @@ def speed_checks(rows, meta):
     if a and ddp:
         checks.append(("mlp: all-core ≥ 4x PyTorch DDP", a["samples_per_s"] /
                        ddp[0]["samples_per_s"], 4.0))
+    profiled = pick(rows, "mlp", system="Lockstep", profiler=True)
+    if f32 and profiled:
+        checks.append(("mlp: step profiler on ≥ 0.97x off (all-core defaults with --profile, same "
+                       "run)", profiled[0]["samples_per_s"] / f32[0]["samples_per_s"], 0.97))
     base = pick(rows, "mlp", system="Lockstep", baseline=True)
     if f32 and base:
         checks.append(("mlp: quiet all-core defaults ≥ the baseline binary's (no slower than "

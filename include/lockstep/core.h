@@ -8,6 +8,7 @@
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
+#include "lockstep/core/profiler.h"
 #include "lockstep/core/random.h"
 #include "lockstep/core/shape.h"
 #include "lockstep/core/storage.h"

@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "lockstep/core/profiler.h"
+
 namespace lockstep::distribute {
 
 // One phase: `num_tasks()` independent tasks. run(task, thread) computes task `task` into state
@@ -46,6 +48,11 @@ class TaskPhase {
   // Phases of one kind share the running estimate of a task's run time that sets the backup
   // deadline (kinds 0 .. kMaxKinds - 1).
   virtual int kind() const { return 0; }
+  // What a run of a task records when the profiler is on (lockstep/core/profiler.h): its phase
+  // (kNone: nothing) and the local replica it works for (-1: none). The span covers the run and
+  // its commit or discard.
+  virtual profiler::Phase trace_phase() const { return profiler::Phase::kNone; }
+  virtual int trace_replica(int /*task*/) const { return -1; }
 };
 
 struct TaskPoolOptions {

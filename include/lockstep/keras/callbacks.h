@@ -7,5 +7,6 @@
 #include "lockstep/keras/callbacks/history.h"
 #include "lockstep/keras/callbacks/learning_rate_scheduler.h"
 #include "lockstep/keras/callbacks/model_checkpoint.h"
+#include "lockstep/keras/callbacks/profiler.h"
 #include "lockstep/keras/callbacks/progbar_logger.h"
 #include "lockstep/keras/callbacks/terminate_on_nan.h"

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/profiler.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -66,6 +67,7 @@ uint64_t BackgroundReducer::completed() const {
 
 void BackgroundReducer::loop() {
   use_process_affinity();
+  profiler::set_thread_label("communication");
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     work_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
@@ -76,6 +78,7 @@ void BackgroundReducer::loop() {
     lock.unlock();
     std::exception_ptr error;
     try {
+      profiler::ScopedSpan trace(profiler::Phase::kAllReduce);
       if (job.compressed) {
         comm_->all_reduce_compressed(static_cast<bfloat16*>(job.buf), job.count);
       } else {

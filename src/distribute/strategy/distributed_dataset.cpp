@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/profiler.h"
 #include "lockstep/distribute/strategy.h"
 
 namespace lockstep::distribute {
@@ -120,7 +121,9 @@ Element DistributedDataset::Iterator::next_on_replica(int local_replica) {
                           "): needs per-replica pipelines and a local replica id below " +
                           std::to_string(its_.size()) + ".");
   }
+  profiler::ScopedSpan trace(profiler::Phase::kInput, local_replica);
   std::optional<Element> e = its_[static_cast<size_t>(local_replica)].next();
+  trace.end();
   if (!e) {
     throw OutOfRange("The input pipeline of replica " +
                      std::to_string(owner_->first_local_ + local_replica) +
@@ -141,6 +144,7 @@ IteratorState DistributedDataset::Iterator::state() const {
 }
 
 std::optional<PerReplica<Element>> DistributedDataset::Iterator::next() {
+  profiler::ScopedSpan trace(profiler::Phase::kInput);
   const DistributedDataset& o = *owner_;
   PerReplica<Element> out;
   if (o.mode_ == Mode::per_replica_pipelines) {

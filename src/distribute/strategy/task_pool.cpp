@@ -122,6 +122,9 @@ bool TaskPool::spinning_allowed() {
 }
 
 uint64_t TaskPool::run(TaskPhase& phase) {
+  // Holds the caller's runs and waits; the rest of it is scheduling, or time the caller was
+  // descheduled while the helpers it woke ran the phase (a busy machine).
+  profiler::ScopedSpan tasks(profiler::Phase::kTasks);
   const uint64_t seq = ++sequence_;
   Record& rec = *ring_[seq % kRing];
   // A record is reused only once nobody works on its old phase (losing runs may linger).
@@ -159,6 +162,7 @@ uint64_t TaskPool::run(TaskPhase& phase) {
     if (awake_.load(std::memory_order_seq_cst) < static_cast<int>(threads_.size()))
       detail::futex_wake_all(&announced_);
   }
+  if (profiler::recording()) profiler::set_thread_label("host / pool thread", 0);
   // The caller runs tasks too; its kernels must stay single-threaded like the pool's.
   const int saved_omp = omp_get_max_threads();
   if (saved_omp != 1) omp_set_num_threads(1);
@@ -177,7 +181,10 @@ uint64_t TaskPool::run(TaskPhase& phase) {
 void TaskPool::wait_for_runs_before(uint64_t sequence) {
   for (auto& r : ring_) {
     uint64_t s = r->sequence.load(std::memory_order_acquire);
-    if (s != 0 && s < sequence) r->wait_drained();
+    if (s != 0 && s < sequence && r->active.load(std::memory_order_acquire) != 0) {
+      profiler::ScopedSpan wait(profiler::Phase::kWait);
+      r->wait_drained();
+    }
   }
 }
 
@@ -185,6 +192,7 @@ void TaskPool::helper(int thread) {
   if (thread < static_cast<int>(options_.pin_cores.size()))
     pin_current_thread(options_.pin_cores[static_cast<size_t>(thread)]);
   omp_set_num_threads(1);
+  profiler::set_thread_label("pool thread", thread);
   uint64_t seen = 0;
   while (!stopping_.load(std::memory_order_acquire)) {
     const uint64_t cur = current_.load(std::memory_order_seq_cst);
@@ -262,6 +270,7 @@ bool TaskPool::work_on(Record& rec, int thread) {
 }
 
 void TaskPool::wait_for_progress(Record& rec, int /*thread*/) {
+  profiler::ScopedSpan wait(profiler::Phase::kWait);
   // The wait at the end of a phase is usually for one task on another thread that is about to
   // commit: with a spare core, watching for it costs nothing and saves a futex wake-up (tens of
   // microseconds on a VM, several times per step). The spin stays shorter than a backup deadline,
@@ -310,6 +319,9 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
     }
     if (hook) hook(rec.kind, task, thread, backup);
   }
+  profiler::BackupRunScope backup_run(backup);
+  profiler::ScopedSpan trace;
+  if (profiler::recording()) trace.open(rec.phase->trace_phase(), rec.phase->trace_replica(task));
   runs_.fetch_add(1, std::memory_order_relaxed);
   if (backup) backups_.fetch_add(1, std::memory_order_relaxed);
   const int64_t t0 = now_ns();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lockstep/core/error.h"
+#include "lockstep/core/profiler.h"
 #include "lockstep/distribute/replica_context.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/initializers.h"
@@ -294,6 +295,7 @@ void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
+  profiler::ScopedSpan write(profiler::Phase::kCheckpoint);
   // Every worker takes part: the Dropout streams are gathered with a collective.
   std::map<std::string, std::string> metadata = random_state_metadata(model());
   if (is_chief()) {
@@ -314,7 +316,9 @@ void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
     }
     saving::save_safetensors(backup_path(), tensors, metadata);
   }
+  write.end();
   // No worker may run ahead into an epoch whose predecessor has no backup yet.
+  profiler::ScopedSpan wait(profiler::Phase::kWait);
   barrier_workers();
 }
 

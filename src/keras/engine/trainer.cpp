@@ -6,6 +6,7 @@
 
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/profiler.h"
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/metrics/metric.h"
@@ -128,6 +129,7 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
     run.set_gradients(std::vector<Tensor>(state.trainable.size()));
     return;
   }
+  profiler::ScopedSpan forward(profiler::Phase::kForward, run.replica());
   const Tensor x = as_model_input(e[0]);
   const Tensor y = e[1];
   // Dividing by N x the global batch makes the accumulated sum the average of the N steps.
@@ -137,6 +139,7 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
   check_task_cancelled();
   Tensor per_example = state.loss->call(y, y_pred);
   Tensor scaled = distribute::compute_average_loss(per_example, global_batch * accumulation);
+  forward.end();
   // Multi-worker: buckets of finished gradients start crossing workers while the backward pass
   // is still computing the others.
   if (run.overlaps_communication()) {
@@ -144,7 +147,9 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
         [&run](size_t i, const Tensor& g) { run.gradient_ready(i, g); });
   }
   // Straight into the run's gradient buffers: no copy.
+  profiler::ScopedSpan backward(profiler::Phase::kBackward, run.replica());
   run.set_gradients(tape.gradient(scaled, state.trainable, run.gradient_buffers()));
+  backward.end();
   st.loss_sum = sum_of(per_example);
   st.examples = static_cast<double>(b);
   for (auto& m : st.metrics) m->update_state(y, y_pred);
@@ -188,6 +193,7 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
     }
     for (int64_t s = 0; s < k; ++s) {
       const int64_t step = steps_run;
+      profiler::StepTrace trace(step + 1);
       train_step([this, &it, step](ReplicaContext& ctx, distribute::ReplicaRun& run) {
         const int r = ctx.local_replica_id();
         ReplicaInput& in = *replica_inputs[static_cast<size_t>(r)];
@@ -210,6 +216,8 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
   }
   std::vector<PerReplica<Element>> inputs;
   std::vector<int64_t> global;
+  // The first step's span holds the fetches of the whole dispatch (steps_per_execution).
+  profiler::StepTrace trace(steps_run + 1);
   for (int64_t s = 0; s < k; ++s) {
     auto next = it.next();
     if (!next) break;
@@ -217,9 +225,13 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
     inputs.push_back(std::move(*next));
     global.push_back(it.last_global_batch_size());
   }
-  if (inputs.empty()) return 0;
+  if (inputs.empty()) {
+    trace.discard();  // the end of the data, not a step
+    return 0;
+  }
   prepare(inputs[0][0]);
   for (size_t s = 0; s < inputs.size(); ++s) {
+    if (s > 0) trace.next(steps_run + 1);
     // The batch is owned by the step's function: a run that lost to its backup may read it
     // after this dispatch is over.
     auto batch = std::make_shared<PerReplica<Element>>(std::move(inputs[s]));
