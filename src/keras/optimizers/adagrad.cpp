@@ -7,8 +7,7 @@
 
 namespace lockstep::keras::optimizers {
 
-Adagrad::Adagrad(AdagradOptions options)
-    : Optimizer(common_options(options)), o_(std::move(options)) {
+Adagrad::Adagrad(AdagradOptions options) : OptimizerImpl(std::move(options)) {
   if (!(o_.initial_accumulator_value >= 0.0)) {
     throw InvalidArgument(
         "Adagrad: expected initial_accumulator_value >= 0. Received: initial_accumulator_value=" +
@@ -50,12 +49,6 @@ nlohmann::json Adagrad::get_config() const {
   c["initial_accumulator_value"] = o_.initial_accumulator_value;
   c["epsilon"] = o_.epsilon;
   return c;
-}
-
-std::unique_ptr<Optimizer> Adagrad::clone() const {
-  AdagradOptions o = o_;
-  if (!o.learning_rate.is_schedule()) o.learning_rate = learning_rate();
-  return std::make_unique<Adagrad>(o);
 }
 
 }  // namespace lockstep::keras::optimizers

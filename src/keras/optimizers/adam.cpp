@@ -10,7 +10,7 @@
 
 namespace lockstep::keras::optimizers {
 
-Adam::Adam(AdamOptions options) : Optimizer(common_options(options)), o_(std::move(options)) {}
+Adam::Adam(AdamOptions options) : OptimizerImpl(std::move(options)) {}
 
 std::vector<std::string> Adam::slot_names() const {
   if (o_.amsgrad) return {"m", "v", "v_hat"};
@@ -154,12 +154,6 @@ nlohmann::json Adam::get_config() const {
   c["epsilon"] = o_.epsilon;
   c["amsgrad"] = o_.amsgrad;
   return c;
-}
-
-std::unique_ptr<Optimizer> Adam::clone() const {
-  AdamOptions o = o_;
-  if (!o.learning_rate.is_schedule()) o.learning_rate = learning_rate();
-  return std::make_unique<Adam>(o);
 }
 
 namespace {

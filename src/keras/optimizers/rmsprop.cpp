@@ -44,8 +44,7 @@ void rmsprop_loop(float* __restrict w, const float* __restrict g, float* __restr
 
 }  // namespace
 
-RMSprop::RMSprop(RMSpropOptions options)
-    : Optimizer(common_options(options)), o_(std::move(options)) {
+RMSprop::RMSprop(RMSpropOptions options) : OptimizerImpl(std::move(options)) {
   if (!(o_.momentum >= 0.0)) {
     throw InvalidArgument("RMSprop: expected momentum >= 0. Received: momentum=" +
                           std::to_string(o_.momentum));
@@ -87,12 +86,6 @@ nlohmann::json RMSprop::get_config() const {
   c["epsilon"] = o_.epsilon;
   c["centered"] = o_.centered;
   return c;
-}
-
-std::unique_ptr<Optimizer> RMSprop::clone() const {
-  RMSpropOptions o = o_;
-  if (!o.learning_rate.is_schedule()) o.learning_rate = learning_rate();
-  return std::make_unique<RMSprop>(o);
 }
 
 }  // namespace lockstep::keras::optimizers

@@ -6,7 +6,7 @@
 
 namespace lockstep::keras::optimizers {
 
-SGD::SGD(SGDOptions options) : Optimizer(common_options(options)), o_(std::move(options)) {
+SGD::SGD(SGDOptions options) : OptimizerImpl(std::move(options)) {
   if (!(o_.momentum >= 0.0 && o_.momentum <= 1.0)) {
     throw InvalidArgument("SGD: expected momentum in [0, 1]. Received: momentum=" +
                           std::to_string(o_.momentum));
@@ -59,12 +59,6 @@ nlohmann::json SGD::get_config() const {
   c["momentum"] = o_.momentum;
   c["nesterov"] = o_.nesterov;
   return c;
-}
-
-std::unique_ptr<Optimizer> SGD::clone() const {
-  SGDOptions o = o_;
-  if (!o.learning_rate.is_schedule()) o.learning_rate = learning_rate();
-  return std::make_unique<SGD>(o);
 }
 
 }  // namespace lockstep::keras::optimizers

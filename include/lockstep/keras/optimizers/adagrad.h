@@ -17,12 +17,10 @@ struct AdagradOptions {
   std::string name = "adagrad";
 };
 
-class Adagrad final : public Optimizer {
+class Adagrad final : public OptimizerImpl<Adagrad, AdagradOptions> {
  public:
   explicit Adagrad(AdagradOptions options = {});
   nlohmann::json get_config() const override;
-  std::unique_ptr<Optimizer> clone() const override;
-  const AdagradOptions& options() const { return o_; }
 
  protected:
   std::vector<std::string> slot_names() const override { return {"accumulator"}; }
@@ -30,9 +28,6 @@ class Adagrad final : public Optimizer {
   void prepare_step(StepInfo& info) const override;
   void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
                    const StepInfo& info) const override;
-
- private:
-  AdagradOptions o_;
 };
 
 }  // namespace lockstep::keras::optimizers

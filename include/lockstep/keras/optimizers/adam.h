@@ -23,12 +23,10 @@ struct AdamOptions {
   std::string name = "adam";
 };
 
-class Adam : public Optimizer {
+class Adam : public OptimizerImpl<Adam, AdamOptions> {
  public:
   explicit Adam(AdamOptions options = {});
   nlohmann::json get_config() const override;
-  std::unique_ptr<Optimizer> clone() const override;
-  const AdamOptions& options() const { return o_; }
 
  protected:
   std::vector<std::string> slot_names() const override;
@@ -40,9 +38,6 @@ class Adam : public Optimizer {
   void update_step_out(const float* var, const float* grad, std::span<const float* const> slots,
                        float* var_out, std::span<float* const> slots_out, size_t n,
                        const StepInfo& info, float* rounded) const override;
-
- private:
-  AdamOptions o_;
 };
 
 }  // namespace lockstep::keras::optimizers

@@ -225,4 +225,23 @@ class Optimizer : public distribute::ElementwiseUpdate {
   StepInfo update_info_;
 };
 
+// What an optimizer gets from its options type alone: keeping them (o_, options()) and clone().
+// An optimizer derives from OptimizerImpl<Itself, ItsOptions> (as a layer from LayerImpl).
+template <typename Derived, typename Options>
+class OptimizerImpl : public Optimizer {
+ public:
+  const Options& options() const { return o_; }
+  // A fresh, unbuilt copy whose learning rate is the current one (a schedule stays a schedule).
+  std::unique_ptr<Optimizer> clone() const override {
+    Options o = o_;
+    if (!o.learning_rate.is_schedule()) o.learning_rate = learning_rate();
+    return std::make_unique<Derived>(o);
+  }
+
+ protected:
+  explicit OptimizerImpl(Options options)
+      : Optimizer(common_options(options)), o_(std::move(options)) {}
+  Options o_;
+};
+
 }  // namespace lockstep::keras::optimizers

@@ -23,21 +23,16 @@ struct RMSpropOptions {
   std::string name = "rmsprop";
 };
 
-class RMSprop final : public Optimizer {
+class RMSprop final : public OptimizerImpl<RMSprop, RMSpropOptions> {
  public:
   explicit RMSprop(RMSpropOptions options = {});
   nlohmann::json get_config() const override;
-  std::unique_ptr<Optimizer> clone() const override;
-  const RMSpropOptions& options() const { return o_; }
 
  protected:
   std::vector<std::string> slot_names() const override;
   void prepare_step(StepInfo& info) const override;
   void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
                    const StepInfo& info) const override;
-
- private:
-  RMSpropOptions o_;
 };
 
 }  // namespace lockstep::keras::optimizers

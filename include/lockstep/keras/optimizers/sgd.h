@@ -19,21 +19,16 @@ struct SGDOptions {
   std::string name = "SGD";
 };
 
-class SGD final : public Optimizer {
+class SGD final : public OptimizerImpl<SGD, SGDOptions> {
  public:
   explicit SGD(SGDOptions options = {});
   nlohmann::json get_config() const override;
-  std::unique_ptr<Optimizer> clone() const override;
-  const SGDOptions& options() const { return o_; }
 
  protected:
   std::vector<std::string> slot_names() const override;
   void prepare_step(StepInfo& info) const override;
   void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
                    const StepInfo& info) const override;
-
- private:
-  SGDOptions o_;
 };
 
 }  // namespace lockstep::keras::optimizers
