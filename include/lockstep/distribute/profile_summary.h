@@ -47,6 +47,8 @@ struct VerdictThresholds {
 };
 
 enum class Severity { kOk, kWarning, kBound };
+// "ok", "warning" or "bound": the word the summary and the report show for a verdict.
+const char* severity_name(Severity s);
 
 struct Verdict {
   // "input", "communication", "stragglers", "scheduling", "backups", "dropped" (or "steps")

@@ -43,18 +43,6 @@ std::string f1(double v) {
   return buf;
 }
 
-const char* css_class(Severity s) {
-  switch (s) {
-    case Severity::kOk:
-      return "ok";
-    case Severity::kWarning:
-      return "warning";
-    case Severity::kBound:
-      return "bound";
-  }
-  return "ok";
-}
-
 constexpr const char* kStyle = R"(<style>
 body { font-family: sans-serif; margin: 24px auto; max-width: 960px; color: #222; }
 h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
@@ -91,7 +79,7 @@ std::string html_report(const ProfileSummary& s) {
   }
   out += "</p>\n<h2>Verdicts</h2>\n";
   for (const Verdict& v : s.verdicts) {
-    out += "<div class=\"verdict " + std::string(css_class(v.severity)) + "\"><b>" +
+    out += "<div class=\"verdict " + std::string(severity_name(v.severity)) + "\"><b>" +
            escape(v.topic) + "</b>: " + escape(v.message) + "</div>\n";
   }
   if (s.steps > 0) {

@@ -13,18 +13,6 @@ std::string format(const char* fmt, auto... args) {
   return buf;
 }
 
-const char* severity_tag(Severity s) {
-  switch (s) {
-    case Severity::kOk:
-      return "ok";
-    case Severity::kWarning:
-      return "warning";
-    case Severity::kBound:
-      return "bound";
-  }
-  return "";
-}
-
 }  // namespace
 
 std::string format_summary(const ProfileSummary& s) {
@@ -93,7 +81,7 @@ std::string format_summary(const ProfileSummary& s) {
     out += format("; spans dropped: %llu", static_cast<unsigned long long>(s.dropped));
   out += "\n\nVerdicts:\n";
   for (const Verdict& v : s.verdicts)
-    out += "  [" + v.topic + ", " + severity_tag(v.severity) + "] " + v.message + "\n";
+    out += "  [" + v.topic + ", " + severity_name(v.severity) + "] " + v.message + "\n";
   return out;
 }
 

@@ -145,4 +145,16 @@ std::vector<Verdict> judge(const ProfileSummary& s, const VerdictThresholds& th)
   return out;
 }
 
+const char* severity_name(Severity s) {
+  switch (s) {
+    case Severity::kOk:
+      return "ok";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kBound:
+      return "bound";
+  }
+  return "ok";
+}
+
 }  // namespace lockstep::distribute
