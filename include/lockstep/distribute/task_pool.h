@@ -4,7 +4,10 @@
 // A step is a sequence of phases (every replica's forward and backward; then the sum of the
 // gradients and the optimizer update, block by block). Each phase is a set of independent tasks
 // that the pool's threads — and the thread that calls run() — take dynamically, so a thread that
-// is slow or descheduled (a shared core, a busy host program) simply takes fewer tasks.
+// is slow or descheduled (a shared core, a busy host program) simply takes fewer tasks. Each
+// thread first takes from a contiguous range of the phase's tasks of its own, then from the
+// others': with no straggler, task i runs on the same thread step after step and finds in that
+// core's cache what it left there the step before.
 //
 // Backup tasks. When no task is left to take but one is still held by another thread past a
 // deadline (backup_factor x the typical run time of the phase's tasks, plus backup_slack), an idle

@@ -208,7 +208,7 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
         break;
     }
     const size_t i = c.var;
-    const auto& cur_slots = s.cur_s_[i];
+    const auto& cur_slots = s.slots_data_[i];
     for (size_t k = 0; k < cur_slots.size(); ++k) {
       sc.slot_in[k] = cur_slots[k] + c.offset;
       sc.slot_ptrs[k] = sc.slots[k].data();
@@ -243,8 +243,12 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     const size_t n = static_cast<size_t>(c.n);
     const bool streaming = s.stream_next_;
     copy_next(s.next_w_[i] + c.offset, sc.w.data(), n, streaming);
-    for (size_t k = 0; k < s.next_s_[i].size(); ++k)
-      copy_next(s.next_s_[i][k] + c.offset, sc.slots[k].data(), n, streaming);
+    // The slots in place: unlike the weights, which runs of this step's replica phase that lost
+    // may still be reading, only runs of this chunk read them, and a run that reads them after
+    // this commit has lost and is discarded; the next update waits for every run of this one.
+    // One buffer instead of two keeps the update's working set a third smaller.
+    for (size_t k = 0; k < s.slots_data_[i].size(); ++k)
+      copy_next(s.slots_data_[i][k] + c.offset, sc.slots[k].data(), n, streaming);
     if (sc.has_rounded) std::memcpy(s.next_r_[i] + c.offset, sc.rounded.data(), bytes);
 #if defined(__x86_64__) || defined(__i386__)
     // Non-temporal stores are weakly ordered: they must be visible before the pool publishes the
@@ -286,12 +290,16 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
                        "' must be float32 shaped like it; it is " + sv.raw_value().describe() +
                        ".");
       }
-      sv.enable_next_buffer();
     }
+    total_ += vars_[i].num_elements();
+  }
+  const int threads = strategy_.num_threads();
+  chunk_ = std::clamp((total_ / (4 * threads) + 255) / 256 * 256, kMinChunk, kMaxChunk);
+  for (size_t i = 0, flat = 0; i < vars_.size(); ++i) {
     const int64_t n = vars_[i].num_elements();
-    for (int64_t off = 0; off < n; off += kChunk)
-      chunks_.push_back({i, off, total_ + off, std::min(kChunk, n - off)});
-    total_ += n;
+    for (int64_t off = 0; off < n; off += chunk_)
+      chunks_.push_back({i, off, static_cast<int64_t>(flat) + off, std::min(chunk_, n - off)});
+    flat += static_cast<size_t>(n);
   }
   {
     // Bytes the update writes per step (weights and slots); beyond what the caches of the cores
@@ -302,13 +310,13 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
   accumulator_[0] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
   accumulator_[1] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
   make_buckets();
-  const int threads = strategy_.num_threads();
   for (int t = 0; t < threads; ++t) {
     auto sc = std::make_unique<Scratch>();
-    sc->g.resize(kChunk);
-    sc->w.resize(kChunk);
-    sc->rounded.resize(kChunk);
-    sc->slots.assign(max_slots_, std::vector<float>(kChunk));
+    const size_t chunk = static_cast<size_t>(chunk_);
+    sc->g.resize(chunk);
+    sc->w.resize(chunk);
+    sc->rounded.resize(chunk);
+    sc->slots.assign(max_slots_, std::vector<float>(chunk));
     sc->slot_ptrs.assign(max_slots_, nullptr);
     sc->slot_in.assign(max_slots_, nullptr);
     scratch_.push_back(std::move(sc));
@@ -321,8 +329,7 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
   cur_w_.resize(vars_.size());
   next_w_.resize(vars_.size());
   next_r_.resize(vars_.size());
-  cur_s_.resize(vars_.size());
-  next_s_.resize(vars_.size());
+  slots_data_.resize(vars_.size());
 }
 
 void ReplicatedStep::set_streaming_threshold(size_t bytes) {
@@ -617,11 +624,9 @@ void ReplicatedStep::prepare_buffers() {
     cur_w_[i] = vars_[i].raw_value().data<float>();
     next_w_[i] = vars_[i].next_value().data<float>();
     next_r_[i] = vars_[i].next_bfloat16_rounded_data();
-    cur_s_[i].clear();
-    next_s_[i].clear();
+    slots_data_[i].clear();
     for (const Variable& sv : slots_[i]) {
-      cur_s_[i].push_back(sv.raw_value().data<float>());
-      next_s_[i].push_back(sv.next_value().data<float>());
+      slots_data_[i].push_back(sv.raw_value().data<float>());
     }
   }
 }
@@ -722,7 +727,6 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
     update_.end_update();
     for (size_t i = 0; i < vars_.size(); ++i) {
       vars_[i].flip_buffers(next_r_[i] != nullptr);
-      for (const Variable& sv : slots_[i]) sv.flip_buffers(false);
     }
     acc_valid_ = false;
   }
