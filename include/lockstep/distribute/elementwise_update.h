@@ -39,8 +39,14 @@ class ElementwiseUpdate {
   virtual void apply(size_t i, int64_t offset, const float* w, float* g,
                      std::span<const float* const> slots, float* w_out,
                      std::span<float* const> slots_out, size_t n, float* rounded) const = 0;
-  // Once per update, after every apply(), on one thread (e.g. iterations += 1).
+  // Once per update, after every apply() and after the step has made the variables' next buffers
+  // current, on one thread (e.g. iterations += 1).
   virtual void end_update() = 0;
+  // Where apply() writes round_to_bfloat16_values of variable i's next values, or nullptr: a copy
+  // the update's owner keeps current beside the variable (Keras' mixed precision keeps the
+  // weights' bfloat16 rounding this way). Asked once per variable before each update, on one
+  // thread; a pointer handed out is written in full before the step flips the variable's buffers.
+  virtual float* rounded_output(size_t /*i*/) const { return nullptr; }
 };
 
 }  // namespace lockstep::distribute

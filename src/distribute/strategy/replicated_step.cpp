@@ -623,7 +623,7 @@ void ReplicatedStep::prepare_buffers() {
   for (size_t i = 0; i < vars_.size(); ++i) {
     cur_w_[i] = vars_[i].raw_value().data<float>();
     next_w_[i] = vars_[i].next_value().data<float>();
-    next_r_[i] = vars_[i].next_bfloat16_rounded_data();
+    next_r_[i] = update_.rounded_output(i);
     slots_data_[i].clear();
     for (const Variable& sv : slots_[i]) {
       slots_data_[i].push_back(sv.raw_value().data<float>());
@@ -724,10 +724,8 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
       update_.begin_update({});
       run_chunks(ChunkMode::apply);
     }
+    for (const Variable& v : vars_) v.flip_buffers();
     update_.end_update();
-    for (size_t i = 0; i < vars_.size(); ++i) {
-      vars_[i].flip_buffers(next_r_[i] != nullptr);
-    }
     acc_valid_ = false;
   }
   stats_.steps += 1;

@@ -6,6 +6,7 @@
 #include "lockstep/core/check.h"
 #include "lockstep/keras/activations.h"
 #include "lockstep/keras/initializers.h"
+#include "lockstep/keras/mixed_precision.h"
 #include "lockstep/ops/linear.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
@@ -62,8 +63,8 @@ Tensor Dense::call(const Tensor& inputs, bool) {
     Tensor kernel = kernel_.raw_value(), bias = options_.use_bias ? bias_.raw_value() : Tensor();
     if (compute == DType::bfloat16) {
       if (ops::bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), options_.units)) {
-        kernel = kernel_.bfloat16_rounded();
-        if (bias.defined()) bias = bias_.bfloat16_rounded();
+        kernel = mixed_precision::rounded_weights(kernel_);
+        if (bias.defined()) bias = mixed_precision::rounded_weights(bias_);
       } else {
         kernel = ops::cast_forward(kernel, DType::bfloat16);
         if (bias.defined()) bias = ops::cast_forward(bias, DType::bfloat16);
