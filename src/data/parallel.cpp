@@ -4,7 +4,6 @@
 // input.
 #include <sys/resource.h>
 #include <unistd.h>
-#include "lockstep/core/check.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +18,7 @@
 #include <thread>
 
 #include "internal.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/cpu_cores.h"
 
 namespace lockstep::data_internal {

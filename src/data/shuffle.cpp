@@ -4,9 +4,9 @@
 // holds indices instead of elements: the same random draws give the same order, but nothing is
 // copied until batch gathers the chosen rows.
 #include <algorithm>
-#include "lockstep/core/check.h"
 
 #include "internal.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/random.h"
 
 namespace lockstep::data_internal {

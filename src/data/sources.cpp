@@ -1,9 +1,9 @@
 // Source stages: tensor slices, range, generator, zip.
 #include <algorithm>
 #include <cstring>
-#include "lockstep/core/check.h"
 
 #include "internal.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::data_internal {
 namespace {

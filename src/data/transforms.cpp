@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <limits>
 #include <mutex>
-#include "lockstep/core/check.h"
 
 #include "internal.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::data_internal {
 

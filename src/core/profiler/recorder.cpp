@@ -3,6 +3,7 @@
 #include <mutex>
 #include <new>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
 
@@ -148,15 +149,13 @@ int64_t session_begin_ns() noexcept {
 }
 
 void start(RecorderOptions options) {
-  if (options.spans_per_thread == 0) {
-    throw InvalidArgument("profiler::start: expected spans_per_thread >= 1. Received: 0.");
-  }
+  LOCKSTEP_CHECK(options.spans_per_thread != 0,
+                 "profiler::start: expected spans_per_thread >= 1. Received: 0.");
   Session& s = session();
   std::lock_guard lock(s.mu);
-  if (detail::g_recording.load(std::memory_order_relaxed)) {
-    throw FailedPrecondition(
-        "profiler::start: the profiler is already recording; call profiler::stop() first.");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, !detail::g_recording.load(std::memory_order_relaxed),
+                    "profiler::start: the profiler is already recording; call profiler::stop() "
+                    "first.");
   s.options = options;
   s.retired = std::move(s.threads);
   s.threads.clear();

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
-#include "lockstep/core/check.h"
 
+#include "lockstep/core/check.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/model.h"
