@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/profile_summary.h"
 #include "span_order.h"
@@ -206,11 +207,9 @@ WorkerAnalysis analyse(const WorkerSpans& w) {
 }  // namespace
 
 ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th) {
-  if (trace.workers.empty()) {
-    throw InvalidArgument(
-        "summarize: expected a trace with at least one worker. Received an empty trace (only the "
-        "chief receives the gathered trace).");
-  }
+  LOCKSTEP_CHECK(!trace.workers.empty(),
+                 "summarize: expected a trace with at least one worker. Received an empty trace "
+                 "(only the chief receives the gathered trace).");
   ProfileSummary out;
   out.workers = static_cast<int>(trace.workers.size());
   std::vector<WorkerAnalysis> workers;
