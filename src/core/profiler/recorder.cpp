@@ -110,29 +110,29 @@ void set_backup_run(bool backup) noexcept {
 
 std::string_view phase_name(Phase phase) {
   switch (phase) {
-    case Phase::kNone:
+    case Phase::none:
       return "none";
-    case Phase::kStep:
+    case Phase::step:
       return "step";
-    case Phase::kInput:
+    case Phase::input:
       return "input";
-    case Phase::kReplica:
+    case Phase::replica:
       return "replica";
-    case Phase::kForward:
+    case Phase::forward:
       return "forward";
-    case Phase::kBackward:
+    case Phase::backward:
       return "backward";
-    case Phase::kLocalReduce:
+    case Phase::local_reduce:
       return "local_reduce";
-    case Phase::kAllReduce:
+    case Phase::all_reduce:
       return "all_reduce";
-    case Phase::kUpdate:
+    case Phase::update:
       return "update";
-    case Phase::kWait:
+    case Phase::wait:
       return "wait";
-    case Phase::kCheckpoint:
+    case Phase::checkpoint:
       return "checkpoint";
-    case Phase::kTasks:
+    case Phase::tasks:
       return "tasks";
   }
   return "unknown";
@@ -226,7 +226,7 @@ void StepTrace::begin(int64_t step) noexcept {
   if (thread_ == nullptr) return;
   t_in_step = true;
   detail::g_step.store(step, std::memory_order_relaxed);
-  span_.phase = Phase::kStep;
+  span_.phase = Phase::step;
   span_.replica = -1;
   span_.step = step;
   span_.backup = false;

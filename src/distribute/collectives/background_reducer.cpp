@@ -79,7 +79,7 @@ void BackgroundReducer::loop() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      profiler::ScopedSpan trace(profiler::Phase::kAllReduce);
+      profiler::ScopedSpan trace(profiler::Phase::all_reduce);
       if (job.compressed) {
         comm_->all_reduce_compressed(static_cast<bfloat16*>(job.buf), job.count);
       } else {

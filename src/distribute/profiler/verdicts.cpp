@@ -23,20 +23,20 @@ std::string percent_text(double p) {
 std::vector<Verdict> judge(const ProfileSummary& s, const VerdictThresholds& th) {
   std::vector<Verdict> out;
   if (s.steps == 0) {
-    out.push_back({"steps", Severity::kWarning, 0,
+    out.push_back({"steps", Severity::warning, 0,
                    "no training step was recorded: fit and train_on_batch mark their steps; a "
                    "custom loop wraps each step in profiler::StepTrace"});
     return out;
   }
   {
-    Verdict v{"input", Severity::kOk, s.input_percent, ""};
+    Verdict v{"input", Severity::ok, s.input_percent, ""};
     const std::string what = percent_text(s.input_percent) + " of step time waiting for data";
     if (s.input_percent >= th.input_bound_percent) {
-      v.severity = Severity::kBound;
+      v.severity = Severity::bound;
       v.message =
           "input-bound: " + what + " - add prefetch / num_parallel_calls / cache before batch";
     } else if (s.input_percent >= th.input_moderate_percent) {
-      v.severity = Severity::kWarning;
+      v.severity = Severity::warning;
       v.message = "moderately input-bound: " + what +
                   " - prefetch / num_parallel_calls / cache before batch may help";
     } else {
@@ -46,12 +46,12 @@ std::vector<Verdict> judge(const ProfileSummary& s, const VerdictThresholds& th)
   }
   if (s.workers > 1) {
     const double p = s.communication_percent;
-    Verdict v{"communication", Severity::kOk, p, ""};
+    Verdict v{"communication", Severity::ok, p, ""};
     const std::string what =
         percent_text(p) + " of step time waiting for the cross-worker all-reduce (" +
         fixed(s.allreduce_hidden_ms, 3) + " ms per step hidden under backward)";
     if (p >= th.communication_bound_percent) {
-      v.severity = Severity::kBound;
+      v.severity = Severity::bound;
       v.message = "communication-bound: " + what +
                   " - a larger global batch, bfloat16 gradients across workers (--gradient-dtype "
                   "bfloat16), or smaller buckets (--bytes-per-pack) to overlap more";
@@ -65,14 +65,14 @@ std::vector<Verdict> judge(const ProfileSummary& s, const VerdictThresholds& th)
     const ReplicaStats* slowest = &s.replicas.front();
     for (const ReplicaStats& r : s.replicas)
       if (r.last_percent > slowest->last_percent) slowest = &r;
-    Verdict v{"stragglers", Severity::kOk, p, ""};
+    Verdict v{"stragglers", Severity::ok, p, ""};
     const std::string what = "replica " + std::to_string(slowest->replica) + " finished last in " +
                              percent_text(slowest->last_percent) +
                              " of steps; the other replicas' threads waited " +
                              fixed(s.replica_wait_ms, 3) + " ms per step for the last one (" +
                              percent_text(p) + " of step time)";
     if (p >= th.straggler_percent) {
-      v.severity = Severity::kWarning;
+      v.severity = Severity::warning;
       v.message = "a replica straggles: " + what +
                   " - its thread started late or was descheduled (a busy machine), or its slice "
                   "of the batch is larger";
@@ -86,13 +86,13 @@ std::vector<Verdict> judge(const ProfileSummary& s, const VerdictThresholds& th)
     const WorkerStats* slowest = &s.worker_stats.front();
     for (const WorkerStats& w : s.worker_stats)
       if (w.last_percent > slowest->last_percent) slowest = &w;
-    Verdict v{"stragglers", Severity::kOk, p, ""};
+    Verdict v{"stragglers", Severity::ok, p, ""};
     const std::string what = "worker " + std::to_string(slowest->rank) + " was the slowest in " +
                              percent_text(slowest->last_percent) + " of steps; the others waited " +
                              fixed(slowest->others_wait_ms, 3) + " ms per step for it (" +
                              percent_text(p) + " of step time)";
     if (p >= th.straggler_percent) {
-      v.severity = Severity::kWarning;
+      v.severity = Severity::warning;
       v.message = "a worker straggles: " + what +
                   " - its machine is busier or slower, or its input pipeline is";
     } else {
@@ -101,16 +101,16 @@ std::vector<Verdict> judge(const ProfileSummary& s, const VerdictThresholds& th)
     out.push_back(v);
   }
   const bool has_tasks = std::any_of(s.phases.begin(), s.phases.end(), [](const PhaseRow& r) {
-    return r.phase == profiler::Phase::kTasks;
+    return r.phase == profiler::Phase::tasks;
   });
   if (has_tasks) {
     const double p = s.scheduling_percent;
-    Verdict v{"scheduling", Severity::kOk, p, ""};
+    Verdict v{"scheduling", Severity::ok, p, ""};
     const std::string what =
         percent_text(p) +
         " of step time handing tasks to the pool without running or waiting for one";
     if (p >= th.scheduling_percent) {
-      v.severity = Severity::kWarning;
+      v.severity = Severity::warning;
       v.message = "the step's thread was often descheduled: " + what +
                   " - the other threads ran its tasks meanwhile; another program shares the "
                   "cores (fewer pool threads, LOCKSTEP_NUM_THREADS, may help)";
@@ -123,11 +123,11 @@ std::vector<Verdict> judge(const ProfileSummary& s, const VerdictThresholds& th)
     const double p =
         s.task_runs ? 100.0 * static_cast<double>(s.backup_runs) / static_cast<double>(s.task_runs)
                     : 0;
-    Verdict v{"backups", Severity::kOk, p, ""};
+    Verdict v{"backups", Severity::ok, p, ""};
     const std::string what = std::to_string(s.backup_runs) + " backup runs of " +
                              std::to_string(s.task_runs) + " task runs (" + percent_text(p) + ")";
     if (p >= th.backup_percent) {
-      v.severity = Severity::kWarning;
+      v.severity = Severity::warning;
       v.message = "threads are often descheduled: " + what +
                   " - another program shares the cores; the backups keep the step going";
     } else {
@@ -137,7 +137,7 @@ std::vector<Verdict> judge(const ProfileSummary& s, const VerdictThresholds& th)
   }
   if (s.dropped > 0) {
     out.push_back(
-        {"dropped", Severity::kWarning, 0,
+        {"dropped", Severity::warning, 0,
          std::to_string(s.dropped) +
              " spans were dropped (full buffers): the figures cover what was kept; profile fewer "
              "steps or raise RecorderOptions::spans_per_thread"});
@@ -147,11 +147,11 @@ std::vector<Verdict> judge(const ProfileSummary& s, const VerdictThresholds& th)
 
 const char* severity_name(Severity s) {
   switch (s) {
-    case Severity::kOk:
+    case Severity::ok:
       return "ok";
-    case Severity::kWarning:
+    case Severity::warning:
       return "warning";
-    case Severity::kBound:
+    case Severity::bound:
       return "bound";
   }
   return "ok";

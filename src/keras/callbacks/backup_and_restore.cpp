@@ -280,7 +280,7 @@ void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
-  profiler::ScopedSpan write(profiler::Phase::kCheckpoint);
+  profiler::ScopedSpan write(profiler::Phase::checkpoint);
   // Every worker takes part: the Dropout streams are gathered with a collective.
   std::map<std::string, std::string> metadata = random_state_metadata(model());
   if (is_chief()) {
@@ -303,7 +303,7 @@ void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
   }
   write.end();
   // No worker may run ahead into an epoch whose predecessor has no backup yet.
-  profiler::ScopedSpan wait(profiler::Phase::kWait);
+  profiler::ScopedSpan wait(profiler::Phase::wait);
   barrier_workers();
 }
 

@@ -124,7 +124,7 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
     run.set_gradients(std::vector<Tensor>(state.trainable.size()));
     return;
   }
-  profiler::ScopedSpan forward(profiler::Phase::kForward, run.replica());
+  profiler::ScopedSpan forward(profiler::Phase::forward, run.replica());
   const Tensor x = as_model_input(e[0]);
   const Tensor y = e[1];
   // Dividing by N x the global batch makes the accumulated sum the average of the N steps.
@@ -142,7 +142,7 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
         [&run](size_t i, const Tensor& g) { run.gradient_ready(i, g); });
   }
   // Straight into the run's gradient buffers: no copy.
-  profiler::ScopedSpan backward(profiler::Phase::kBackward, run.replica());
+  profiler::ScopedSpan backward(profiler::Phase::backward, run.replica());
   run.set_gradients(tape.gradient(scaled, state.trainable, run.gradient_buffers()));
   backward.end();
   st.loss_sum = sum_of(per_example);
