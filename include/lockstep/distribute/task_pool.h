@@ -52,9 +52,9 @@ class TaskPhase {
   // deadline (kinds 0 .. kMaxKinds - 1).
   virtual int kind() const { return 0; }
   // What a run of a task records when the profiler is on (lockstep/core/profiler.h): its phase
-  // (kNone: nothing) and the local replica it works for (-1: none). The span covers the run and
-  // its commit or discard.
-  virtual profiler::Phase trace_phase() const { return profiler::Phase::kNone; }
+  // (Phase::none: nothing) and the local replica it works for (-1: none). The span covers the run
+  // and its commit or discard.
+  virtual profiler::Phase trace_phase() const { return profiler::Phase::none; }
   virtual int trace_replica(int /*task*/) const { return -1; }
 };
 

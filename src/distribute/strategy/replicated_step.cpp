@@ -141,7 +141,7 @@ class ReplicatedStep::ReplicaPhase : public TaskPhase {
       : step_(step), fn_(std::move(fn)), overlap_(overlap) {}
   int num_tasks() const override { return step_.num_local_; }
   int kind() const override { return 0; }
-  profiler::Phase trace_phase() const override { return profiler::Phase::kReplica; }
+  profiler::Phase trace_phase() const override { return profiler::Phase::replica; }
   int trace_replica(int task) const override { return task; }
   void* run(int replica, int /*thread*/) override {
     Slot* slot = step_.acquire();
@@ -178,8 +178,8 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
   int num_tasks() const override { return static_cast<int>(step_.chunks_.size()); }
   int kind() const override { return 1; }
   profiler::Phase trace_phase() const override {
-    return mode_ == ChunkMode::accumulate || mode_ == ChunkMode::sum ? profiler::Phase::kLocalReduce
-                                                                     : profiler::Phase::kUpdate;
+    return mode_ == ChunkMode::accumulate || mode_ == ChunkMode::sum ? profiler::Phase::local_reduce
+                                                                     : profiler::Phase::update;
   }
 
   void* run(int task, int thread) override {
@@ -202,7 +202,7 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
           // One replica's gradient is the sum: read it where it is (apply() does not write it).
           g = const_cast<float*>(only);
         } else {
-          profiler::ScopedSpan sum(profiler::Phase::kLocalReduce);
+          profiler::ScopedSpan sum(profiler::Phase::local_reduce);
           s.sum_chunk(c, in, g);
         }
         break;
@@ -417,7 +417,7 @@ void ReplicatedStep::bucket_ready(ReplicaRun& run, size_t b) {
 
 void ReplicatedStep::wait_for_buckets() {
   // What is left of the all-reduce after backward: the part not hidden under it.
-  profiler::ScopedSpan trace(profiler::Phase::kAllReduce);
+  profiler::ScopedSpan trace(profiler::Phase::all_reduce);
   {
     std::unique_lock lock(bucket_mu_);
     bucket_cv_.wait(lock, [this] { return buckets_enqueued_ == buckets_.size(); });
@@ -522,7 +522,7 @@ void ReplicatedStep::run_replicas(ReplicaFn fn) {
   // Gang: every replica at once, one thread each, with the local communicator.
   strategy_.run_on_replicas([&](ReplicaContext& ctx) {
     const int r = ctx.local_replica_id();
-    profiler::ScopedSpan trace(profiler::Phase::kReplica, r);
+    profiler::ScopedSpan trace(profiler::Phase::replica, r);
     Slot* slot = acquire();
     slot->run.reset(r, false);
     ReplicaContext mine(strategy_, r, &ctx.local_communicator(), strategy_.cross_worker(),
@@ -562,7 +562,7 @@ void ReplicatedStep::apply_deferred_sums() {
     }
   }
   if (Communicator* cross = strategy_.cross_worker()) {
-    profiler::ScopedSpan trace(profiler::Phase::kAllReduce);
+    profiler::ScopedSpan trace(profiler::Phase::all_reduce);
     // Every worker must sum the same values: a worker whose replicas all had empty slices has
     // none to offer, which the others cannot fill in.
     int64_t counts[2] = {static_cast<int64_t>(entries.size()),
@@ -632,7 +632,7 @@ void ReplicatedStep::prepare_buffers() {
 }
 
 void ReplicatedStep::all_reduce_across_workers() {
-  profiler::ScopedSpan trace(profiler::Phase::kAllReduce);
+  profiler::ScopedSpan trace(profiler::Phase::all_reduce);
   Communicator* cross = strategy_.cross_worker();
   const size_t n = static_cast<size_t>(total_);
   if (strategy_.communication_options().gradient_dtype == DType::bfloat16) {
@@ -648,7 +648,7 @@ void ReplicatedStep::all_reduce_across_workers() {
 
 void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   // The step's phases of tasks and what runs between them.
-  profiler::ScopedSpan trace(profiler::Phase::kTasks);
+  profiler::ScopedSpan trace(profiler::Phase::tasks);
   TaskPool& pool = strategy_.task_pool();
   step_first_phase_ = pool.stats().phases + 1;
   parity_ = 1 - parity_;

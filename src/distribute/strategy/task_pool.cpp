@@ -136,7 +136,7 @@ bool TaskPool::spinning_allowed() {
 uint64_t TaskPool::run(TaskPhase& phase) {
   // Holds the caller's runs and waits; the rest of it is scheduling, or time the caller was
   // descheduled while the helpers it woke ran the phase (a busy machine).
-  profiler::ScopedSpan tasks(profiler::Phase::kTasks);
+  profiler::ScopedSpan tasks(profiler::Phase::tasks);
   const uint64_t seq = ++sequence_;
   Record& rec = *ring_[seq % kRing];
   // A record is reused only once nobody works on its old phase (losing runs may linger).
@@ -198,7 +198,7 @@ void TaskPool::wait_for_runs_before(uint64_t sequence) {
   for (auto& r : ring_) {
     uint64_t s = r->sequence.load(std::memory_order_acquire);
     if (s != 0 && s < sequence && r->active.load(std::memory_order_acquire) != 0) {
-      profiler::ScopedSpan wait(profiler::Phase::kWait);
+      profiler::ScopedSpan wait(profiler::Phase::wait);
       r->wait_drained();
     }
   }
@@ -294,7 +294,7 @@ bool TaskPool::work_on(Record& rec, int thread) {
 }
 
 void TaskPool::wait_for_progress(Record& rec, int /*thread*/) {
-  profiler::ScopedSpan wait(profiler::Phase::kWait);
+  profiler::ScopedSpan wait(profiler::Phase::wait);
   // The wait at the end of a phase is usually for one task on another thread that is about to
   // commit: with a spare core, watching for it costs nothing and saves a futex wake-up (tens of
   // microseconds on a VM, several times per step). The spin stays shorter than a backup deadline,
