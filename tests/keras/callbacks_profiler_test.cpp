@@ -305,8 +305,10 @@ const distribute::Verdict& input_verdict(const distribute::ProfileSummary& s) {
 
 TEST_F(ProfilerFiles, ASlowInputPipelineIsInputBoundAndAFastOneIsNot) {
   distribute::Strategy strategy(config(2, 2));
+  // 40 ms per batch: well above a step of this model even under ThreadSanitizer on a busy machine
+  // (8 ms was not: the input share fell to 16% there).
   auto slow =
-      strategy.experimental_distribute_dataset(random_dataset(2 * 128, 3).map(blocking_map(8)));
+      strategy.experimental_distribute_dataset(random_dataset(2 * 128, 3).map(blocking_map(40)));
   const distribute::ProfileSummary s = fit_profiled(strategy, slow, 8, 2, 8);
   EXPECT_EQ(input_verdict(s).severity, Severity::bound) << input_verdict(s).message;
   EXPECT_GE(s.input_percent, 20.0);
