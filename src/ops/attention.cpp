@@ -271,11 +271,19 @@ void softmax_grad_columns(const Tensor& probs, const Tensor& dprobs, int64_t cou
   }
 }
 
-// The block's float32 (or float64) buffer in the operands' dtype: itself, or rounded to bfloat16
-// into `low`.
+// bfloat16 operands are multiplied as float32 copies of their values: the products of two
+// bfloat16 values are exact in float32 and oneDNN's bfloat16 matmul accumulates in float32 too, so
+// only the order of the sums differs, but its bfloat16 kernels for these small strided heads run
+// several times slower than its float32 ones here. The float32 copies are made once per call.
+Tensor widened(const Tensor& t) {
+  return t.dtype() == DType::bfloat16 ? t.to(DType::float32) : t;
+}
+
+// The block's float32 (or float64) buffer as the matmuls with bfloat16 operands take it: itself,
+// or rounded to bfloat16 values (kept in float32) into `low`.
 const Tensor& in_operand_dtype(const Tensor& acc, const Tensor& low, int64_t count) {
   if (!low.defined()) return acc;
-  float_to_bfloat16(acc.data<float>(), low.data<bfloat16>(), static_cast<size_t>(count));
+  round_to_bfloat16_values(acc.data<float>(), low.data<float>(), static_cast<size_t>(count));
   return low;
 }
 
@@ -318,17 +326,20 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
   if (out.num_elements() == 0) return out;
   if (d.S == 0) return Tensor::zeros(out.shape(), out.dtype());  // no keys: empty sums
   const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
+  const bool bf16 = p.dtype == DType::bfloat16;
+  const Tensor q = widened(query), k = widened(key), v = widened(value);
+  Tensor out_acc = bf16 ? Tensor(out.shape(), DType::float32) : out;
   // Zeros: the padding columns then hold finite values through the softmax.
   Tensor probs = Tensor::zeros({block * d.H * d.S * ld}, p.acc);
-  Tensor low = p.dtype == DType::bfloat16 ? Tensor(probs.shape(), DType::bfloat16) : Tensor();
+  Tensor low = bf16 ? Tensor(probs.shape(), DType::float32) : Tensor();
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
-    block_probabilities(p, query, key, b0, n, ld, probs);
+    block_probabilities(p, q, k, b0, n, ld, probs);
     const Tensor& pv = in_operand_dtype(probs, low, n * d.H * d.S * ld);
-    detail::batched_gemm(scores_t(pv, n, d, ld).t(), heads(value, b0, n, d.H),
-                         heads(out, b0, n, d.H));
+    detail::batched_gemm(scores_t(pv, n, d, ld).t(), heads(v, b0, n, d.H),
+                         heads(out_acc, b0, n, d.H));
   }
-  return out;
+  return bf16 ? out_acc.to(DType::bfloat16) : out;
 }
 
 AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tensor& query,
@@ -350,28 +361,31 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     if (need_dvalue) g.dvalue = Tensor::zeros(value.shape(), value.dtype());
     return g;
   }
-  // Every block writes its examples' rows of each gradient in full.
-  if (need_dquery) g.dquery = Tensor(query.shape(), query.dtype());
-  if (need_dkey) g.dkey = Tensor(key.shape(), key.dtype());
-  if (need_dvalue) g.dvalue = Tensor(value.shape(), value.dtype());
+  // Every block writes its examples' rows of each gradient in full (in float32 for bfloat16
+  // operands, rounded once at the end).
+  const bool bf16 = p.dtype == DType::bfloat16;
+  const DType gdt = bf16 ? DType::float32 : query.dtype();
+  if (need_dquery) g.dquery = Tensor(query.shape(), gdt);
+  if (need_dkey) g.dkey = Tensor(key.shape(), gdt);
+  if (need_dvalue) g.dvalue = Tensor(value.shape(), gdt);
+  const Tensor q = widened(query), k = widened(key), v = widened(value), dout = widened(doutput);
   const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
   const int64_t block_elems = block * d.H * d.S * ld;
   Tensor probs = Tensor::zeros({block_elems}, p.acc), dprobs = Tensor::zeros({block_elems}, p.acc);
-  const bool bf16 = p.dtype == DType::bfloat16;
-  Tensor low_p = bf16 ? Tensor({block_elems}, DType::bfloat16) : Tensor();
-  Tensor low_ds = bf16 ? Tensor({block_elems}, DType::bfloat16) : Tensor();
+  Tensor low_p = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
+  Tensor low_ds = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
     const int64_t count = n * d.H * d.S * ld;
-    block_probabilities(p, query, key, b0, n, ld, probs);
+    block_probabilities(p, q, k, b0, n, ld, probs);
     if (need_dvalue) {  // dV = Pᵀ · dO
       const Tensor& pv = in_operand_dtype(probs, low_p, count);
-      detail::batched_gemm(scores_t(pv, n, d, ld), heads(doutput, b0, n, d.H),
+      detail::batched_gemm(scores_t(pv, n, d, ld), heads(dout, b0, n, d.H),
                            heads(g.dvalue, b0, n, d.H));
     }
     if (!need_dquery && !need_dkey) continue;
     // dPᵀ = V · dOᵀ
-    detail::batched_gemm(heads(value, b0, n, d.H), heads(doutput, b0, n, d.H).t(),
+    detail::batched_gemm(heads(v, b0, n, d.H), heads(dout, b0, n, d.H).t(),
                          scores_t(dprobs, n, d, ld));
     softmax_grad_columns(probs, dprobs, n * d.H, d.S, ld);
     if (masking(p)) {
@@ -383,12 +397,17 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     }
     const Tensor& ds = in_operand_dtype(dprobs, low_ds, count);
     if (need_dquery) {  // dQ = scale · dScores · K
-      detail::batched_gemm(scores_t(ds, n, d, ld).t(), heads(key, b0, n, d.H),
+      detail::batched_gemm(scores_t(ds, n, d, ld).t(), heads(k, b0, n, d.H),
                            heads(g.dquery, b0, n, d.H), p.scale);
     }
     if (need_dkey) {  // dK = scale · dScoresᵀ · Q
-      detail::batched_gemm(scores_t(ds, n, d, ld), heads(query, b0, n, d.H),
+      detail::batched_gemm(scores_t(ds, n, d, ld), heads(q, b0, n, d.H),
                            heads(g.dkey, b0, n, d.H), p.scale);
+    }
+  }
+  if (bf16) {
+    for (Tensor* t : {&g.dquery, &g.dkey, &g.dvalue}) {
+      if (t->defined()) *t = t->to(DType::bfloat16);
     }
   }
   return g;
