@@ -401,8 +401,8 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
                            heads(g.dquery, b0, n, d.H), p.scale);
     }
     if (need_dkey) {  // dK = scale · dScoresᵀ · Q
-      detail::batched_gemm(scores_t(ds, n, d, ld), heads(q, b0, n, d.H),
-                           heads(g.dkey, b0, n, d.H), p.scale);
+      detail::batched_gemm(scores_t(ds, n, d, ld), heads(q, b0, n, d.H), heads(g.dkey, b0, n, d.H),
+                           p.scale);
     }
   }
   if (bf16) {
