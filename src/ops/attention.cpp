@@ -226,6 +226,123 @@ LOCKSTEP_TARGET_CLONES void softmax_grad_columns_f32(const float* __restrict p,
   }
 }
 
+// The two products of attention for one (example, head), float32, written for these shapes: a
+// head is a few dozen rows of a few dozen features (the ViT's are 49 x 16), where a general matmul
+// spends most of its time on set-up and packing. Both accumulate in float32 in the order of the
+// sum's index.
+
+// NV vectors (16 queries each) of rows s and, with TWO, s + 1 of yt; see scores_f32.
+template <int NV, bool TWO>
+[[gnu::always_inline]] inline void scores_rows(const float* __restrict a0,
+                                               const float* __restrict a1,
+                                               const float* __restrict bt, int64_t D, int64_t ld,
+                                               float alpha, float* __restrict y0,
+                                               float* __restrict y1) {
+  F16 acc0[NV] = {}, acc1[NV] = {}, v;
+  for (int64_t dd = 0; dd < D; ++dd) {
+    const F16 x0 = a0[dd] - F16{};  // a broadcast: a − 0 is a for every float
+    const F16 x1 = TWO ? a1[dd] - F16{} : F16{};
+    for (int u = 0; u < NV; ++u) {
+      load16(v, bt + dd * ld + 16 * u);
+      acc0[u] += x0 * v;
+      if (TWO) acc1[u] += x1 * v;
+    }
+  }
+  for (int u = 0; u < NV; ++u) {
+    store16(y0 + 16 * u, acc0[u] * alpha);
+    if (TWO) store16(y1 + 16 * u, acc1[u] * alpha);
+  }
+}
+
+template <int NV>
+[[gnu::always_inline]] inline void scores_columns(const float* __restrict a, int64_t a_rs,
+                                                  int64_t S, const float* __restrict bt, int64_t D,
+                                                  int64_t ld, float alpha, float* __restrict yt) {
+  int64_t s = 0;
+  for (; s + 2 <= S; s += 2) {
+    scores_rows<NV, true>(a + s * a_rs, a + (s + 1) * a_rs, bt, D, ld, alpha, yt + s * ld,
+                          yt + (s + 1) * ld);
+  }
+  if (s < S) scores_rows<NV, false>(a + s * a_rs, a, bt, D, ld, alpha, yt + s * ld, yt);
+}
+
+// yt[s, t] = alpha · Σ_d a[s, d] · b[t, d] for s < S and t < ld (ld a multiple of 16, >= T): the
+// transposed scores as scores_t lays them out. b is first transposed into bt [D, ld] (zero for
+// t >= T, so the padding columns come out 0); then each row of yt is a sum of the D rows of bt
+// scaled by broadcast elements of a: up to 64 queries (four vectors) of two rows at a time, held
+// in registers.
+LOCKSTEP_TARGET_CLONES void scores_f32(const float* __restrict a, int64_t a_rs, int64_t S,
+                                       const float* __restrict b, int64_t b_rs, int64_t T,
+                                       int64_t D, int64_t ld, float alpha, float* __restrict bt,
+                                       float* __restrict yt) {
+  for (int64_t dd = 0; dd < D; ++dd) {
+    for (int64_t t = 0; t < T; ++t) bt[dd * ld + t] = b[t * b_rs + dd];
+    for (int64_t t = T; t < ld; ++t) bt[dd * ld + t] = 0.0f;
+  }
+  for (int64_t j = 0; j < ld; j += 64) {
+    switch (std::min<int64_t>(4, (ld - j) / 16)) {
+      case 4:
+        scores_columns<4>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        break;
+      case 3:
+        scores_columns<3>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        break;
+      case 2:
+        scores_columns<2>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        break;
+      default:
+        scores_columns<1>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        break;
+    }
+  }
+}
+
+// R output rows [i, i + R) of weighted_rows_f32, features [c, c + 16), in R registers.
+template <int R>
+[[gnu::always_inline]] inline void weighted_block(const float* __restrict w, int64_t wi, int64_t wj,
+                                                  int64_t J, const float* __restrict x,
+                                                  int64_t x_rs, float alpha, float* __restrict y,
+                                                  int64_t y_rs) {
+  F16 acc[R] = {}, v;
+  for (int64_t j = 0; j < J; ++j) {
+    load16(v, x + j * x_rs);
+    const float* wj0 = w + j * wj;
+    for (int u = 0; u < R; ++u) acc[u] += (wj0[u * wi] - F16{}) * v;  // a broadcast times v
+  }
+  for (int u = 0; u < R; ++u) store16(y + u * y_rs, acc[u] * alpha);
+}
+
+// y[i, c] = alpha · Σ_{j < J} w[i·wi + j·wj] · x[j, c] for i < I and c < D: a weighted sum of rows
+// of x per output row (the weighted values P·V, and the gradients dV, dQ, dK), 16 features per
+// vector, eight output rows at a time (eight independent sums keep the FMA units busy); features
+// past the last multiple of 16 run as scalars.
+LOCKSTEP_TARGET_CLONES void weighted_rows_f32(const float* __restrict w, int64_t wi, int64_t wj,
+                                              int64_t I, int64_t J, const float* __restrict x,
+                                              int64_t x_rs, int64_t D, float alpha,
+                                              float* __restrict y, int64_t y_rs) {
+  const int64_t dv = D / 16 * 16;
+  for (int64_t c = 0; c < dv; c += 16) {
+    int64_t i = 0;
+    for (; i + 8 <= I; i += 8) {
+      weighted_block<8>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+    }
+    if (i + 4 <= I) {
+      weighted_block<4>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+      i += 4;
+    }
+    for (; i < I; ++i) {
+      weighted_block<1>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+    }
+  }
+  for (int64_t c = dv; c < D; ++c) {
+    for (int64_t i = 0; i < I; ++i) {
+      float acc = 0;
+      for (int64_t j = 0; j < J; ++j) acc += w[i * wi + j * wj] * x[j * x_rs + c];
+      y[i * y_rs + c] = acc * alpha;
+    }
+  }
+}
+
 template <bool GRAD>
 void columns_f64(const double* p, double* x, int64_t count, int64_t rows, int64_t ld) {
   std::vector<double> acc(static_cast<size_t>(ld)), m(static_cast<size_t>(ld));
@@ -287,12 +404,60 @@ const Tensor& in_operand_dtype(const Tensor& acc, const Tensor& low, int64_t cou
   return low;
 }
 
+// Element (b, 0, h, 0) of a [B, rows, H, D] float32 tensor; its rows are H·D apart.
+float* head_data(const Tensor& t, int64_t b, int64_t h) {
+  return const_cast<float*>(t.data<float>()) + (b * t.dim(1) * t.dim(2) + h) * t.dim(3);
+}
+int64_t row_stride(const Tensor& t) {
+  return t.dim(2) * t.dim(3);
+}
+
+// For examples [b0, b0 + n) and every head: yt = alpha · a · bᵀ into the block's transposed
+// scores ([S, ld] per head), with a [B, S, H, D] and b [B, T, H, D].
+void scores_product(const Tensor& a, const Tensor& b, int64_t b0, int64_t n, const Dims& d,
+                    int64_t ld, double alpha, const Tensor& yt) {
+  if (yt.dtype() == DType::float64) {
+    detail::batched_gemm(heads(a, b0, n, d.H), heads(b, b0, n, d.H).t(), scores_t(yt, n, d, ld),
+                         alpha);
+    return;
+  }
+  const int64_t D = a.dim(3);
+  Tensor bt({std::max<int64_t>(1, D * ld)}, DType::float32);
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      scores_f32(head_data(a, b0 + e, h), row_stride(a), d.S, head_data(b, b0 + e, h),
+                 row_stride(b), d.T, D, ld, static_cast<float>(alpha), bt.data<float>(),
+                 yt.data<float>() + (e * d.H + h) * d.S * ld);
+    }
+  }
+}
+
+// For examples [b0, b0 + n) and every head: y = alpha · W · x, W the head's [S, ld] block of
+// `wt` (the transposed probabilities or score gradients) as it is (W [S, T]: y [B, S, H, D] from
+// x [B, T, H, D]) or transposed (W [T, S]: y [B, T, H, D] from x [B, S, H, D]).
+void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t b0, int64_t n,
+                      const Dims& d, int64_t ld, double alpha, const Tensor& y) {
+  if (wt.dtype() == DType::float64) {
+    const StridedBatch w = transpose ? scores_t(wt, n, d, ld).t() : scores_t(wt, n, d, ld);
+    detail::batched_gemm(w, heads(x, b0, n, d.H), heads(y, b0, n, d.H), alpha);
+    return;
+  }
+  const int64_t I = transpose ? d.T : d.S, J = transpose ? d.S : d.T;
+  const int64_t wi = transpose ? 1 : ld, wj = transpose ? ld : 1;
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      weighted_rows_f32(wt.data<float>() + (e * d.H + h) * d.S * ld, wi, wj, I, J,
+                        head_data(x, b0 + e, h), row_stride(x), x.dim(3), static_cast<float>(alpha),
+                        head_data(y, b0 + e, h), row_stride(y));
+    }
+  }
+}
+
 // Probabilities of examples [b0, b0 + n), transposed, into `probs` ([n, H, S, ld], acc dtype).
 void block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_t b0, int64_t n,
                          int64_t ld, const Tensor& probs) {
   const Dims& d = p.d;
-  detail::batched_gemm(heads(k, b0, n, d.H), heads(q, b0, n, d.H).t(), scores_t(probs, n, d, ld),
-                       p.scale);
+  scores_product(k, q, b0, n, d, ld, p.scale, probs);
   if (masking(p)) {
     if (p.acc == DType::float64) {
       set_dropped(probs.data<double>(), p, b0, n, ld, kMaskedScore);
@@ -336,8 +501,7 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
     const int64_t n = std::min(block, d.B - b0);
     block_probabilities(p, q, k, b0, n, ld, probs);
     const Tensor& pv = in_operand_dtype(probs, low, n * d.H * d.S * ld);
-    detail::batched_gemm(scores_t(pv, n, d, ld).t(), heads(v, b0, n, d.H),
-                         heads(out_acc, b0, n, d.H));
+    weighted_product(pv, true, v, b0, n, d, ld, 1.0, out_acc);
   }
   return bf16 ? out_acc.to(DType::bfloat16) : out;
 }
@@ -380,13 +544,11 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     block_probabilities(p, q, k, b0, n, ld, probs);
     if (need_dvalue) {  // dV = Pᵀ · dO
       const Tensor& pv = in_operand_dtype(probs, low_p, count);
-      detail::batched_gemm(scores_t(pv, n, d, ld), heads(dout, b0, n, d.H),
-                           heads(g.dvalue, b0, n, d.H));
+      weighted_product(pv, false, dout, b0, n, d, ld, 1.0, g.dvalue);
     }
     if (!need_dquery && !need_dkey) continue;
     // dPᵀ = V · dOᵀ
-    detail::batched_gemm(heads(v, b0, n, d.H), heads(dout, b0, n, d.H).t(),
-                         scores_t(dprobs, n, d, ld));
+    scores_product(v, dout, b0, n, d, ld, 1.0, dprobs);
     softmax_grad_columns(probs, dprobs, n * d.H, d.S, ld);
     if (masking(p)) {
       if (p.acc == DType::float64) {
@@ -397,12 +559,10 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     }
     const Tensor& ds = in_operand_dtype(dprobs, low_ds, count);
     if (need_dquery) {  // dQ = scale · dScores · K
-      detail::batched_gemm(scores_t(ds, n, d, ld).t(), heads(k, b0, n, d.H),
-                           heads(g.dquery, b0, n, d.H), p.scale);
+      weighted_product(ds, true, k, b0, n, d, ld, p.scale, g.dquery);
     }
     if (need_dkey) {  // dK = scale · dScoresᵀ · Q
-      detail::batched_gemm(scores_t(ds, n, d, ld), heads(q, b0, n, d.H), heads(g.dkey, b0, n, d.H),
-                           p.scale);
+      weighted_product(ds, false, q, b0, n, d, ld, p.scale, g.dkey);
     }
   }
   if (bf16) {
