@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu_dispatch.h"
@@ -226,22 +227,48 @@ LOCKSTEP_TARGET_CLONES void softmax_grad_columns_f32(const float* __restrict p,
   }
 }
 
-// The two products of attention for one (example, head), float32, written for these shapes: a
-// head is a few dozen rows of a few dozen features (the ViT's are 49 x 16), where a general matmul
-// spends most of its time on set-up and packing. Both accumulate in float32 in the order of the
-// sum's index.
+// The two products of attention for one (example, head), written for these shapes: a head is a
+// few dozen rows of a few dozen features (the ViT's are 49 x 16), where a general matmul spends
+// most of its time on set-up and packing. Operands are float32 or bfloat16 (read as their float32
+// values: the products of two bfloat16 values are exact in float32); both products accumulate in
+// float32, in the order of the sum's index, as a bfloat16 matmul accumulates. A bfloat16 result
+// is the float32 sum rounded once to nearest even.
+typedef uint32_t U16 __attribute__((vector_size(64)));
+typedef uint16_t H16 __attribute__((vector_size(32)));
 
-// NV vectors (16 queries each) of rows s and, with TWO, s + 1 of yt; see scores_f32.
-template <int NV, bool TWO>
-[[gnu::always_inline]] inline void scores_rows(const float* __restrict a0,
-                                               const float* __restrict a1,
+[[gnu::always_inline]] inline float value_of(float v) {
+  return v;
+}
+[[gnu::always_inline]] inline float value_of(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+[[gnu::always_inline]] inline void load16(F16& v, const uint16_t* p) {
+  H16 h;
+  std::memcpy(&h, p, sizeof h);
+  v = (F16)(__builtin_convertvector(h, U16) << 16);
+}
+// Rounds to bfloat16, nearest even; NaN stays a quiet NaN (as bfloat16(float)).
+[[gnu::always_inline]] inline void store16(uint16_t* p, const F16& v) {
+  const U16 u = (U16)v;
+  const U16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const U16 quiet_nan = (u >> 16) | 0x0040u;
+  const H16 h = __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded, H16);
+  std::memcpy(p, &h, sizeof h);
+}
+
+// NV vectors (16 queries each) of rows s and, with TWO, s + 1 of yt; see scores_kernel.
+template <int NV, bool TWO, typename T>
+[[gnu::always_inline]] inline void scores_rows(const T* __restrict a0, const T* __restrict a1,
                                                const float* __restrict bt, int64_t D, int64_t ld,
                                                float alpha, float* __restrict y0,
                                                float* __restrict y1) {
   F16 acc0[NV] = {}, acc1[NV] = {}, v;
   for (int64_t dd = 0; dd < D; ++dd) {
-    const F16 x0 = a0[dd] - F16{};  // a broadcast: a − 0 is a for every float
-    const F16 x1 = TWO ? a1[dd] - F16{} : F16{};
+    const F16 x0 = value_of(a0[dd]) - F16{};  // a broadcast: a − 0 is a for every float
+    const F16 x1 = TWO ? value_of(a1[dd]) - F16{} : F16{};
     for (int u = 0; u < NV; ++u) {
       load16(v, bt + dd * ld + 16 * u);
       acc0[u] += x0 * v;
@@ -254,10 +281,10 @@ template <int NV, bool TWO>
   }
 }
 
-template <int NV>
-[[gnu::always_inline]] inline void scores_columns(const float* __restrict a, int64_t a_rs,
-                                                  int64_t S, const float* __restrict bt, int64_t D,
-                                                  int64_t ld, float alpha, float* __restrict yt) {
+template <int NV, typename T>
+[[gnu::always_inline]] inline void scores_columns(const T* __restrict a, int64_t a_rs, int64_t S,
+                                                  const float* __restrict bt, int64_t D, int64_t ld,
+                                                  float alpha, float* __restrict yt) {
   int64_t s = 0;
   for (; s + 2 <= S; s += 2) {
     scores_rows<NV, true>(a + s * a_rs, a + (s + 1) * a_rs, bt, D, ld, alpha, yt + s * ld,
@@ -267,17 +294,18 @@ template <int NV>
 }
 
 // yt[s, t] = alpha · Σ_d a[s, d] · b[t, d] for s < S and t < ld (ld a multiple of 16, >= T): the
-// transposed scores as scores_t lays them out. b is first transposed into bt [D, ld] (zero for
-// t >= T, so the padding columns come out 0); then each row of yt is a sum of the D rows of bt
-// scaled by broadcast elements of a: up to 64 queries (four vectors) of two rows at a time, held
-// in registers.
-LOCKSTEP_TARGET_CLONES void scores_f32(const float* __restrict a, int64_t a_rs, int64_t S,
-                                       const float* __restrict b, int64_t b_rs, int64_t T,
-                                       int64_t D, int64_t ld, float alpha, float* __restrict bt,
-                                       float* __restrict yt) {
+// transposed scores as scores_t lays them out, float32. b is first transposed into bt [D, ld]
+// (float32 values, zero for t >= T, so the padding columns come out 0); then each row of yt is a
+// sum of the D rows of bt scaled by broadcast elements of a: up to 64 queries (four vectors) of
+// two rows at a time, held in registers.
+template <typename T>
+[[gnu::always_inline]] inline void scores_kernel(const T* __restrict a, int64_t a_rs, int64_t S,
+                                                 const T* __restrict b, int64_t b_rs, int64_t T_,
+                                                 int64_t D, int64_t ld, float alpha,
+                                                 float* __restrict bt, float* __restrict yt) {
   for (int64_t dd = 0; dd < D; ++dd) {
-    for (int64_t t = 0; t < T; ++t) bt[dd * ld + t] = b[t * b_rs + dd];
-    for (int64_t t = T; t < ld; ++t) bt[dd * ld + t] = 0.0f;
+    for (int64_t t = 0; t < T_; ++t) bt[dd * ld + t] = value_of(b[t * b_rs + dd]);
+    for (int64_t t = T_; t < ld; ++t) bt[dd * ld + t] = 0.0f;
   }
   for (int64_t j = 0; j < ld; j += 64) {
     switch (std::min<int64_t>(4, (ld - j) / 16)) {
@@ -296,13 +324,22 @@ LOCKSTEP_TARGET_CLONES void scores_f32(const float* __restrict a, int64_t a_rs, 
     }
   }
 }
+LOCKSTEP_TARGET_CLONES void scores_f32(const float* a, int64_t a_rs, int64_t S, const float* b,
+                                       int64_t b_rs, int64_t T, int64_t D, int64_t ld, float alpha,
+                                       float* bt, float* yt) {
+  scores_kernel(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
+}
+LOCKSTEP_TARGET_CLONES void scores_bf16(const uint16_t* a, int64_t a_rs, int64_t S,
+                                        const uint16_t* b, int64_t b_rs, int64_t T, int64_t D,
+                                        int64_t ld, float alpha, float* bt, float* yt) {
+  scores_kernel(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
+}
 
-// R output rows [i, i + R) of weighted_rows_f32, features [c, c + 16), in R registers.
-template <int R>
+// R output rows [i, i + R) of weighted_rows, features [c, c + 16), in R registers.
+template <int R, typename T>
 [[gnu::always_inline]] inline void weighted_block(const float* __restrict w, int64_t wi, int64_t wj,
-                                                  int64_t J, const float* __restrict x,
-                                                  int64_t x_rs, float alpha, float* __restrict y,
-                                                  int64_t y_rs) {
+                                                  int64_t J, const T* __restrict x, int64_t x_rs,
+                                                  float alpha, T* __restrict y, int64_t y_rs) {
   F16 acc[R] = {}, v;
   for (int64_t j = 0; j < J; ++j) {
     load16(v, x + j * x_rs);
@@ -312,14 +349,16 @@ template <int R>
   for (int u = 0; u < R; ++u) store16(y + u * y_rs, acc[u] * alpha);
 }
 
-// y[i, c] = alpha · Σ_{j < J} w[i·wi + j·wj] · x[j, c] for i < I and c < D: a weighted sum of rows
-// of x per output row (the weighted values P·V, and the gradients dV, dQ, dK), 16 features per
-// vector, eight output rows at a time (eight independent sums keep the FMA units busy); features
-// past the last multiple of 16 run as scalars.
-LOCKSTEP_TARGET_CLONES void weighted_rows_f32(const float* __restrict w, int64_t wi, int64_t wj,
-                                              int64_t I, int64_t J, const float* __restrict x,
-                                              int64_t x_rs, int64_t D, float alpha,
-                                              float* __restrict y, int64_t y_rs) {
+// y[i, c] = alpha · Σ_{j < J} w[i·wi + j·wj] · x[j, c] for i < I and c < D (w float32, x and y
+// float32 or bfloat16): a weighted sum of rows of x per output row (the weighted values P·V, and
+// the gradients dV, dQ, dK), 16 features per vector, eight output rows at a time (eight
+// independent sums keep the FMA units busy); features past the last multiple of 16 run as
+// scalars.
+template <typename T>
+[[gnu::always_inline]] inline void weighted_rows(const float* __restrict w, int64_t wi, int64_t wj,
+                                                 int64_t I, int64_t J, const T* __restrict x,
+                                                 int64_t x_rs, int64_t D, float alpha,
+                                                 T* __restrict y, int64_t y_rs) {
   const int64_t dv = D / 16 * 16;
   for (int64_t c = 0; c < dv; c += 16) {
     int64_t i = 0;
@@ -337,10 +376,25 @@ LOCKSTEP_TARGET_CLONES void weighted_rows_f32(const float* __restrict w, int64_t
   for (int64_t c = dv; c < D; ++c) {
     for (int64_t i = 0; i < I; ++i) {
       float acc = 0;
-      for (int64_t j = 0; j < J; ++j) acc += w[i * wi + j * wj] * x[j * x_rs + c];
-      y[i * y_rs + c] = acc * alpha;
+      for (int64_t j = 0; j < J; ++j) acc += w[i * wi + j * wj] * value_of(x[j * x_rs + c]);
+      acc *= alpha;
+      if constexpr (std::is_same_v<T, float>) {
+        y[i * y_rs + c] = acc;
+      } else {
+        y[i * y_rs + c] = bfloat16(acc).bits;
+      }
     }
   }
+}
+LOCKSTEP_TARGET_CLONES void weighted_rows_f32(const float* w, int64_t wi, int64_t wj, int64_t I,
+                                              int64_t J, const float* x, int64_t x_rs, int64_t D,
+                                              float alpha, float* y, int64_t y_rs) {
+  weighted_rows(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
+}
+LOCKSTEP_TARGET_CLONES void weighted_rows_bf16(const float* w, int64_t wi, int64_t wj, int64_t I,
+                                               int64_t J, const uint16_t* x, int64_t x_rs,
+                                               int64_t D, float alpha, uint16_t* y, int64_t y_rs) {
+  weighted_rows(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
 }
 
 template <bool GRAD>
@@ -388,14 +442,6 @@ void softmax_grad_columns(const Tensor& probs, const Tensor& dprobs, int64_t cou
   }
 }
 
-// bfloat16 operands are multiplied as float32 copies of their values: the products of two
-// bfloat16 values are exact in float32 and oneDNN's bfloat16 matmul accumulates in float32 too, so
-// only the order of the sums differs, but its bfloat16 kernels for these small strided heads run
-// several times slower than its float32 ones here. The float32 copies are made once per call.
-Tensor widened(const Tensor& t) {
-  return t.dtype() == DType::bfloat16 ? t.to(DType::float32) : t;
-}
-
 // The block's float32 (or float64) buffer as the matmuls with bfloat16 operands take it: itself,
 // or rounded to bfloat16 values (kept in float32) into `low`.
 const Tensor& in_operand_dtype(const Tensor& acc, const Tensor& low, int64_t count) {
@@ -404,9 +450,12 @@ const Tensor& in_operand_dtype(const Tensor& acc, const Tensor& low, int64_t cou
   return low;
 }
 
-// Element (b, 0, h, 0) of a [B, rows, H, D] float32 tensor; its rows are H·D apart.
-float* head_data(const Tensor& t, int64_t b, int64_t h) {
-  return const_cast<float*>(t.data<float>()) + (b * t.dim(1) * t.dim(2) + h) * t.dim(3);
+// Element (b, 0, h, 0) of a [B, rows, H, D] tensor, as float or bfloat16 bits; its rows are H·D
+// apart.
+template <typename E>
+E* head_data(const Tensor& t, int64_t b, int64_t h) {
+  auto* base = static_cast<E*>(const_cast<void*>(t.raw_data()));
+  return base + (b * t.dim(1) * t.dim(2) + h) * t.dim(3);
 }
 int64_t row_stride(const Tensor& t) {
   return t.dim(2) * t.dim(3);
@@ -422,12 +471,20 @@ void scores_product(const Tensor& a, const Tensor& b, int64_t b0, int64_t n, con
     return;
   }
   const int64_t D = a.dim(3);
+  const bool bf16 = a.dtype() == DType::bfloat16;
   Tensor bt({std::max<int64_t>(1, D * ld)}, DType::float32);
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t h = 0; h < d.H; ++h) {
-      scores_f32(head_data(a, b0 + e, h), row_stride(a), d.S, head_data(b, b0 + e, h),
-                 row_stride(b), d.T, D, ld, static_cast<float>(alpha), bt.data<float>(),
-                 yt.data<float>() + (e * d.H + h) * d.S * ld);
+      float* y = yt.data<float>() + (e * d.H + h) * d.S * ld;
+      if (bf16) {
+        scores_bf16(head_data<uint16_t>(a, b0 + e, h), row_stride(a), d.S,
+                    head_data<uint16_t>(b, b0 + e, h), row_stride(b), d.T, D, ld,
+                    static_cast<float>(alpha), bt.data<float>(), y);
+      } else {
+        scores_f32(head_data<float>(a, b0 + e, h), row_stride(a), d.S,
+                   head_data<float>(b, b0 + e, h), row_stride(b), d.T, D, ld,
+                   static_cast<float>(alpha), bt.data<float>(), y);
+      }
     }
   }
 }
@@ -446,9 +503,15 @@ void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t
   const int64_t wi = transpose ? 1 : ld, wj = transpose ? ld : 1;
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t h = 0; h < d.H; ++h) {
-      weighted_rows_f32(wt.data<float>() + (e * d.H + h) * d.S * ld, wi, wj, I, J,
-                        head_data(x, b0 + e, h), row_stride(x), x.dim(3), static_cast<float>(alpha),
-                        head_data(y, b0 + e, h), row_stride(y));
+      const float* w = wt.data<float>() + (e * d.H + h) * d.S * ld;
+      if (x.dtype() == DType::bfloat16) {
+        weighted_rows_bf16(w, wi, wj, I, J, head_data<uint16_t>(x, b0 + e, h), row_stride(x),
+                           x.dim(3), static_cast<float>(alpha), head_data<uint16_t>(y, b0 + e, h),
+                           row_stride(y));
+      } else {
+        weighted_rows_f32(w, wi, wj, I, J, head_data<float>(x, b0 + e, h), row_stride(x), x.dim(3),
+                          static_cast<float>(alpha), head_data<float>(y, b0 + e, h), row_stride(y));
+      }
     }
   }
 }
@@ -492,8 +555,7 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
   if (d.S == 0) return Tensor::zeros(out.shape(), out.dtype());  // no keys: empty sums
   const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
   const bool bf16 = p.dtype == DType::bfloat16;
-  const Tensor q = widened(query), k = widened(key), v = widened(value);
-  Tensor out_acc = bf16 ? Tensor(out.shape(), DType::float32) : out;
+  const Tensor &q = query, &k = key, &v = value;
   // Zeros: the padding columns then hold finite values through the softmax.
   Tensor probs = Tensor::zeros({block * d.H * d.S * ld}, p.acc);
   Tensor low = bf16 ? Tensor(probs.shape(), DType::float32) : Tensor();
@@ -501,9 +563,9 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
     const int64_t n = std::min(block, d.B - b0);
     block_probabilities(p, q, k, b0, n, ld, probs);
     const Tensor& pv = in_operand_dtype(probs, low, n * d.H * d.S * ld);
-    weighted_product(pv, true, v, b0, n, d, ld, 1.0, out_acc);
+    weighted_product(pv, true, v, b0, n, d, ld, 1.0, out);
   }
-  return bf16 ? out_acc.to(DType::bfloat16) : out;
+  return out;
 }
 
 AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tensor& query,
@@ -525,14 +587,12 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     if (need_dvalue) g.dvalue = Tensor::zeros(value.shape(), value.dtype());
     return g;
   }
-  // Every block writes its examples' rows of each gradient in full (in float32 for bfloat16
-  // operands, rounded once at the end).
+  // Every block writes its examples' rows of each gradient in full.
   const bool bf16 = p.dtype == DType::bfloat16;
-  const DType gdt = bf16 ? DType::float32 : query.dtype();
-  if (need_dquery) g.dquery = Tensor(query.shape(), gdt);
-  if (need_dkey) g.dkey = Tensor(key.shape(), gdt);
-  if (need_dvalue) g.dvalue = Tensor(value.shape(), gdt);
-  const Tensor q = widened(query), k = widened(key), v = widened(value), dout = widened(doutput);
+  if (need_dquery) g.dquery = Tensor(query.shape(), query.dtype());
+  if (need_dkey) g.dkey = Tensor(key.shape(), key.dtype());
+  if (need_dvalue) g.dvalue = Tensor(value.shape(), value.dtype());
+  const Tensor &q = query, &k = key, &v = value, &dout = doutput;
   const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
   const int64_t block_elems = block * d.H * d.S * ld;
   Tensor probs = Tensor::zeros({block_elems}, p.acc), dprobs = Tensor::zeros({block_elems}, p.acc);
@@ -563,11 +623,6 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     }
     if (need_dkey) {  // dK = scale · dScoresᵀ · Q
       weighted_product(ds, false, q, b0, n, d, ld, p.scale, g.dkey);
-    }
-  }
-  if (bf16) {
-    for (Tensor* t : {&g.dquery, &g.dkey, &g.dvalue}) {
-      if (t->defined()) *t = t->to(DType::bfloat16);
     }
   }
   return g;
