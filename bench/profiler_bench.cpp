@@ -15,7 +15,7 @@ using lockstep::profiler::ScopedSpan;
 
 void BM_SpanOff(benchmark::State& state) {
   for (auto _ : state) {
-    ScopedSpan span(Phase::kUpdate);
+    ScopedSpan span(Phase::update);
     benchmark::DoNotOptimize(&span);
   }
 }
@@ -24,7 +24,7 @@ BENCHMARK(BM_SpanOff);
 void BM_SpanOn(benchmark::State& state) {
   lockstep::profiler::start({.spans_per_thread = size_t{1} << 22});
   for (auto _ : state) {
-    ScopedSpan span(Phase::kUpdate);
+    ScopedSpan span(Phase::update);
     benchmark::DoNotOptimize(&span);
   }
   lockstep::profiler::stop();

@@ -98,11 +98,9 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
                                            const std::vector<Tensor>& destinations,
                                            const Tensor& output_gradient) {
   Impl& t = *impl_;
-  if (t.used && !t.persistent) {
-    throw FailedPrecondition(
-        "GradientTape::gradient can only be called once on a non-persistent tape. Create the "
-        "tape with persistent = true to compute several gradients.");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, !t.used || t.persistent,
+                    "GradientTape::gradient can only be called once on a non-persistent tape. "
+                    "Create the tape with persistent = true to compute several gradients.");
   LOCKSTEP_CHECK(destinations.empty() || destinations.size() == sources.size(),
                  "GradientTape::gradient: expected one destination per source (", sources.size(),
                  "). Received ", destinations.size(), ".");
@@ -140,11 +138,9 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   };
   for (size_t i = 0; i < destinations.size(); ++i) {
     const Tensor& d = destinations[i];
-    if (d.defined() && !(d.shape() == sources[i].shape())) {
-      throw InvalidArgument("GradientTape::gradient: destination " + std::to_string(i) + " is " +
-                            d.describe() + "; expected the shape of its source " +
-                            sources[i].describe() + ".");
-    }
+    LOCKSTEP_CHECK(!d.defined() || d.shape() == sources[i].shape(),
+                   "GradientTape::gradient: destination ", i, " is ", d.describe(),
+                   "; expected the shape of its source ", sources[i].describe(), ".");
   }
 
   std::unordered_map<uint64_t, Tensor> grads;

@@ -5,7 +5,6 @@
 #include <mutex>
 
 #include "lockstep/autodiff/gradient_tape.h"
-#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/check.h"
 #include "lockstep/ops/elementwise.h"
 
@@ -39,12 +38,13 @@ struct Variable::State {
   std::string name;
   bool trainable = true;
   const void* owner = nullptr;
-  // bfloat16_rounded()'s cache, one per buffer. `rounded_current` is read without the lock on
-  // every forward pass; the lock only serialises the (re)computation when several replicas find
-  // it stale.
-  std::mutex rounded_mu;
-  std::atomic<bool> rounded_current[2] = {false, false};
-  Tensor rounded[2];
+  std::atomic<Companion*> companion{nullptr};
+  std::unique_ptr<Companion> owned_companion;  // set once, with `companion`
+  std::mutex companion_mu;
+
+  void assigned() {
+    if (Companion* c = companion.load(std::memory_order_acquire)) c->value_assigned(cur());
+  }
 
   int cur() const { return current.load(std::memory_order_acquire); }
   const Tensor& value() const { return values[cur()]; }
@@ -86,43 +86,40 @@ const void* Variable::owner() const {
 
 void Variable::assign(const Tensor& value) const {
   check_same(raw_value(), value, state_->name, "assign");
-  state_->rounded_current[state_->cur()].store(false, std::memory_order_release);
+  state_->assigned();
   state_->value().copy_from(value);
 }
 void Variable::assign_add(const Tensor& delta) const {
   check_same(raw_value(), delta, state_->name, "assign_add");
-  state_->rounded_current[state_->cur()].store(false, std::memory_order_release);
+  state_->assigned();
   ops::add_into(state_->value(), delta);
 }
 void Variable::assign_sub(const Tensor& delta) const {
   check_same(raw_value(), delta, state_->name, "assign_sub");
-  state_->rounded_current[state_->cur()].store(false, std::memory_order_release);
+  state_->assigned();
   ops::sub_into(state_->value(), delta);
 }
 
-Tensor Variable::bfloat16_rounded() const {
-  const Tensor& v = raw_value();
-  LOCKSTEP_CHECK(v.dtype() == DType::float32, "Variable '", state_->name,
-                 "'.bfloat16_rounded: expected a float32 variable. Received: ", v.describe(), ".");
-  State& s = *state_;
-  const int c = s.cur();
-  if (!s.rounded_current[c].load(std::memory_order_acquire)) {
-    std::lock_guard lock(s.rounded_mu);
-    if (!s.rounded_current[c].load(std::memory_order_relaxed)) {
-      if (!s.rounded[c].defined()) s.rounded[c] = Tensor(v.shape(), DType::float32);
-      round_to_bfloat16_values(v.data<float>(), s.rounded[c].data<float>(),
-                               static_cast<size_t>(v.num_elements()));
-      s.rounded_current[c].store(true, std::memory_order_release);
-    }
-  }
-  return s.rounded[c];
+Variable::Companion* Variable::companion() const {
+  raw_value();
+  return state_->companion.load(std::memory_order_acquire);
 }
 
-float* Variable::bfloat16_rounded_data() const {
+Variable::Companion& Variable::attach_companion(std::unique_ptr<Companion> companion) const {
   raw_value();
-  const int c = state_->cur();
-  if (!state_->rounded_current[c].load(std::memory_order_acquire)) return nullptr;
-  return state_->rounded[c].data<float>();
+  LOCKSTEP_CHECK(companion != nullptr, "Variable '", state_->name,
+                 "'.attach_companion: expected a companion. Received: nullptr.");
+  State& s = *state_;
+  std::lock_guard lock(s.companion_mu);
+  if (Companion* c = s.companion.load(std::memory_order_acquire)) return *c;
+  s.owned_companion = std::move(companion);
+  s.companion.store(s.owned_companion.get(), std::memory_order_release);
+  return *s.owned_companion;
+}
+
+int Variable::current_buffer() const {
+  raw_value();
+  return state_->cur();
 }
 
 void Variable::enable_next_buffer() const {
@@ -153,22 +150,13 @@ const Tensor& Variable::next_value() const {
   return t;
 }
 
-float* Variable::next_bfloat16_rounded_data() const {
-  const Tensor& next = next_value();
-  State& s = *state_;
-  const int c = s.cur();
-  if (!s.rounded_current[c].load(std::memory_order_acquire)) return nullptr;
-  std::lock_guard lock(s.rounded_mu);
-  if (!s.rounded[1 - c].defined()) s.rounded[1 - c] = Tensor(next.shape(), DType::float32);
-  return s.rounded[1 - c].data<float>();
-}
-
-void Variable::flip_buffers(bool rounded_written) const {
+void Variable::flip_buffers() const {
   next_value();
   State& s = *state_;
   const int next = 1 - s.cur();
-  s.rounded_current[next].store(rounded_written && s.rounded[next].defined(),
-                                std::memory_order_release);
+  // The companion first: a reader that sees the new buffer must not find the companion's state
+  // for it stale-but-marked-current from two flips ago.
+  if (Companion* c = s.companion.load(std::memory_order_acquire)) c->buffers_flipped(next);
   s.current.store(next, std::memory_order_release);
 }
 

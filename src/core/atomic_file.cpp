@@ -1,4 +1,5 @@
 #include "lockstep/core/atomic_file.h"
+#include "lockstep/core/check.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -47,7 +48,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 }
 
 void AtomicFileWriter::write(const void* data, size_t n) {
-  if (fd_ < 0) throw FailedPrecondition(who_ + ": '" + path_ + "' was already committed");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, fd_ >= 0, who_, ": '", path_, "' was already committed");
   const char* p = static_cast<const char*>(data);
   if (buffer_.size() + n <= kBufferBytes) {
     buffer_.append(p, n);
@@ -79,7 +80,7 @@ void AtomicFileWriter::write_fully(const char* p, size_t n) {
 }
 
 void AtomicFileWriter::commit() {
-  if (fd_ < 0) throw FailedPrecondition(who_ + ": '" + path_ + "' was already committed");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, fd_ >= 0, who_, ": '", path_, "' was already committed");
   flush();
   if (::fsync(fd_) != 0) io_error(who_, "fsync", tmp_, errno);
   const int fd = std::exchange(fd_, -1);

@@ -79,7 +79,8 @@ void Tensor::swap_storage(Tensor& other) {
 }
 
 void* Tensor::raw_data() const {
-  if (!storage_) throw FailedPrecondition("Tensor: access to the data of an undefined tensor.");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, storage_,
+                    "Tensor: access to the data of an undefined tensor.");
   return static_cast<char*>(storage_->data()) + offset_;
 }
 

@@ -1,4 +1,5 @@
 #include "lockstep/data/dataset.h"
+#include "lockstep/core/check.h"
 
 #include <random>
 
@@ -105,10 +106,8 @@ Iterator Dataset::make_iterator() const {
 }
 
 Iterator Dataset::make_iterator(const IteratorState& state) const {
-  if (state.position < 0) {
-    throw InvalidArgument("Dataset::make_iterator: position must be >= 0. Received " +
-                          std::to_string(state.position) + ".");
-  }
+  LOCKSTEP_CHECK(state.position >= 0, "Dataset::make_iterator: position must be >= 0. Received ",
+                 state.position, ".");
   // Later fresh iterators must not repeat the restored iteration's order.
   uint64_t want = state.iteration + 1;
   uint64_t cur = node_->iterations.load(std::memory_order_relaxed);
@@ -117,11 +116,9 @@ Iterator Dataset::make_iterator(const IteratorState& state) const {
   }
   Iterator it(node_, node_->make_iterator(IterContext{state.iteration}), state.iteration);
   int64_t skipped = it.impl_->skip(state.position);
-  if (skipped != state.position) {
-    throw OutOfRange("Dataset::make_iterator: cannot restore position " +
-                     std::to_string(state.position) + ": the dataset " + to_string() +
-                     " has only " + std::to_string(skipped) + " elements.");
-  }
+  LOCKSTEP_CHECK_AS(OutOfRange, skipped == state.position,
+                    "Dataset::make_iterator: cannot restore position ", state.position,
+                    ": the dataset ", to_string(), " has only ", skipped, " elements.");
   it.position_ = state.position;
   return it;
 }

@@ -1,4 +1,5 @@
 #include "lockstep/data/datasets.h"
+#include "lockstep/core/check.h"
 
 #include <sys/stat.h>
 
@@ -60,26 +61,18 @@ Split load_split(const std::string& dir, const std::string& prefix, const std::s
   std::string lpath = find_file(dir, prefix + "-labels-idx1-ubyte", name);
   Tensor images = read_idx(ipath);
   Tensor labels = read_idx(lpath);
-  if (images.dtype() != DType::uint8 || images.rank() != 3) {
-    throw DataLoss(ipath + ": expected uint8 images [n, rows, cols]. Received " +
-                   images.describe() + ".");
-  }
-  if (labels.dtype() != DType::uint8 || labels.rank() != 1) {
-    throw DataLoss(lpath + ": expected uint8 labels [n]. Received " + labels.describe() + ".");
-  }
-  if (images.dim(0) != labels.dim(0)) {
-    throw DataLoss("The image and label files disagree in count: " + ipath + " holds " +
-                   std::to_string(images.dim(0)) + " images, " + lpath + " holds " +
-                   std::to_string(labels.dim(0)) + " labels.");
-  }
+  LOCKSTEP_CHECK_AS(DataLoss, images.dtype() == DType::uint8 && images.rank() == 3, ipath,
+                    ": expected uint8 images [n, rows, cols]. Received ", images.describe(), ".");
+  LOCKSTEP_CHECK_AS(DataLoss, labels.dtype() == DType::uint8 && labels.rank() == 1, lpath,
+                    ": expected uint8 labels [n]. Received ", labels.describe(), ".");
+  LOCKSTEP_CHECK_AS(DataLoss, images.dim(0) == labels.dim(0),
+                    "The image and label files disagree in count: ", ipath, " holds ",
+                    images.dim(0), " images, ", lpath, " holds ", labels.dim(0), " labels.");
   // A label outside the classes would one-hot encode to a row of zeros and train on a wrong loss.
   const uint8_t* label = labels.data<uint8_t>();
   for (int64_t i = 0; i < labels.dim(0); ++i) {
-    if (label[i] >= kNumClasses) {
-      throw DataLoss(lpath + ": example " + std::to_string(i) + " has label " +
-                     std::to_string(label[i]) + ", outside the classes [0, " +
-                     std::to_string(kNumClasses) + ") of " + name + ".");
-    }
+    LOCKSTEP_CHECK_AS(DataLoss, label[i] < kNumClasses, lpath, ": example ", i, " has label ",
+                      label[i], ", outside the classes [0, ", kNumClasses, ") of ", name, ".");
   }
   return {images, labels};
 }

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "internal.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/cpu_cores.h"
 
 namespace lockstep::data_internal {
@@ -338,12 +339,9 @@ class PrefetchNode : public Node {
  public:
   PrefetchNode(std::shared_ptr<const Node> input, int64_t buffer_size)
       : input_(std::move(input)), buffer_size_(buffer_size) {
-    if (buffer_size <= 0 && buffer_size != Dataset::AUTOTUNE) {
-      throw InvalidArgument(
-          "Dataset::prefetch: buffer_size must be > 0 or AUTOTUNE (-1). "
-          "Received " +
-          std::to_string(buffer_size) + ".");
-    }
+    LOCKSTEP_CHECK(buffer_size > 0 || buffer_size == Dataset::AUTOTUNE,
+                   "Dataset::prefetch: buffer_size must be > 0 or AUTOTUNE (-1). Received ",
+                   buffer_size, ".");
   }
   std::unique_ptr<IteratorImpl> make_iterator(const IterContext& ctx) const override {
     return std::make_unique<PrefetchIterator>(input_->make_iterator(ctx), buffer_size_);

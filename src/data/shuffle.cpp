@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "internal.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/random.h"
 
 namespace lockstep::data_internal {
@@ -139,10 +140,8 @@ class ShuffleNode : public Node {
  public:
   ShuffleNode(std::shared_ptr<const Node> input, int64_t buffer_size, uint64_t seed, bool reshuffle)
       : input_(std::move(input)), buffer_size_(buffer_size), seed_(seed), reshuffle_(reshuffle) {
-    if (buffer_size <= 0) {
-      throw InvalidArgument("Dataset::shuffle: buffer_size must be > 0. Received " +
-                            std::to_string(buffer_size) + ".");
-    }
+    LOCKSTEP_CHECK(buffer_size > 0, "Dataset::shuffle: buffer_size must be > 0. Received ",
+                   buffer_size, ".");
   }
   std::unique_ptr<IteratorImpl> make_iterator(const IterContext& ctx) const override {
     uint64_t stream = shuffle_stream(ctx, reshuffle_);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "internal.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::data_internal {
 namespace {
@@ -41,17 +42,13 @@ class RandomAccessIterator : public IteratorImpl {
 class SlicesAccess : public RandomAccess {
  public:
   explicit SlicesAccess(Element tensors) : tensors_(std::move(tensors)) {
-    if (tensors_.empty()) {
-      throw InvalidArgument("Dataset::from_tensor_slices: expected at least one tensor.");
-    }
+    LOCKSTEP_CHECK(!tensors_.empty(), "Dataset::from_tensor_slices: expected at least one tensor.");
     for (const Tensor& t : tensors_) {
-      if (!t.defined() || t.rank() == 0 || t.dim(0) != tensors_[0].dim(0) ||
-          tensors_[0].rank() == 0) {
-        throw InvalidArgument(
-            "Dataset::from_tensor_slices: expected tensors of rank >= 1 with the same leading "
-            "dimension. Received " +
-            describe(tensors_) + ".");
-      }
+      LOCKSTEP_CHECK(
+          t.defined() && t.rank() > 0 && tensors_[0].rank() > 0 && t.dim(0) == tensors_[0].dim(0),
+          "Dataset::from_tensor_slices: expected tensors of rank >= 1 with the same "
+          "leading dimension. Received ",
+          describe(tensors_), ".");
       row_bytes_.push_back(t.nbytes() / static_cast<size_t>(std::max<int64_t>(t.dim(0), 1)));
     }
   }
@@ -137,7 +134,7 @@ class SlicesNode : public Node {
 class RangeAccess : public RandomAccess {
  public:
   RangeAccess(int64_t start, int64_t stop, int64_t step) : start_(start), step_(step) {
-    if (step == 0) throw InvalidArgument("Dataset::range: step must not be 0.");
+    LOCKSTEP_CHECK(step != 0, "Dataset::range: step must not be 0.");
     if (step > 0) {
       size_ = stop > start ? (stop - start + step - 1) / step : 0;
     } else {
@@ -197,11 +194,8 @@ class GeneratorIterator : public IteratorImpl {
     }
     bool ok = e->size() == spec_->size();
     for (size_t c = 0; ok && c < e->size(); ++c) ok = (*spec_)[c].is_compatible_with((*e)[c]);
-    if (!ok) {
-      throw InvalidArgument("Dataset::from_generator: the generator yielded " + describe(*e) +
-                            ", which does not match the declared spec " +
-                            lockstep::to_string(*spec_) + ".");
-    }
+    LOCKSTEP_CHECK(ok, "Dataset::from_generator: the generator yielded ", describe(*e),
+                   ", which does not match the declared spec ", lockstep::to_string(*spec_), ".");
     out = std::move(*e);
     return true;
   }
@@ -216,11 +210,11 @@ class GeneratorNode : public Node {
  public:
   GeneratorNode(Dataset::GeneratorFactory factory, ElementSpec spec)
       : factory_(std::move(factory)), spec_(std::move(spec)) {
-    if (!factory_) throw InvalidArgument("Dataset::from_generator: the factory is empty.");
+    LOCKSTEP_CHECK(factory_, "Dataset::from_generator: the factory is empty.");
   }
   std::unique_ptr<IteratorImpl> make_iterator(const IterContext&) const override {
     auto gen = factory_();
-    if (!gen) throw InvalidArgument("Dataset::from_generator: the factory returned no function.");
+    LOCKSTEP_CHECK(gen, "Dataset::from_generator: the factory returned no function.");
     return std::make_unique<GeneratorIterator>(std::move(gen), &spec_);
   }
   int64_t cardinality() const override { return Dataset::kUnknown; }
@@ -266,7 +260,7 @@ class ZipIterator : public IteratorImpl {
 class ZipNode : public Node {
  public:
   explicit ZipNode(std::vector<std::shared_ptr<const Node>> inputs) : inputs_(std::move(inputs)) {
-    if (inputs_.empty()) throw InvalidArgument("Dataset::zip: expected at least one dataset.");
+    LOCKSTEP_CHECK(!inputs_.empty(), "Dataset::zip: expected at least one dataset.");
   }
   std::unique_ptr<IteratorImpl> make_iterator(const IterContext& ctx) const override {
     std::vector<std::unique_ptr<IteratorImpl>> its;

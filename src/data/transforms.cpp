@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "internal.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::data_internal {
 
@@ -54,13 +55,10 @@ class MapNode : public Node {
  public:
   MapNode(std::shared_ptr<const Node> input, Dataset::MapFn fn, MapOptions options)
       : input_(std::move(input)), fn_(std::move(fn)), options_(std::move(options)) {
-    if (!fn_) throw InvalidArgument("Dataset::map: the function is empty.");
-    if (options_.num_parallel_calls < Dataset::AUTOTUNE) {
-      throw InvalidArgument(
-          "Dataset::map: num_parallel_calls must be >= 0 or AUTOTUNE (-1). "
-          "Received " +
-          std::to_string(options_.num_parallel_calls) + ".");
-    }
+    LOCKSTEP_CHECK(fn_, "Dataset::map: the function is empty.");
+    LOCKSTEP_CHECK(options_.num_parallel_calls >= Dataset::AUTOTUNE,
+                   "Dataset::map: num_parallel_calls must be >= 0 or AUTOTUNE (-1). Received ",
+                   options_.num_parallel_calls, ".");
     if (options_.num_parallel_calls == 0) {
       if (auto ra = input_->random_access()) ra_ = std::make_shared<MapAccess>(ra, &fn_);
     }
@@ -122,7 +120,7 @@ class FilterNode : public Node {
  public:
   FilterNode(std::shared_ptr<const Node> input, Dataset::Predicate pred)
       : input_(std::move(input)), pred_(std::move(pred)) {
-    if (!pred_) throw InvalidArgument("Dataset::filter: the predicate is empty.");
+    LOCKSTEP_CHECK(pred_, "Dataset::filter: the predicate is empty.");
   }
   std::unique_ptr<IteratorImpl> make_iterator(const IterContext& ctx) const override {
     return std::make_unique<FilterIterator>(input_->make_iterator(ctx), &pred_);
@@ -283,10 +281,8 @@ class BatchNode : public Node {
  public:
   BatchNode(std::shared_ptr<const Node> input, int64_t batch_size, bool drop_remainder)
       : input_(std::move(input)), batch_size_(batch_size), drop_remainder_(drop_remainder) {
-    if (batch_size <= 0) {
-      throw InvalidArgument("Dataset::batch: batch_size must be > 0. Received " +
-                            std::to_string(batch_size) + ".");
-    }
+    LOCKSTEP_CHECK(batch_size > 0, "Dataset::batch: batch_size must be > 0. Received ", batch_size,
+                   ".");
   }
   std::unique_ptr<IteratorImpl> make_iterator(const IterContext& ctx) const override {
     return std::make_unique<BatchIterator>(input_->make_iterator(ctx), batch_size_,
@@ -325,11 +321,10 @@ class UnbatchIterator : public IteratorImpl {
       if (current_.empty()) continue;
       rows_ = -1;
       for (const Tensor& t : current_) {
-        if (t.rank() == 0 || (rows_ >= 0 && t.dim(0) != rows_)) {
-          throw InvalidArgument(
-              "Dataset::unbatch: every component needs the same leading dimension. Received " +
-              describe(current_) + ".");
-        }
+        LOCKSTEP_CHECK(t.rank() > 0 && (rows_ < 0 || t.dim(0) == rows_),
+                       "Dataset::unbatch: every component needs the same leading dimension. "
+                       "Received ",
+                       describe(current_), ".");
         rows_ = t.dim(0);
       }
       index_ = 0;
@@ -360,10 +355,9 @@ class UnbatchNode : public Node {
   ElementSpec element_spec() const override {
     ElementSpec spec = input_->element_spec();
     for (TensorSpec& s : spec) {
-      if (s.shape.empty()) {
-        throw InvalidArgument("Dataset::unbatch: components must have rank >= 1. Received " +
-                              lockstep::to_string(spec) + ".");
-      }
+      LOCKSTEP_CHECK(!s.shape.empty(),
+                     "Dataset::unbatch: components must have rank >= 1. Received ",
+                     lockstep::to_string(spec), ".");
       s.shape.erase(s.shape.begin());
     }
     return spec;
@@ -534,12 +528,10 @@ class ShardNode : public Node {
  public:
   ShardNode(std::shared_ptr<const Node> input, int64_t num_shards, int64_t index)
       : input_(std::move(input)), num_shards_(num_shards), index_(index) {
-    if (num_shards <= 0 || index < 0 || index >= num_shards) {
-      throw InvalidArgument(
-          "Dataset::shard: expected num_shards > 0 and 0 <= index < num_shards. "
-          "Received num_shards=" +
-          std::to_string(num_shards) + ", index=" + std::to_string(index) + ".");
-    }
+    LOCKSTEP_CHECK(num_shards > 0 && index >= 0 && index < num_shards,
+                   "Dataset::shard: expected num_shards > 0 and 0 <= index < num_shards. "
+                   "Received num_shards=",
+                   num_shards, ", index=", index, ".");
     if (auto ra = input_->random_access()) {
       ra_ = std::make_shared<StridedAccess>(ra, index, num_shards, -1);
     }

@@ -16,7 +16,7 @@ StepMemory measure_step_memory(Model& model, const Tensor& x, const Tensor& y,
   }
   StepMemory m;
   for (const Variable& v : vars) {
-    if (v.bfloat16_rounded_data() != nullptr) m.rounded_weight_copies += v.raw_value().nbytes();
+    if (rounded_weights_data(v) != nullptr) m.rounded_weight_copies += v.raw_value().nbytes();
   }
   const size_t start = storage_pool_stats().live_bytes;
   storage_pool_reset_peak();

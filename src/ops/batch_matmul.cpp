@@ -22,12 +22,10 @@ Dims check(const Tensor& a, const Tensor& b, bool ta, bool tb, const char* op) {
   detail::check_floating(a, op, "a");
   detail::check_floating(b, op, "b");
   detail::check_same_dtype(a, b, op);
-  if (a.rank() < 3 || a.rank() != b.rank()) {
-    throw InvalidArgument(std::string(op) +
-                          ": expected operands of the same rank >= 3 ([..., rows, cols]; use "
-                          "matmul for rank 2). Received: " +
-                          a.describe() + " and " + b.describe() + ".");
-  }
+  LOCKSTEP_CHECK(a.rank() >= 3 && a.rank() == b.rank(), op,
+                 ": expected operands of the same rank >= 3 ([..., rows, cols]; use matmul for "
+                 "rank 2). Received: ",
+                 a.describe(), " and ", b.describe(), ".");
   const int r = a.rank();
   int64_t batch = 1;
   for (int d = 0; d < r - 2; ++d) {

@@ -15,12 +15,9 @@ void with_checked_ids(const Tensor& ids, int64_t vocab, const char* op, const st
                       F&& f) {
   auto run = [&](const auto* p) {
     for (int64_t i = 0; i < ids.num_elements(); ++i) {
-      if (p[i] < 0 || p[i] >= vocab) {
-        throw InvalidArgument(std::string(op) + ": id " + std::to_string(p[i]) + " at position " +
-                              std::to_string(i) + " is out of range for a vocabulary of size " +
-                              std::to_string(vocab) + "; expected 0 <= id < " +
-                              std::to_string(vocab) + ". Received: " + context + ".");
-      }
+      LOCKSTEP_CHECK(p[i] >= 0 && p[i] < vocab, op, ": id ", p[i], " at position ", i,
+                     " is out of range for a vocabulary of size ", vocab, "; expected 0 <= id < ",
+                     vocab, ". Received: ", context, ".");
     }
     f(p);
   };

@@ -33,13 +33,10 @@ void check_vector(const char* op, const char* name, const Tensor& p, const Tenso
   if (!p.defined() && optional) return;
   bool dtype_ok = p.defined() && (p.dtype() == x.dtype() ||
                                   (x.dtype() == DType::bfloat16 && p.dtype() == DType::float32));
-  if (!p.defined() || p.rank() != 1 || p.dim(0) != n || !dtype_ok) {
-    throw InvalidArgument(std::string(op) + ": expected " + name + " of shape [" +
-                          std::to_string(n) + "] (the last axis of x) in x's dtype" +
-                          (x.dtype() == DType::bfloat16 ? " or float32" : "") +
-                          ". Received: x=" + x.describe() + ", " + name + "=" +
-                          (p.defined() ? p.describe() : std::string("undefined")) + ".");
-  }
+  LOCKSTEP_CHECK(p.defined() && p.rank() == 1 && p.dim(0) == n && dtype_ok, op, ": expected ", name,
+                 " of shape [", n, "] (the last axis of x) in x's dtype",
+                 x.dtype() == DType::bfloat16 ? " or float32" : "", ". Received: x=", x.describe(),
+                 ", ", name, "=", p.defined() ? p.describe() : std::string("undefined"), ".");
 }
 
 // Reads a parameter into doubles; an undefined one reads as `fallback`.

@@ -22,11 +22,8 @@ WindowGeometry window_geometry(std::string_view op, int64_t in, int64_t k, int64
                  ", stride=", stride, ".");
   WindowGeometry g;
   if (padding == Padding::valid) {
-    if (in < k) {
-      throw InvalidArgument(std::string(op) + ": with padding \"valid\" the window (" +
-                            std::to_string(k) + ") must fit in the input (" + std::to_string(in) +
-                            "); use padding \"same\" or a smaller window.");
-    }
+    LOCKSTEP_CHECK(in >= k, op, ": with padding \"valid\" the window (", k,
+                   ") must fit in the input (", in, "); use padding \"same\" or a smaller window.");
     g.out = (in - k) / stride + 1;
     return g;
   }

@@ -33,8 +33,8 @@ TEST_F(Recorder, IsOffByDefaultAndKeepsNothingRecordedWhileOff) {
   std::thread([] {
     set_thread_label("off thread");
     StepTrace step(1);
-    ScopedSpan a(Phase::kForward, 0);
-    ScopedSpan b(Phase::kBackward, 0);
+    ScopedSpan a(Phase::forward, 0);
+    ScopedSpan b(Phase::backward, 0);
   }).join();
   start();
   stop();
@@ -45,12 +45,12 @@ TEST_F(Recorder, SpansOfAThreadNestAndCarryTheOpenStep) {
   start();
   {
     StepTrace step(7);
-    ScopedSpan input(Phase::kInput);
+    ScopedSpan input(Phase::input);
     input.end();
-    ScopedSpan forward(Phase::kForward, 1);
-    { ScopedSpan backward(Phase::kBackward, 1); }
+    ScopedSpan forward(Phase::forward, 1);
+    { ScopedSpan backward(Phase::backward, 1); }
   }
-  ScopedSpan outside(Phase::kCheckpoint);
+  ScopedSpan outside(Phase::checkpoint);
   outside.end();
   stop();
   const std::vector<ThreadSpans> threads = collect();
@@ -60,11 +60,11 @@ TEST_F(Recorder, SpansOfAThreadNestAndCarryTheOpenStep) {
   const std::vector<Span>& s = threads[0].spans;
   ASSERT_EQ(s.size(), 5u);
   // In the order they ended: children before their parents.
-  EXPECT_EQ(s[0].phase, Phase::kInput);
-  EXPECT_EQ(s[1].phase, Phase::kBackward);
-  EXPECT_EQ(s[2].phase, Phase::kForward);
-  EXPECT_EQ(s[3].phase, Phase::kStep);
-  EXPECT_EQ(s[4].phase, Phase::kCheckpoint);
+  EXPECT_EQ(s[0].phase, Phase::input);
+  EXPECT_EQ(s[1].phase, Phase::backward);
+  EXPECT_EQ(s[2].phase, Phase::forward);
+  EXPECT_EQ(s[3].phase, Phase::step);
+  EXPECT_EQ(s[4].phase, Phase::checkpoint);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(s[static_cast<size_t>(i)].step, 7) << i;
   EXPECT_EQ(s[4].step, -1);  // after the step ended
   EXPECT_EQ(s[1].replica, 1);
@@ -89,7 +89,7 @@ TEST_F(Recorder, EachThreadRecordsOnItsOwnNamedTrack) {
   for (int t = 0; t < 3; ++t) {
     threads.emplace_back([t] {
       set_thread_label("pool thread", t);
-      for (int i = 0; i <= t; ++i) ScopedSpan span(Phase::kUpdate);
+      for (int i = 0; i <= t; ++i) ScopedSpan span(Phase::update);
     });
   }
   for (auto& t : threads) t.join();
@@ -109,7 +109,7 @@ TEST_F(Recorder, EachThreadRecordsOnItsOwnNamedTrack) {
 
 TEST_F(Recorder, AFullBufferKeepsTheFirstSpansAndCountsTheRest) {
   start({.spans_per_thread = 4});
-  for (int i = 0; i < 10; ++i) ScopedSpan span(Phase::kWait, i);
+  for (int i = 0; i < 10; ++i) ScopedSpan span(Phase::wait, i);
   stop();
   const std::vector<ThreadSpans> got = collect();
   ASSERT_EQ(got.size(), 1u);
@@ -120,7 +120,7 @@ TEST_F(Recorder, AFullBufferKeepsTheFirstSpansAndCountsTheRest) {
 
 TEST_F(Recorder, ANewSessionStartsEmpty) {
   start();
-  { ScopedSpan span(Phase::kForward); }
+  { ScopedSpan span(Phase::forward); }
   stop();
   ASSERT_EQ(collect().size(), 1u);
   start();
@@ -130,25 +130,25 @@ TEST_F(Recorder, ANewSessionStartsEmpty) {
 
 TEST_F(Recorder, ASpanOpenWhenRecordingStopsEndsIntoItsSession) {
   start();
-  ScopedSpan span(Phase::kAllReduce);
+  ScopedSpan span(Phase::all_reduce);
   stop();
   span.end();
   const std::vector<ThreadSpans> got = collect();
   ASSERT_EQ(got.size(), 1u);
   ASSERT_EQ(got[0].spans.size(), 1u);
-  EXPECT_EQ(got[0].spans[0].phase, Phase::kAllReduce);
+  EXPECT_EQ(got[0].spans[0].phase, Phase::all_reduce);
 }
 
 TEST_F(Recorder, BackupRunsMarkTheirSpans) {
   start();
   {
     BackupRunScope backup(true);
-    ScopedSpan run(Phase::kReplica, 2);
-    ScopedSpan forward(Phase::kForward, 2);
+    ScopedSpan run(Phase::replica, 2);
+    ScopedSpan forward(Phase::forward, 2);
   }
   {
     BackupRunScope not_backup(false);
-    ScopedSpan run(Phase::kReplica, 2);
+    ScopedSpan run(Phase::replica, 2);
   }
   stop();
   const std::vector<Span> s = collect().at(0).spans;
@@ -163,11 +163,11 @@ TEST_F(Recorder, AnInnerStepTraceAndADiscardedOneRecordNothing) {
   {
     StepTrace outer(3);
     StepTrace inner(99);  // fit inside a custom loop's step: the loop's numbering wins
-    ScopedSpan forward(Phase::kForward);
+    ScopedSpan forward(Phase::forward);
   }
   {
     StepTrace not_a_step(4);
-    ScopedSpan input(Phase::kInput);
+    ScopedSpan input(Phase::input);
     input.end();
     not_a_step.discard();
   }
@@ -178,7 +178,7 @@ TEST_F(Recorder, AnInnerStepTraceAndADiscardedOneRecordNothing) {
   stop();
   std::vector<int64_t> steps;
   for (const Span& s : collect().at(0).spans)
-    if (s.phase == Phase::kStep) steps.push_back(s.step);
+    if (s.phase == Phase::step) steps.push_back(s.step);
   EXPECT_EQ(steps, (std::vector<int64_t>{3, 5, 6}));
 }
 

@@ -48,21 +48,21 @@ ProfileTrace one_worker_trace() {
   w.rank = 0;
   w.threads.push_back(
       thread(1, "host / pool thread 0",
-             {us(Phase::kInput, 0, 100, 1), us(Phase::kForward, 150, 350, 1, 0),
-              us(Phase::kBackward, 350, 550, 1, 0), us(Phase::kReplica, 100, 600, 1, 0),
-              us(Phase::kWait, 600, 700, 1), us(Phase::kLocalReduce, 720, 760, 1),
-              us(Phase::kUpdate, 700, 900, 1), us(Phase::kStep, 0, 1000, 1),
-              us(Phase::kInput, 1100, 1400, 2), us(Phase::kForward, 1400, 1600, 2, 0),
-              us(Phase::kBackward, 1600, 1900, 2, 0), us(Phase::kReplica, 1400, 1900, 2, 0),
-              us(Phase::kWait, 1900, 2000, 2), us(Phase::kLocalReduce, 2000, 2100, 2),
-              us(Phase::kUpdate, 2000, 2300, 2), us(Phase::kStep, 1100, 2300, 2)}));
+             {us(Phase::input, 0, 100, 1), us(Phase::forward, 150, 350, 1, 0),
+              us(Phase::backward, 350, 550, 1, 0), us(Phase::replica, 100, 600, 1, 0),
+              us(Phase::wait, 600, 700, 1), us(Phase::local_reduce, 720, 760, 1),
+              us(Phase::update, 700, 900, 1), us(Phase::step, 0, 1000, 1),
+              us(Phase::input, 1100, 1400, 2), us(Phase::forward, 1400, 1600, 2, 0),
+              us(Phase::backward, 1600, 1900, 2, 0), us(Phase::replica, 1400, 1900, 2, 0),
+              us(Phase::wait, 1900, 2000, 2), us(Phase::local_reduce, 2000, 2100, 2),
+              us(Phase::update, 2000, 2300, 2), us(Phase::step, 1100, 2300, 2)}));
   w.threads.push_back(
       thread(2, "pool thread 1",
-             {us(Phase::kForward, 120, 300, 1, 1), us(Phase::kBackward, 300, 680, 1, 1),
-              us(Phase::kReplica, 110, 690, 1, 1), us(Phase::kUpdate, 700, 880, 1),
-              us(Phase::kReplica, 1400, 1950, 2, 1)}));
+             {us(Phase::forward, 120, 300, 1, 1), us(Phase::backward, 300, 680, 1, 1),
+              us(Phase::replica, 110, 690, 1, 1), us(Phase::update, 700, 880, 1),
+              us(Phase::replica, 1400, 1950, 2, 1)}));
   // A backup run of replica 0 that finished after the original: the original committed.
-  w.threads.push_back(thread(3, "pool thread 2", {us(Phase::kReplica, 1500, 1950, 2, 0, true)}));
+  w.threads.push_back(thread(3, "pool thread 2", {us(Phase::replica, 1500, 1950, 2, 0, true)}));
   t.workers.push_back(std::move(w));
   return t;
 }
@@ -84,10 +84,10 @@ TEST(ProfileTraceJson, IsTraceEventFormatWithExactTimesAndNamedTracks) {
   t.origin_ns = 1'000'000;
   t.workers.push_back({0,
                        {thread(1, "host / pool thread 0",
-                               {{1'240'000, 1'250'001, 3, 1, Phase::kForward, true},
-                                {1'234'567, 1'300'000, 3, -1, Phase::kStep, false}})}});
+                               {{1'240'000, 1'250'001, 3, 1, Phase::forward, true},
+                                {1'234'567, 1'300'000, 3, -1, Phase::step, false}})}});
   t.workers.push_back(
-      {1, {thread(1, "host", {{1'100'000, 1'100'000, 3, -1, Phase::kWait, false}})}});
+      {1, {thread(1, "host", {{1'100'000, 1'100'000, 3, -1, Phase::wait, false}})}});
   const std::string text = trace_event_json(t);
   const nlohmann::json j = nlohmann::json::parse(text);  // throws on invalid JSON
   ASSERT_TRUE(j.at("traceEvents").is_array());
@@ -138,9 +138,9 @@ TEST(ProfileSummary, HostViewRowsAddUpToEachStep) {
   EXPECT_NEAR(s.between_steps_ms, 0.1, 1e-9);
   // Means of the two steps' exclusive times (see one_worker_trace).
   const std::pair<Phase, double> means[] = {
-      {Phase::kInput, 0.2},        {Phase::kForward, 0.2}, {Phase::kBackward, 0.25},
-      {Phase::kReplica, 0.05},     {Phase::kWait, 0.1},    {Phase::kUpdate, 0.18},
-      {Phase::kLocalReduce, 0.07}, {Phase::kStep, 0.05},   {Phase::kAllReduce, 0.0}};
+      {Phase::input, 0.2},         {Phase::forward, 0.2}, {Phase::backward, 0.25},
+      {Phase::replica, 0.05},      {Phase::wait, 0.1},    {Phase::update, 0.18},
+      {Phase::local_reduce, 0.07}, {Phase::step, 0.05},   {Phase::all_reduce, 0.0}};
   double share = 0;
   for (const auto& [p, mean] : means) {
     EXPECT_NEAR(row(s, p).mean_ms, mean, 1e-9) << profiler::phase_name(p);
@@ -149,14 +149,14 @@ TEST(ProfileSummary, HostViewRowsAddUpToEachStep) {
   }
   EXPECT_NEAR(share, 100.0, 1e-9);
   EXPECT_EQ(s.phases.size(), std::size(means));  // no checkpoint row without checkpoints
-  EXPECT_NEAR(row(s, Phase::kInput).p50_ms, 0.1, 1e-9);
-  EXPECT_NEAR(row(s, Phase::kInput).p99_ms, 0.3, 1e-9);
+  EXPECT_NEAR(row(s, Phase::input).p50_ms, 0.1, 1e-9);
+  EXPECT_NEAR(row(s, Phase::input).p99_ms, 0.3, 1e-9);
   // Every thread: step 1 adds the pool thread's forward 0.18, backward 0.38, replica rest 0.02,
   // update 0.18; step 2 its replica 1 run (0.55) and the third thread's backup run (0.45).
-  EXPECT_NEAR(row(s, Phase::kForward).all_threads_ms, (0.38 + 0.2) / 2, 1e-9);
-  EXPECT_NEAR(row(s, Phase::kBackward).all_threads_ms, (0.58 + 0.3) / 2, 1e-9);
-  EXPECT_NEAR(row(s, Phase::kReplica).all_threads_ms, (0.12 + 1.0) / 2, 1e-9);
-  EXPECT_NEAR(row(s, Phase::kUpdate).all_threads_ms, (0.34 + 0.2) / 2, 1e-9);
+  EXPECT_NEAR(row(s, Phase::forward).all_threads_ms, (0.38 + 0.2) / 2, 1e-9);
+  EXPECT_NEAR(row(s, Phase::backward).all_threads_ms, (0.58 + 0.3) / 2, 1e-9);
+  EXPECT_NEAR(row(s, Phase::replica).all_threads_ms, (0.12 + 1.0) / 2, 1e-9);
+  EXPECT_NEAR(row(s, Phase::update).all_threads_ms, (0.34 + 0.2) / 2, 1e-9);
 }
 
 TEST(ProfileSummary, NamesTheSlowestReplicaAndCountsBackups) {
@@ -176,29 +176,29 @@ TEST(ProfileSummary, NamesTheSlowestReplicaAndCountsBackups) {
   EXPECT_EQ(s.backup_runs, 1u);
   const Verdict& b = verdict(s, "backups");
   EXPECT_NEAR(b.percent, 12.5, 1e-9);
-  EXPECT_EQ(b.severity, Severity::kWarning);
+  EXPECT_EQ(b.severity, Severity::warning);
   // The other replica's thread waited 0.09 and 0.05 ms for replica 1: 6.4% of step time.
   EXPECT_NEAR(s.replica_wait_ms, 0.07, 1e-9);
   EXPECT_NEAR(s.replica_wait_percent, 100.0 * 0.14 / 2.2, 1e-9);
   const Verdict& w = verdict(s, "stragglers");
   EXPECT_NEAR(w.percent, 100.0 * 0.14 / 2.2, 1e-9);
-  EXPECT_EQ(w.severity, Severity::kOk);
+  EXPECT_EQ(w.severity, Severity::ok);
   EXPECT_EQ(w.message,
             "no replica straggles: replica 1 finished last in 100.0% of steps; the other "
             "replicas' threads waited 0.070 ms per step for the last one (6.4% of step time)");
   EXPECT_EQ(verdict(summarize(one_worker_trace(), {.straggler_percent = 6}), "stragglers").severity,
-            Severity::kWarning);
+            Severity::warning);
 }
 
 TEST(ProfileSummary, InputVerdictFollowsItsThresholds) {
   // The longest input wait of any thread per step: 0.1 + 0.3 ms of 2.2 ms = 18.2%.
   const ProfileSummary s = summarize(one_worker_trace());
   EXPECT_NEAR(s.input_percent, 100.0 * 0.4 / 2.2, 1e-9);
-  EXPECT_EQ(verdict(s, "input").severity, Severity::kWarning);
+  EXPECT_EQ(verdict(s, "input").severity, Severity::warning);
   EXPECT_EQ(verdict(s, "input").message.rfind("moderately input-bound: 18.2%", 0), 0u)
       << verdict(s, "input").message;
   const ProfileSummary bound = summarize(one_worker_trace(), {.input_bound_percent = 18});
-  EXPECT_EQ(verdict(bound, "input").severity, Severity::kBound);
+  EXPECT_EQ(verdict(bound, "input").severity, Severity::bound);
   // The same measures judged against other thresholds give the same verdicts.
   const std::vector<Verdict> again = judge(s, {.input_bound_percent = 18});
   ASSERT_EQ(again.size(), bound.verdicts.size());
@@ -208,7 +208,7 @@ TEST(ProfileSummary, InputVerdictFollowsItsThresholds) {
             "num_parallel_calls / cache before batch");
   const ProfileSummary ok =
       summarize(one_worker_trace(), {.input_bound_percent = 30, .input_moderate_percent = 19});
-  EXPECT_EQ(verdict(ok, "input").severity, Severity::kOk);
+  EXPECT_EQ(verdict(ok, "input").severity, Severity::ok);
   EXPECT_EQ(verdict(ok, "input").message.rfind("not input-bound", 0), 0u);
 }
 
@@ -220,13 +220,13 @@ TEST(ProfileSummary, ReplicasFetchingTheirOwnInputCountTheLongestWait) {
   t.workers.push_back(
       {0,
        {thread(1, "host / pool thread 0",
-               {us(Phase::kInput, 0, 400, 1, 0), us(Phase::kReplica, 0, 500, 1, 0),
-                us(Phase::kWait, 500, 800, 1), us(Phase::kStep, 0, 1000, 1)}),
+               {us(Phase::input, 0, 400, 1, 0), us(Phase::replica, 0, 500, 1, 0),
+                us(Phase::wait, 500, 800, 1), us(Phase::step, 0, 1000, 1)}),
         thread(2, "pool thread 1",
-               {us(Phase::kInput, 0, 600, 1, 1), us(Phase::kReplica, 0, 800, 1, 1)})}});
+               {us(Phase::input, 0, 600, 1, 1), us(Phase::replica, 0, 800, 1, 1)})}});
   const ProfileSummary s = summarize(t);
   EXPECT_NEAR(s.input_percent, 60.0, 1e-9);
-  EXPECT_EQ(verdict(s, "input").severity, Severity::kBound);
+  EXPECT_EQ(verdict(s, "input").severity, Severity::bound);
 }
 
 TEST(ProfileSummary, AReplicaRunAfterAnotherOnOneThreadMadeNobodyWait) {
@@ -237,22 +237,21 @@ TEST(ProfileSummary, AReplicaRunAfterAnotherOnOneThreadMadeNobodyWait) {
   t.workers.push_back(
       {0,
        {thread(1, "host / pool thread 0",
-               {us(Phase::kReplica, 0, 300, 1, 0), us(Phase::kReplica, 700, 1000, 1, 1),
-                us(Phase::kTasks, 0, 1000, 1), us(Phase::kStep, 0, 1000, 1)}),
+               {us(Phase::replica, 0, 300, 1, 0), us(Phase::replica, 700, 1000, 1, 1),
+                us(Phase::tasks, 0, 1000, 1), us(Phase::step, 0, 1000, 1)}),
         thread(2, "pool thread 1", {})}});
   const ProfileSummary s = summarize(t);
   ASSERT_EQ(s.replicas.size(), 2u);
   EXPECT_NEAR(s.replicas[1].last_percent, 100.0, 1e-9);
   EXPECT_NEAR(s.replicas[1].others_wait_ms, 0.0, 1e-9);
-  EXPECT_NEAR(row(s, Phase::kTasks).mean_ms, 0.4, 1e-9);
-  EXPECT_EQ(row(s, Phase::kTasks).name, "tasks (scheduling)");
+  EXPECT_NEAR(row(s, Phase::tasks).mean_ms, 0.4, 1e-9);
+  EXPECT_EQ(row(s, Phase::tasks).name, "tasks (scheduling)");
   const Verdict& v = verdict(s, "scheduling");
   EXPECT_NEAR(v.percent, 40.0, 1e-9);
   EXPECT_NEAR(s.scheduling_percent, 40.0, 1e-9);
-  EXPECT_EQ(v.severity, Severity::kWarning);
+  EXPECT_EQ(v.severity, Severity::warning);
   EXPECT_EQ(summarize(t, {.scheduling_percent = 41}).verdicts.size(), s.verdicts.size());
-  EXPECT_EQ(verdict(summarize(t, {.scheduling_percent = 41}), "scheduling").severity,
-            Severity::kOk);
+  EXPECT_EQ(verdict(summarize(t, {.scheduling_percent = 41}), "scheduling").severity, Severity::ok);
 }
 
 TEST(ProfileSummary, NamesTheSlowestWorkerAndTheCommunicationShare) {
@@ -263,16 +262,16 @@ TEST(ProfileSummary, NamesTheSlowestWorkerAndTheCommunicationShare) {
   t.workers.push_back(
       {0,
        {thread(1, "host",
-               {us(Phase::kForward, 0, 600, 1), us(Phase::kAllReduce, 600, 1000, 1),
-                us(Phase::kStep, 0, 1000, 1), us(Phase::kForward, 1000, 1600, 2),
-                us(Phase::kAllReduce, 1600, 2000, 2), us(Phase::kStep, 1000, 2000, 2)}),
-        thread(2, "communication", {us(Phase::kAllReduce, 100, 800, 1)})}});
+               {us(Phase::forward, 0, 600, 1), us(Phase::all_reduce, 600, 1000, 1),
+                us(Phase::step, 0, 1000, 1), us(Phase::forward, 1000, 1600, 2),
+                us(Phase::all_reduce, 1600, 2000, 2), us(Phase::step, 1000, 2000, 2)}),
+        thread(2, "communication", {us(Phase::all_reduce, 100, 800, 1)})}});
   t.workers.push_back(
       {1,
        {thread(1, "host",
-               {us(Phase::kForward, 0, 900, 1), us(Phase::kAllReduce, 900, 1000, 1),
-                us(Phase::kStep, 0, 1000, 1), us(Phase::kForward, 1000, 1900, 2),
-                us(Phase::kAllReduce, 1900, 2000, 2), us(Phase::kStep, 1000, 2000, 2)})}});
+               {us(Phase::forward, 0, 900, 1), us(Phase::all_reduce, 900, 1000, 1),
+                us(Phase::step, 0, 1000, 1), us(Phase::forward, 1000, 1900, 2),
+                us(Phase::all_reduce, 1900, 2000, 2), us(Phase::step, 1000, 2000, 2)})}});
   const ProfileSummary s = summarize(t);
   EXPECT_EQ(s.workers, 2);
   EXPECT_EQ(s.steps, 4);
@@ -294,20 +293,20 @@ TEST(ProfileSummary, NamesTheSlowestWorkerAndTheCommunicationShare) {
   EXPECT_NEAR(s.worker_wait_percent, 30.0, 1e-9);
   const Verdict& c = verdict(s, "communication");
   EXPECT_NEAR(c.percent, 25.0, 1e-9);
-  EXPECT_EQ(c.severity, Severity::kBound);
+  EXPECT_EQ(c.severity, Severity::bound);
   const Verdict& w = verdict(s, "stragglers");  // no replica spans: the worker verdict only
   EXPECT_NEAR(w.percent, 30.0, 1e-9);
-  EXPECT_EQ(w.severity, Severity::kWarning);
+  EXPECT_EQ(w.severity, Severity::warning);
   EXPECT_NE(w.message.find("worker 1 was the slowest in 100.0% of steps"), std::string::npos)
       << w.message;
 }
 
 TEST(ProfileSummary, ATraceWithoutStepsSaysSoAndAnEmptyOneIsRefused) {
   ProfileTrace t;
-  t.workers.push_back({0, {thread(1, "thread 1", {us(Phase::kForward, 0, 10, -1)})}});
+  t.workers.push_back({0, {thread(1, "thread 1", {us(Phase::forward, 0, 10, -1)})}});
   const ProfileSummary s = summarize(t);
   EXPECT_EQ(s.steps, 0);
-  EXPECT_EQ(verdict(s, "steps").severity, Severity::kWarning);
+  EXPECT_EQ(verdict(s, "steps").severity, Severity::warning);
   EXPECT_NE(format_summary(s).find("no steps recorded"), std::string::npos);
   EXPECT_NE(html_report(s).find("No training step was recorded"), std::string::npos);
   EXPECT_THROW(summarize(ProfileTrace{}), InvalidArgument);
@@ -340,7 +339,7 @@ class UpdatePhase : public TaskPhase {
   }
   void commit(int, void*) override {}
   void discard(int, void*) override {}
-  profiler::Phase trace_phase() const override { return Phase::kUpdate; }
+  profiler::Phase trace_phase() const override { return Phase::update; }
 };
 
 TEST(ProfileTaskPool, MarksBackupRunsAndTheCallersWait) {
@@ -376,9 +375,9 @@ TEST(ProfileTaskPool, MarksBackupRunsAndTheCallersWait) {
   ASSERT_EQ(by_name.count("pool thread 1"), 1u);
   int host_updates = 0, host_backups = 0, waits = 0;
   for (const Span& s : by_name["host / pool thread 0"]) {
-    host_updates += s.phase == Phase::kUpdate;
-    host_backups += s.phase == Phase::kUpdate && s.backup;
-    waits += s.phase == Phase::kWait;
+    host_updates += s.phase == Phase::update;
+    host_backups += s.phase == Phase::update && s.backup;
+    waits += s.phase == Phase::wait;
   }
   // Its own task, then the helper's as a backup, after waiting for the backup deadline.
   EXPECT_EQ(host_updates, 2);
@@ -387,7 +386,7 @@ TEST(ProfileTaskPool, MarksBackupRunsAndTheCallersWait) {
   // The helper's stalled run, released after the phase ended: a primary run (cancelled).
   const std::vector<Span>& helper = by_name["pool thread 1"];
   ASSERT_EQ(helper.size(), 1u);
-  EXPECT_EQ(helper[0].phase, Phase::kUpdate);
+  EXPECT_EQ(helper[0].phase, Phase::update);
   EXPECT_FALSE(helper[0].backup);
 }
 
@@ -396,9 +395,9 @@ TEST(ProfileGather, RoundTripsEverySpanToTheChiefWithOneProcessPerWorker) {
   {
     profiler::set_thread_label("gather test");
     profiler::StepTrace step(4);
-    profiler::ScopedSpan forward(Phase::kForward, 2);
+    profiler::ScopedSpan forward(Phase::forward, 2);
     profiler::BackupRunScope backup(true);
-    profiler::ScopedSpan wait(Phase::kWait);
+    profiler::ScopedSpan wait(Phase::wait);
   }
   profiler::stop();
   const std::vector<profiler::ThreadSpans> mine = profiler::collect();

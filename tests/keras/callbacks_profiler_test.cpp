@@ -308,7 +308,7 @@ TEST_F(ProfilerFiles, ASlowInputPipelineIsInputBoundAndAFastOneIsNot) {
   auto slow =
       strategy.experimental_distribute_dataset(random_dataset(2 * 128, 3).map(blocking_map(8)));
   const distribute::ProfileSummary s = fit_profiled(strategy, slow, 8, 2, 8);
-  EXPECT_EQ(input_verdict(s).severity, Severity::kBound) << input_verdict(s).message;
+  EXPECT_EQ(input_verdict(s).severity, Severity::bound) << input_verdict(s).message;
   EXPECT_GE(s.input_percent, 20.0);
   EXPECT_NE(read("summary.txt").find("input-bound: "), std::string::npos);
   EXPECT_NE(read("report.html").find("add prefetch / num_parallel_calls / cache before batch"),
@@ -322,7 +322,7 @@ TEST_F(ProfilerFiles, ASlowInputPipelineIsInputBoundAndAFastOneIsNot) {
   auto fast = strategy.experimental_distribute_dataset(
       Dataset::from_tensor_slices({d.x, d.y}).batch(256).cache().repeat());
   const distribute::ProfileSummary f = fit_profiled(strategy, fast, 24, 10, 24);
-  EXPECT_NE(input_verdict(f).severity, Severity::kBound) << input_verdict(f).message;
+  EXPECT_NE(input_verdict(f).severity, Severity::bound) << input_verdict(f).message;
   EXPECT_LT(f.input_percent, 20.0);
 }
 
@@ -339,7 +339,7 @@ TEST_F(ProfilerFiles, ReplicasFetchingTheirOwnSlowInputAreInputBound) {
       },
       {.experimental_replication_mode = distribute::InputReplicationMode::PER_REPLICA});
   const distribute::ProfileSummary s = fit_profiled(strategy, dist, 8, 2, 8);
-  EXPECT_EQ(input_verdict(s).severity, Severity::kBound) << input_verdict(s).message;
+  EXPECT_EQ(input_verdict(s).severity, Severity::bound) << input_verdict(s).message;
   // The fetches ran inside the replicas' tasks: each input span lies in a replica span of its own
   // replica on the same track.
   const auto tracks = by_track(spans_of(trace()));
@@ -402,12 +402,12 @@ TEST_F(ProfilerFiles, ACustomLoopMarksItsStepsAndWritesTheProfile) {
     ASSERT_TRUE(batch.has_value());
     strategy.run(
         [&](distribute::ReplicaContext& ctx, const Element& e) {
-          profiler::ScopedSpan forward(profiler::Phase::kForward, ctx.local_replica_id());
+          profiler::ScopedSpan forward(profiler::Phase::forward, ctx.local_replica_id());
           GradientTape tape;
           Tensor loss =
               distribute::compute_average_loss(loss_fn.call(e[1], model(e[0], true)), 2 * 32);
           forward.end();
-          profiler::ScopedSpan backward(profiler::Phase::kBackward, ctx.local_replica_id());
+          profiler::ScopedSpan backward(profiler::Phase::backward, ctx.local_replica_id());
           tape.gradient(loss, vars);
         },
         *batch);

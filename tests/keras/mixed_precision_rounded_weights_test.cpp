@@ -1,8 +1,10 @@
 // mixed_bfloat16 Dense on machines whose bfloat16 matmuls compute in float32 multiplies by the
-// kernel's cached bfloat16-rounded copy (Variable::bfloat16_rounded), which the optimizer keeps
-// current. These tests check the layer never multiplies by a stale copy and that gradients still
-// reach the variable, against float64 loops on the rounded operands.
+// kernel's cached bfloat16-rounded copy (mixed_precision::rounded_weights), which the optimizer
+// keeps current. These tests check the layer never multiplies by a stale copy and that gradients
+// still reach the variable, against float64 loops on the rounded operands.
 #include <gtest/gtest.h>
+
+#include "lockstep/keras/mixed_precision.h"
 
 #include "testing/bf16_matmul_mode.h"
 
@@ -121,7 +123,7 @@ TEST(MixedPrecisionRoundedWeights, AfterFitTheCachedCopyIsTheRoundedKernel) {
                  .loss = losses::CategoricalCrossentropy()});
   model.fit(x, y, {.epochs = 2, .verbose = 0, .batch_size = 16});
   for (const Variable& v : model.trainable_weights()) {
-    const float* r = v.bfloat16_rounded_data();
+    const float* r = mixed_precision::rounded_weights_data(v);
     ASSERT_NE(r, nullptr) << v.name() << ": the optimizer let the copy go stale";
     const float* w = v.raw_value().data<float>();
     for (int64_t i = 0; i < v.num_elements(); ++i) {

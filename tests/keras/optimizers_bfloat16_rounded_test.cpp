@@ -1,7 +1,9 @@
-// Optimizers keep a variable's bfloat16-rounded copy (Variable::bfloat16_rounded, used by
+// Optimizers keep a variable's bfloat16-rounded copy (mixed_precision::rounded_weights, used by
 // mixed_bfloat16 Dense) current as they update the weights: after every step the copy is the
 // rounding of the new weights, and the weights are those of the same optimizer without a copy.
 #include <gtest/gtest.h>
+
+#include "lockstep/keras/mixed_precision.h"
 
 #include <cmath>
 #include <cstring>
@@ -44,7 +46,7 @@ using Factory = std::function<std::unique_ptr<Optimizer>()>;
 // as three ranges on three threads, as replicas do.
 void check_keeps_copies_current(const Factory& make, bool split) {
   std::vector<Variable> plain = make_vars(), cached = make_vars();
-  for (const Variable& v : cached) v.bfloat16_rounded();
+  for (const Variable& v : cached) mixed_precision::rounded_weights(v);
   auto opt_plain = make(), opt_cached = make();
   opt_plain->build(plain);
   opt_cached->build(cached);
@@ -67,7 +69,7 @@ void check_keeps_copies_current(const Factory& make, bool split) {
     for (size_t i = 0; i < cached.size(); ++i) {
       const float* w = cached[i].raw_value().data<float>();
       const float* ref = plain[i].raw_value().data<float>();
-      const float* r = cached[i].bfloat16_rounded_data();
+      const float* r = mixed_precision::rounded_weights_data(cached[i]);
       ASSERT_NE(r, nullptr) << "step " << step << ": the copy of " << cached[i].name()
                             << " went stale";
       for (int64_t j = 0; j < cached[i].num_elements(); ++j) {
@@ -103,7 +105,8 @@ TEST(OptimizerBfloat16Rounded, AVariableWithoutACopyGetsNone) {
   std::vector<Variable> vars = make_vars();
   Adam opt;
   opt.apply_gradients(grads_for_step(0), vars);
-  for (const Variable& v : vars) EXPECT_EQ(v.bfloat16_rounded_data(), nullptr) << v.name();
+  for (const Variable& v : vars)
+    EXPECT_EQ(mixed_precision::rounded_weights_data(v), nullptr) << v.name();
 }
 
 }  // namespace

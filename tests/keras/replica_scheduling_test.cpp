@@ -122,16 +122,20 @@ TEST(ReplicaScheduling, StreamedUpdateWritesTheSameBits) {
   EXPECT_TRUE(streamed_three == reference);
 }
 
-// Holds the first replica task a helper thread takes from the given step on, until the step's
-// batch has ended (on_train_batch_end): the step can only end through a backup run.
+// Holds the first task of the given kind (0: a replica's forward and backward, 1: a block of the
+// update) that a helper thread takes from the given step on, until the step's batch has ended
+// (on_train_batch_end): the step can only end through a backup run. The held run then goes on
+// and reads what the step has since written (the update's slots are written in place): it has
+// lost, and nothing it computes may reach the weights.
 class StallOneThread : public callbacks::Callback {
  public:
-  StallOneThread(distribute::TaskPool& pool, int from_step) : pool_(pool), from_step_(from_step) {
-    pool_.set_run_hook([this](int kind, int, int thread, bool backup) {
+  StallOneThread(distribute::TaskPool& pool, int from_step, int task_kind = 0)
+      : pool_(pool), from_step_(from_step) {
+    pool_.set_run_hook([this, task_kind](int kind, int, int thread, bool backup) {
       std::unique_lock lock(mu_);
-      if (kind != 0 || backup || stalled_ || step_ < from_step_) return;
+      if (kind != task_kind || backup || stalled_ || step_ < from_step_) return;
       if (thread == 0) {
-        // The calling thread waits until a helper holds a replica task of this step, so that
+        // The calling thread waits until a helper holds a task of this kind and step, so that
         // one is held whatever the order in which the threads woke up.
         cv_.wait(lock, [this] { return stalled_; });
         return;
@@ -190,6 +194,23 @@ TEST(ReplicaScheduling, AStalledThreadDoesNotHoldTheStepAndTheBitsDoNotChange) {
     EXPECT_EQ(stall->released_after_step(), stall->stalled_at_step());
     EXPECT_GE(strategy.task_pool().stats().backup_wins, 1u);
     EXPECT_TRUE(got == reference) << n << " replicas: a backup run changed the weights";
+  }
+}
+
+TEST(ReplicaScheduling, AStalledUpdateBlockIsBackedUpAndItsLateRunChangesNothing) {
+  for (int n : {2, 3}) {
+    distribute::Strategy reference_strategy(config(n, 1));
+    const std::string reference = fit_bytes(reference_strategy);
+
+    distribute::Strategy strategy(config(n, 2));
+    auto stall = std::make_shared<StallOneThread>(strategy.task_pool(), /*from_step=*/1,
+                                                  /*task_kind=*/1);
+    const std::string got = fit_bytes(strategy, {stall});
+    ASSERT_TRUE(stall->stalled()) << "the helper thread never took a block of the update";
+    EXPECT_EQ(stall->released_after_step(), stall->stalled_at_step());
+    EXPECT_GE(strategy.task_pool().stats().backup_wins, 1u);
+    EXPECT_TRUE(got == reference) << n << " replicas: a late run of an update block changed the "
+                                  << "weights or the optimizer's slots";
   }
 }
 

@@ -22,6 +22,17 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // act(x·kernel + bias) (Keras Dense), see ops/linear.h; bias may be undefined.
 Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
               ops::FusedActivation activation = ops::FusedActivation::none);
+// The weights as the matmul multiplies them, when that differs from the tensors the gradient is
+// for: a mixed_bfloat16 layer multiplies its float32 variables as bfloat16 values (their rounded
+// float32 copies or bfloat16 casts). The rounding's gradient is the identity, so the gradients
+// still go to `kernel` / `bias`, in their dtype.
+struct LinearOperands {
+  Tensor kernel, bias;
+};
+// linear() multiplying `multiplied` instead of kernel / bias, into an output of dtype `out`
+// (x's dtype, or float32 for a bfloat16 x).
+Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+              ops::FusedActivation activation, const LinearOperands& multiplied, DType out);
 // x[..., j] + bias[j].
 Tensor bias_add(const Tensor& x, const Tensor& bias);
 

@@ -63,20 +63,26 @@ class Variable {
 
   bool same_as(const Variable& other) const { return state_ == other.state_; }
 
-  // The value rounded to bfloat16 values kept in float32 (round_to_bfloat16_values): the weights
-  // a mixed_bfloat16 layer multiplies by where bfloat16 matmuls compute in float32. A float32
-  // variable only. Cached: computed on first use and after any write that did not keep it current
-  // (assign, assign_add, assign_sub); optimizers keep it current as they update the value (see
-  // bfloat16_rounded_data), which saves a full pass over every kernel per step. Safe to call from
-  // several threads at once (the replicas of a step). The handle shares the cache's storage: it
-  // changes when the variable does, like the value. Writing through the value's data pointer
-  // bypasses the cache: use assign.
-  Tensor bfloat16_rounded() const;
-  // For code that updates the value in place through raw_value()'s data (optimizers): the cached
-  // rounded copy's data when it is current, else nullptr. Whoever writes element i of the value
-  // must then write round(value[i]) to element i of this copy before the next read; with nullptr
-  // there is nothing to do (the next bfloat16_rounded() recomputes it).
-  float* bfloat16_rounded_data() const;
+  // State that a higher layer keeps per variable for as long as the variable lives (keras'
+  // mixed-precision policy keeps the variable's bfloat16-rounded copy here, see
+  // keras/mixed_precision.h). The variable only holds it and tells it of the writes it sees:
+  // assign/assign_add/assign_sub and flip_buffers. Whoever writes through raw_value()'s data
+  // pointer (an optimizer) keeps the companion current itself.
+  class Companion {
+   public:
+    virtual ~Companion() = default;
+    // Buffer `buffer` (0 or 1, see current_buffer()) was overwritten through assign*.
+    virtual void value_assigned(int buffer) = 0;
+    // flip_buffers() made buffer `buffer` current.
+    virtual void buffers_flipped(int buffer) = 0;
+  };
+  // The companion, or nullptr before attach_companion().
+  Companion* companion() const;
+  // Attaches `companion` unless one is attached already; returns the one attached (the first
+  // caller's when several race). Safe from several threads at once.
+  Companion& attach_companion(std::unique_ptr<Companion> companion) const;
+  // Which of the two buffers holds the value (0 until flip_buffers() first runs).
+  int current_buffer() const;
 
   // ---- Double buffering, for an update computed out of place (the replicated training step,
   // distribute/replicated_step.h). After enable_next_buffer() the variable has a second buffer of
@@ -90,13 +96,8 @@ class Variable {
   bool has_next_buffer() const;
   // The buffer flip_buffers() makes current; FailedPrecondition without enable_next_buffer().
   const Tensor& next_value() const;
-  // Where the next buffer's bfloat16-rounded copy goes (see bfloat16_rounded) when the cache is in
-  // use for the current buffer, else nullptr. Whoever writes next_value() must then write its
-  // rounding here before flip_buffers(true).
-  float* next_bfloat16_rounded_data() const;
-  // Makes the next buffer current. `rounded_written`: the caller wrote next_bfloat16_rounded_data()
-  // in full, so the cache stays current; otherwise it is recomputed on next use.
-  void flip_buffers(bool rounded_written) const;
+  // Makes the next buffer current (and tells the companion).
+  void flip_buffers() const;
 
  private:
   struct State;

@@ -18,7 +18,7 @@
 //   for (int64_t step = 1; step <= steps; ++step) {
 //     profiler::StepTrace trace(step);
 //     auto batch = it.next();                  // recorded: input
-//     strategy.run(step_fn, *batch);           // ScopedSpan(Phase::kForward) etc. inside if wanted
+//     strategy.run(step_fn, *batch);           // ScopedSpan(Phase::forward) etc. inside if wanted
 //   }
 //   profiler::stop();
 //   distribute::write_profile("profile", strategy);
@@ -32,25 +32,24 @@
 namespace lockstep::profiler {
 
 enum class Phase : uint8_t {
-  kNone = 0,     // not recorded
-  kStep,         // one training step, the outermost span on the thread that runs it (StepTrace)
-  kInput,        // waiting for the next batch of the input pipeline
-  kReplica,      // one run of one replica's task: forward, backward and its bookkeeping
-  kForward,      // forward pass and loss
-  kBackward,     // backward pass (the gradient tape)
-  kLocalReduce,  // summing the local replicas' gradients
-  kAllReduce,    // cross-worker all-reduce (on a communication thread: under the backward pass)
-  kUpdate,       // the optimizer's update of the variables
-  kWait,         // waiting for other threads: a phase's last tasks, runs of an earlier step
-  kCheckpoint,   // writing a checkpoint
-  kTasks,        // the tasks of a step (and each phase of them), on the thread that hands them to
+  none = 0,      // not recorded
+  step,          // one training step, the outermost span on the thread that runs it (StepTrace)
+  input,         // waiting for the next batch of the input pipeline
+  replica,       // one run of one replica's task: forward, backward and its bookkeeping
+  forward,       // forward pass and loss
+  backward,      // backward pass (the gradient tape)
+  local_reduce,  // summing the local replicas' gradients
+  all_reduce,    // cross-worker all-reduce (on a communication thread: under the backward pass)
+  update,        // the optimizer's update of the variables
+  wait,          // waiting for other threads: a phase's last tasks, runs of an earlier step
+  checkpoint,    // writing a checkpoint
+  tasks,         // the tasks of a step (and each phase of them), on the thread that hands them to
                  // the pool: holds that thread's task runs and waits; the rest is bookkeeping
                  // between phases, taking tasks, waking threads, or being descheduled while the
                  // other threads run the tasks
 };
 inline constexpr int kNumPhases = 12;
-// "step", "input", "replica", "forward", "backward", "local_reduce", "all_reduce", "update",
-// "wait", "checkpoint", "tasks" ("none" for kNone).
+// Each phase's name is its enumerator's: phase_name(Phase::local_reduce) == "local_reduce".
 std::string_view phase_name(Phase phase);
 
 struct Span {
@@ -58,7 +57,7 @@ struct Span {
   int64_t end_ns = 0;
   int64_t step = -1;     // the step whose StepTrace was open when the span began; -1: none
   int32_t replica = -1;  // local replica the span works for; -1: not one replica's
-  Phase phase = Phase::kNone;
+  Phase phase = Phase::none;
   bool backup = false;  // recorded by a backup run of a task (distribute/task_pool.h)
 };
 
@@ -119,7 +118,7 @@ class ScopedSpan {
   ScopedSpan& operator=(const ScopedSpan&) = delete;
   // Begins the span if recording is on and none is open in this object.
   void open(Phase phase, int replica = -1) noexcept {
-    if (recording() && phase != Phase::kNone && thread_ == nullptr) begin(phase, replica);
+    if (recording() && phase != Phase::none && thread_ == nullptr) begin(phase, replica);
   }
   // Ends the span now (later calls and the destructor do nothing).
   void end() noexcept {

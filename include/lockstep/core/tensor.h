@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/shape.h"
@@ -111,11 +112,9 @@ uint64_t next_tensor_id();
 
 template <typename T>
 Tensor Tensor::from_span(std::span<const T> values, const Shape& shape) {
-  if (static_cast<int64_t>(values.size()) != shape.num_elements()) {
-    throw InvalidArgument("Tensor::from_vector: " + std::to_string(values.size()) +
-                          " values do not fill shape " + shape.to_string() + " (" +
-                          std::to_string(shape.num_elements()) + " elements).");
-  }
+  LOCKSTEP_CHECK(static_cast<int64_t>(values.size()) == shape.num_elements(),
+                 "Tensor::from_vector: ", values.size(), " values do not fill shape ", shape, " (",
+                 shape.num_elements(), " elements).");
   Tensor t(shape, dtype_v<T>);
   T* d = t.data<T>();
   for (size_t i = 0; i < values.size(); ++i) d[i] = values[i];

@@ -20,7 +20,7 @@ class ElementwiseUpdate {
   // Binds the update to the step's variables, in the step's order (index i below is vars[i]).
   virtual void bind(const std::vector<Variable>& vars) = 0;
   // The per-element state kept for variable i (float32, shaped like it: Adam's m and v), in the
-  // order apply() receives them. The step double-buffers these with the variable.
+  // order apply() receives them. The step updates these in place (see replicated_step.h).
   virtual std::vector<Variable> slot_variables(size_t i) const = 0;
   // True when the rule needs each summed gradient's squared L2 norm first (clipping by norm).
   virtual bool wants_gradient_norms() const { return false; }
@@ -39,8 +39,14 @@ class ElementwiseUpdate {
   virtual void apply(size_t i, int64_t offset, const float* w, float* g,
                      std::span<const float* const> slots, float* w_out,
                      std::span<float* const> slots_out, size_t n, float* rounded) const = 0;
-  // Once per update, after every apply(), on one thread (e.g. iterations += 1).
+  // Once per update, after every apply() and after the step has made the variables' next buffers
+  // current, on one thread (e.g. iterations += 1).
   virtual void end_update() = 0;
+  // Where apply() writes round_to_bfloat16_values of variable i's next values, or nullptr: a copy
+  // the update's owner keeps current beside the variable (Keras' mixed precision keeps the
+  // weights' bfloat16 rounding this way). Asked once per variable before each update, on one
+  // thread; a pointer handed out is written in full before the step flips the variable's buffers.
+  virtual float* rounded_output(size_t /*i*/) const { return nullptr; }
 };
 
 }  // namespace lockstep::distribute

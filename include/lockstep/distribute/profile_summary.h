@@ -46,20 +46,20 @@ struct VerdictThresholds {
   double backup_percent = 5;
 };
 
-enum class Severity { kOk, kWarning, kBound };
+enum class Severity { ok, warning, bound };
 // "ok", "warning" or "bound": the word the summary and the report show for a verdict.
 const char* severity_name(Severity s);
 
 struct Verdict {
   // "input", "communication", "stragglers", "scheduling", "backups", "dropped" (or "steps")
   std::string topic;
-  Severity severity = Severity::kOk;
+  Severity severity = Severity::ok;
   double percent = 0;  // the measure compared with the thresholds
   std::string message;
 };
 
 struct PhaseRow {
-  profiler::Phase phase = profiler::Phase::kNone;  // kStep: "other", time no span covers
+  profiler::Phase phase = profiler::Phase::none;  // step: "other", time no span covers
   std::string name;
   double mean_ms = 0, p50_ms = 0, p99_ms = 0;  // per step, host view
   double share_percent = 0;                    // of the summed step time, host view
@@ -88,7 +88,7 @@ struct WorkerStats {
 struct StepBreakdown {
   int64_t step = 0;
   double wall_ms = 0;
-  std::array<double, profiler::kNumPhases> ms{};  // index: phase; kStep holds "other"
+  std::array<double, profiler::kNumPhases> ms{};  // index: phase; Phase::step holds "other"
 };
 
 struct ProfileSummary {

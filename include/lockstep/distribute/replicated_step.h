@@ -9,10 +9,11 @@
 //   2. The gradients are summed over the local replicas, element i as
 //      ((g_0[i] + g_1[i]) + g_2[i]) + ... in replica order, chunk by chunk; across workers the
 //      local sums are then all-reduced (MPI). Each chunk's sum goes straight into the optimizer's
-//      elementwise rule (ElementwiseUpdate), computed on copies of the variable and its slots and
-//      written to the variables' *next* buffers (Variable::enable_next_buffer): a chunk run twice
-//      computes the same bits, and only its first run writes. When every chunk is written, the
-//      variables flip to their next buffers.
+//      elementwise rule (ElementwiseUpdate), computed into the running thread's scratch; the
+//      chunk's first run to finish copies the weights to the variables' *next* buffers
+//      (Variable::enable_next_buffer) and the optimizer's slots in place (only runs of the same
+//      chunk read them, and one that reads them after the copy has lost). When every chunk is
+//      written, the variables flip to their next buffers.
 //   3. A step that only accumulates (gradient accumulation) adds the sum to an accumulator,
 //      double-buffered the same way; the step that applies adds the accumulator first.
 //
@@ -150,9 +151,12 @@ class ReplicatedStep {
   int64_t total_elements() const { return total_; }
   SyncStats stats() const;
 
-  // Elements per update chunk: small enough that a chunk of the sum, the weights and the slots
-  // stay in L1/L2 between the sum and the update and that a straggling chunk is cheap to re-run.
-  static constexpr int64_t kChunk = 2048;
+  // Elements per update chunk, between these bounds: about four chunks per thread (a chunk task
+  // costs about a microsecond of scheduling, as much as the update of ~500 elements), never so
+  // large that a straggling chunk is costly to re-run or its scratch leaves the core's L2.
+  static constexpr int64_t kMinChunk = 2048;
+  static constexpr int64_t kMaxChunk = 32768;
+  int64_t chunk_elements() const { return chunk_; }
 
   // Steps constructed afterwards write their update's results (weights and optimizer slots) with
   // non-temporal stores when those are more than `bytes` per step (default 16 MiB: more than the
@@ -222,12 +226,11 @@ class ReplicatedStep {
   std::vector<std::pair<std::unique_ptr<ReplicaPhase>, uint64_t>> replica_phases_;
   std::unique_ptr<ChunkPhase> chunk_phases_[4];
   uint64_t step_first_phase_ = 0;  // TaskPool sequence before this step's first phase
-  // Per variable, set before each update: the current and next data of the variable and its
-  // slots, and where its next bfloat16 rounding goes (nullptr: not in use).
+  // Per variable, set before each update: the current and next data of the variable, where its
+  // next bfloat16 rounding goes (nullptr: not in use), and its slots' data (updated in place).
   std::vector<const float*> cur_w_;
   std::vector<float*> next_w_, next_r_;
-  std::vector<std::vector<const float*>> cur_s_;
-  std::vector<std::vector<float*>> next_s_;
+  std::vector<std::vector<float*>> slots_data_;
 
   Tensor accumulator_[2];
   int acc_current_ = 0;
@@ -247,6 +250,7 @@ class ReplicatedStep {
   std::vector<std::unique_ptr<Scratch>> scratch_;  // per pool thread
   size_t max_slots_ = 0;
   bool stream_next_ = false;  // see set_streaming_threshold()
+  int64_t chunk_ = kMinChunk;
 
   SyncStats stats_;
 };

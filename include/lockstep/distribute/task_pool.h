@@ -4,7 +4,10 @@
 // A step is a sequence of phases (every replica's forward and backward; then the sum of the
 // gradients and the optimizer update, block by block). Each phase is a set of independent tasks
 // that the pool's threads — and the thread that calls run() — take dynamically, so a thread that
-// is slow or descheduled (a shared core, a busy host program) simply takes fewer tasks.
+// is slow or descheduled (a shared core, a busy host program) simply takes fewer tasks. Each
+// thread first takes from a contiguous range of the phase's tasks of its own, then from the
+// others': with no straggler, task i runs on the same thread step after step and finds in that
+// core's cache what it left there the step before.
 //
 // Backup tasks. When no task is left to take but one is still held by another thread past a
 // deadline (backup_factor x the typical run time of the phase's tasks, plus backup_slack), an idle
@@ -49,9 +52,9 @@ class TaskPhase {
   // deadline (kinds 0 .. kMaxKinds - 1).
   virtual int kind() const { return 0; }
   // What a run of a task records when the profiler is on (lockstep/core/profiler.h): its phase
-  // (kNone: nothing) and the local replica it works for (-1: none). The span covers the run and
-  // its commit or discard.
-  virtual profiler::Phase trace_phase() const { return profiler::Phase::kNone; }
+  // (Phase::none: nothing) and the local replica it works for (-1: none). The span covers the run
+  // and its commit or discard.
+  virtual profiler::Phase trace_phase() const { return profiler::Phase::none; }
   virtual int trace_replica(int /*task*/) const { return -1; }
 };
 

@@ -5,8 +5,9 @@
 //                     at each call; gradients reach the float32 variables as float32). On
 //                     machines whose bfloat16 matmuls compute in float32 (no AMX), Dense
 //                     multiplies by its weights' bfloat16 values kept in float32 instead (a copy
-//                     cached per variable and rewritten by the optimizer as it updates the
-//                     weights, Variable::bfloat16_rounded; same values, identity gradient; see
+//                     kept by this policy beside each variable and rewritten by the optimizer as
+//                     it updates the weights, rounded_weights() below; same values, identity
+//                     gradient; see
 //                     docs/performance.md "Step time"). A float32 layer (e.g. the output layer)
 //                     fed bfloat16 activations multiplies them as they are, in float32;
 //   "bfloat16"        compute and variables in bfloat16;
@@ -18,6 +19,7 @@
 // No loss scaling: bfloat16 has float32's exponent range, so gradients do not underflow.
 #include <string>
 
+#include "lockstep/autodiff/variable.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/tensor.h"
 
@@ -49,6 +51,26 @@ void set_global_policy(const Policy& policy);
 void set_global_policy(const std::string& name);
 Policy global_policy();
 
+// The policy's copy of a float32 variable rounded to bfloat16 values, kept in float32
+// (round_to_bfloat16_values): what a mixed_bfloat16 layer multiplies by where bfloat16 matmuls
+// compute in float32. Kept beside the variable (Variable::attach_companion), one per buffer of a
+// double-buffered variable, computed on first use and after any write through assign*; the
+// optimizers keep it current as they update the weights (rounded_weights_data), which saves a
+// full pass over every kernel per step. Safe to call from several threads at once (the replicas
+// of a step). The handle shares the copy's storage: it changes when the variable does. Throws
+// InvalidArgument for a variable that is not float32.
+Tensor rounded_weights(const Variable& variable);
+// For code that updates the value in place through raw_value()'s data (optimizers): the copy's
+// data when it is current, else nullptr. Whoever writes element i of the value must then write
+// round(value[i]) to element i of this copy before the next read; with nullptr there is nothing
+// to do (the next rounded_weights() recomputes it).
+float* rounded_weights_data(const Variable& variable);
+// For an update written out of place into the variable's next buffer (the replicated step): where
+// the rounding of the next values goes when the copy of the current ones is in use, else nullptr.
+// Whoever gets a pointer must write it in full before Variable::flip_buffers(), which then makes
+// it the current copy.
+float* next_rounded_weights_data(const Variable& variable);
+
 // The memory of one training step of `model` on (x, y), measured from the storage pool's live
 // bytes (StoragePoolStats::live_bytes), not computed from shapes: after a warm-up step (layers
 // built, per-variable caches created), the forward pass runs under a gradient tape and everything
@@ -59,8 +81,8 @@ Policy global_policy();
 struct StepMemory {
   size_t saved_for_backward = 0;  // bytes the tape holds at the end of the forward pass
   size_t step_peak = 0;           // the most allocated above the starting point, forward + backward
-  // Persistent bfloat16-rounded copies of the weights (Variable::bfloat16_rounded; mixed_bfloat16
-  // without AMX), not part of the above: allocated once, not per step.
+  // Persistent bfloat16-rounded copies of the weights (rounded_weights(); mixed_bfloat16 without
+  // AMX), not part of the above: allocated once, not per step.
   size_t rounded_weight_copies = 0;
 };
 StepMemory measure_step_memory(Model& model, const Tensor& x, const Tensor& y,

@@ -1,5 +1,6 @@
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/check.h"
 #include "lockstep/ops.h"
 
 namespace lockstep {
@@ -20,36 +21,71 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   return y;
 }
 
+namespace {
+// The one place linear() records itself: inputs x and the weights the gradient is for (`kernel`,
+// `bias`); the backward pass multiplies by `mk` (the weights as the forward multiplied them). The
+// weights' gradients go straight into the tape's destinations when it has some of their dtype
+// (e.g. the packed buffer of the gradient all-reduce).
+void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& mk,
+                   const Tensor& y, const Tensor& z, ops::FusedActivation activation) {
+  if (!autodiff::should_record({&x, &kernel, &bias})) return;
+  const bool need_dx = autodiff::should_record({&x});
+  const bool has_bias = bias.defined();
+  std::vector<Tensor> inputs{x, kernel};
+  if (has_bias) inputs.push_back(bias);
+  const DType wdt = kernel.dtype();
+  autodiff::record(
+      "linear", inputs, {y},
+      [x, mk, y, z, activation, need_dx, has_bias, wdt](const Grads& g, const Grads& sinks) {
+        auto buffer = [wdt](const Tensor& sink, const Shape& shape) {
+          return sink.defined() && sink.dtype() == wdt ? sink : Tensor(shape, wdt);
+        };
+        Grads out(has_bias ? 3 : 2);
+        if (x.rank() == 2 && mk.rank() == 2) {
+          if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
+          out[1] = buffer(sinks[1], mk.shape());
+          if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)});
+        }
+        ops::linear_backward_into(g[0], x, mk, y, activation, out[0], out[1],
+                                  has_bias ? out[2] : Tensor(), z);
+        return out;
+      });
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
               ops::FusedActivation activation) {
   // gelu's derivative needs the pre-activation, which the fused kernel does not keep.
   const bool gelu = activation == ops::FusedActivation::gelu;
   Tensor z = gelu ? ops::linear_forward(x, kernel, bias, ops::FusedActivation::none) : Tensor();
   Tensor y = gelu ? ops::gelu_forward(z) : ops::linear_forward(x, kernel, bias, activation);
-  if (autodiff::should_record({&x, &kernel, &bias})) {
-    const bool need_dx = autodiff::should_record({&x});
-    const bool has_bias = bias.defined();
-    std::vector<Tensor> inputs{x, kernel};
-    if (has_bias) inputs.push_back(bias);
-    autodiff::record(
-        "linear", inputs, {y},
-        [x, kernel, y, z, activation, need_dx, has_bias](const Grads& g, const Grads& sinks) {
-          // The weights' gradients go straight into the tape's destinations when it has some of
-          // the dtype this op produces (e.g. the packed buffer of the gradient all-reduce).
-          auto buffer = [](const Tensor& sink, const Shape& shape, DType dtype) {
-            return sink.defined() && sink.dtype() == dtype ? sink : Tensor(shape, dtype);
-          };
-          Grads out(has_bias ? 3 : 2);
-          if (x.rank() == 2 && kernel.rank() == 2) {
-            if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
-            out[1] = buffer(sinks[1], kernel.shape(), kernel.dtype());
-            if (has_bias) out[2] = buffer(sinks[2], Shape{kernel.dim(1)}, kernel.dtype());
-          }
-          ops::linear_backward_into(g[0], x, kernel, y, activation, out[0], out[1],
-                                    has_bias ? out[2] : Tensor(), z);
-          return out;
-        });
+  record_linear(x, kernel, bias, kernel, y, z, activation);
+  return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+              ops::FusedActivation activation, const LinearOperands& multiplied, DType out) {
+  const Tensor& mk = multiplied.kernel.defined() ? multiplied.kernel : kernel;
+  const Tensor& mb = multiplied.bias.defined() || !bias.defined() ? multiplied.bias : bias;
+  LOCKSTEP_CHECK(mk.shape() == kernel.shape() && mb.defined() == bias.defined() &&
+                     (!mb.defined() || mb.shape() == bias.shape()),
+                 "linear: the multiplied weights must be shaped like the weights. Received: "
+                 "kernel ",
+                 kernel.describe(), " multiplied as ", mk.describe(), ", bias ",
+                 bias.defined() ? bias.describe() : "none", " multiplied as ",
+                 mb.defined() ? mb.describe() : "none", ".");
+  const Shape shape{x.dim(0), mk.dim(1)};
+  const bool gelu = activation == ops::FusedActivation::gelu;
+  Tensor z, y;
+  if (gelu) {
+    z = Tensor(shape, out);
+    ops::linear_into(x, mk, mb, ops::FusedActivation::none, z);
+    y = ops::gelu_forward(z);
+  } else {
+    y = Tensor(shape, out);
+    ops::linear_into(x, mk, mb, activation, y);
   }
+  record_linear(x, kernel, bias, mk, y, z, activation);
   return y;
 }
 

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <new>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
 
@@ -109,29 +110,29 @@ void set_backup_run(bool backup) noexcept {
 
 std::string_view phase_name(Phase phase) {
   switch (phase) {
-    case Phase::kNone:
+    case Phase::none:
       return "none";
-    case Phase::kStep:
+    case Phase::step:
       return "step";
-    case Phase::kInput:
+    case Phase::input:
       return "input";
-    case Phase::kReplica:
+    case Phase::replica:
       return "replica";
-    case Phase::kForward:
+    case Phase::forward:
       return "forward";
-    case Phase::kBackward:
+    case Phase::backward:
       return "backward";
-    case Phase::kLocalReduce:
+    case Phase::local_reduce:
       return "local_reduce";
-    case Phase::kAllReduce:
+    case Phase::all_reduce:
       return "all_reduce";
-    case Phase::kUpdate:
+    case Phase::update:
       return "update";
-    case Phase::kWait:
+    case Phase::wait:
       return "wait";
-    case Phase::kCheckpoint:
+    case Phase::checkpoint:
       return "checkpoint";
-    case Phase::kTasks:
+    case Phase::tasks:
       return "tasks";
   }
   return "unknown";
@@ -148,15 +149,13 @@ int64_t session_begin_ns() noexcept {
 }
 
 void start(RecorderOptions options) {
-  if (options.spans_per_thread == 0) {
-    throw InvalidArgument("profiler::start: expected spans_per_thread >= 1. Received: 0.");
-  }
+  LOCKSTEP_CHECK(options.spans_per_thread != 0,
+                 "profiler::start: expected spans_per_thread >= 1. Received: 0.");
   Session& s = session();
   std::lock_guard lock(s.mu);
-  if (detail::g_recording.load(std::memory_order_relaxed)) {
-    throw FailedPrecondition(
-        "profiler::start: the profiler is already recording; call profiler::stop() first.");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, !detail::g_recording.load(std::memory_order_relaxed),
+                    "profiler::start: the profiler is already recording; call profiler::stop() "
+                    "first.");
   s.options = options;
   s.retired = std::move(s.threads);
   s.threads.clear();
@@ -227,7 +226,7 @@ void StepTrace::begin(int64_t step) noexcept {
   if (thread_ == nullptr) return;
   t_in_step = true;
   detail::g_step.store(step, std::memory_order_relaxed);
-  span_.phase = Phase::kStep;
+  span_.phase = Phase::step;
   span_.replica = -1;
   span_.step = step;
   span_.backup = false;

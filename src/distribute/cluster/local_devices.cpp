@@ -5,6 +5,7 @@
 #include <iostream>
 #include <set>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::cluster_internal {
@@ -22,10 +23,9 @@ int parse_env_int(const std::string& variable, const std::string& value, int min
   int parsed = 0;
   const char* end = value.data() + value.size();
   auto [ptr, error] = std::from_chars(value.data(), end, parsed);
-  if (value.empty() || error != std::errc() || ptr != end || parsed < min_value) {
-    throw InvalidArgument(variable + ": expected an integer >= " + std::to_string(min_value) +
-                          ". Received: " + variable + "=\"" + value + "\".");
-  }
+  LOCKSTEP_CHECK(!value.empty() && error == std::errc() && ptr == end && parsed >= min_value,
+                 variable, ": expected an integer >= ", min_value, ". Received: ", variable, "=\"",
+                 value, "\".");
   return parsed;
 }
 
@@ -33,11 +33,10 @@ std::vector<int> worker_cores(const LocalDeviceOptions& options) {
   if (options.cores.empty()) return available_cores(options.cgroup_root);
   std::set<int> seen;
   for (int core : options.cores) {
-    if (core < 0 || !seen.insert(core).second) {
-      throw InvalidArgument(
-          "LocalDeviceOptions::cores: expected distinct cpu ids >= 0. Received: [" +
-          join_ints(options.cores) + "].");
-    }
+    const bool distinct = seen.insert(core).second;
+    LOCKSTEP_CHECK(core >= 0 && distinct,
+                   "LocalDeviceOptions::cores: expected distinct cpu ids >= 0. Received: [",
+                   join_ints(options.cores), "].");
   }
   return options.cores;
 }
@@ -69,12 +68,10 @@ int replicas_from_env(const Environment& env) {
   const std::string count = value->substr(colon + 1);
   int parsed = 0;
   auto [ptr, error] = std::from_chars(count.data(), count.data() + count.size(), parsed);
-  if (count.empty() || error != std::errc() || ptr != count.data() + count.size() || parsed < 1) {
-    throw InvalidArgument(
-        "LOCKSTEP_DEVICES: expected \"cpu:N\" with N >= 1 replicas. Received: "
-        "LOCKSTEP_DEVICES=\"" +
-        *value + "\".");
-  }
+  LOCKSTEP_CHECK(
+      !count.empty() && error == std::errc() && ptr == count.data() + count.size() && parsed >= 1,
+      "LOCKSTEP_DEVICES: expected \"cpu:N\" with N >= 1 replicas. Received: LOCKSTEP_DEVICES=\"",
+      *value, "\".");
   return parsed;
 }
 
@@ -84,16 +81,12 @@ std::vector<DeviceSpec> make_local_devices(const std::vector<int>& cores,
                                            const LocalDeviceOptions& options,
                                            const Environment& env, const std::string& job,
                                            int task) {
-  if (options.num_replicas < 0) {
-    throw InvalidArgument(
-        "LocalDeviceOptions::num_replicas: expected >= 0 (0 = one per core). "
-        "Received: " +
-        std::to_string(options.num_replicas) + ".");
-  }
-  if (options.cores_per_replica < 1) {
-    throw InvalidArgument("LocalDeviceOptions::cores_per_replica: expected >= 1. Received: " +
-                          std::to_string(options.cores_per_replica) + ".");
-  }
+  LOCKSTEP_CHECK(options.num_replicas >= 0,
+                 "LocalDeviceOptions::num_replicas: expected >= 0 (0 = one per core). Received: ",
+                 options.num_replicas, ".");
+  LOCKSTEP_CHECK(options.cores_per_replica >= 1,
+                 "LocalDeviceOptions::cores_per_replica: expected >= 1. Received: ",
+                 options.cores_per_replica, ".");
   if (cores.empty()) throw Internal("make_local_devices: a worker must have at least one core");
   const int num_cores = static_cast<int>(cores.size());
   const int per_replica = options.cores_per_replica;

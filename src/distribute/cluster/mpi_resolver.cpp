@@ -1,4 +1,5 @@
 #include "local_devices.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/cluster_resolver.h"
 
@@ -37,34 +38,26 @@ MpiClusterResolver::MpiClusterResolver(const Environment& env, LocalDeviceOption
         "environment).");
   }
   const auto size = first_set(env, {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"});
-  if (!size) {
-    throw InvalidArgument(rank->name +
-                          " is set but none of OMPI_COMM_WORLD_SIZE, PMI_SIZE, "
-                          "PMIX_SIZE is: the launcher environment is incomplete.");
-  }
+  LOCKSTEP_CHECK(size, rank->name,
+                 " is set but none of OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE is: the launcher "
+                 "environment is incomplete.");
   rank_ = parse_env_int(rank->name, rank->value, 0);
   size_ = parse_env_int(size->name, size->value, 1);
-  if (size_ > cluster_internal::kMaxTasks) {
-    throw InvalidArgument(size->name + "=" + size->value + " exceeds the " +
-                          std::to_string(cluster_internal::kMaxTasks) +
-                          " ranks Lockstep supports; the environment looks corrupt.");
-  }
-  if (rank_ >= size_) {
-    throw InvalidArgument(rank->name + "=" + rank->value + " is outside the world of " +
-                          size->name + "=" + size->value + " ranks.");
-  }
+  LOCKSTEP_CHECK(size_ <= cluster_internal::kMaxTasks, size->name, "=", size->value,
+                 " exceeds the ", cluster_internal::kMaxTasks,
+                 " ranks Lockstep supports; the environment looks corrupt.");
+  LOCKSTEP_CHECK(rank_ < size_, rank->name, "=", rank->value, " is outside the world of ",
+                 size->name, "=", size->value, " ranks.");
   const auto local_rank = first_set(env, {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"});
   const auto local_size = first_set(env, {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"});
   // Without both, this rank cannot know its neighbours on the host and keeps every core it sees.
   if (local_rank && local_size) {
     local_rank_ = parse_env_int(local_rank->name, local_rank->value, 0);
     local_size_ = parse_env_int(local_size->name, local_size->value, 1);
-    if (local_rank_ >= local_size_ || local_size_ > size_) {
-      throw InvalidArgument(local_rank->name + "=" + local_rank->value + " and " +
-                            local_size->name + "=" + local_size->value +
-                            " are inconsistent (expected local rank < local size <= " + size->name +
-                            "=" + size->value + ").");
-    }
+    LOCKSTEP_CHECK(local_rank_ < local_size_ && local_size_ <= size_, local_rank->name, "=",
+                   local_rank->value, " and ", local_size->name, "=", local_size->value,
+                   " are inconsistent (expected local rank < local size <= ", size->name, "=",
+                   size->value, ").");
   }
   division_ = cluster_internal::divide_cores(cluster_internal::worker_cores(devices), local_rank_,
                                              local_size_, 0);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "local_devices.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/cluster_resolver.h"
 
@@ -157,11 +158,9 @@ SlurmClusterResolver::SlurmClusterResolver(const Environment& env, LocalDeviceOp
   task_id_ = parse_env_int(name, value, 0);
   value = first_set(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, &name);
   const int num_tasks = parse_env_int(name, value, 1);
-  if (num_tasks > cluster_internal::kMaxTasks) {
-    throw InvalidArgument(name + "=" + value + " exceeds the " +
-                          std::to_string(cluster_internal::kMaxTasks) +
-                          " tasks Lockstep supports; the environment looks corrupt.");
-  }
+  LOCKSTEP_CHECK(num_tasks <= cluster_internal::kMaxTasks, name, "=", value, " exceeds the ",
+                 cluster_internal::kMaxTasks,
+                 " tasks Lockstep supports; the environment looks corrupt.");
   std::string nodelist_name;
   const std::string nodelist = first_set(
       env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &nodelist_name);
@@ -172,10 +171,8 @@ SlurmClusterResolver::SlurmClusterResolver(const Environment& env, LocalDeviceOp
     throw InvalidArgument(nodelist_name + ": " + error.what());
   }
 
-  if (task_id_ >= num_tasks) {
-    throw InvalidArgument("SLURM_PROCID=" + std::to_string(task_id_) + " is outside the " +
-                          std::to_string(num_tasks) + " task(s) of the step (" + name + ").");
-  }
+  LOCKSTEP_CHECK(task_id_ < num_tasks, "SLURM_PROCID=", task_id_, " is outside the ", num_tasks,
+                 " task(s) of the step (", name, ").");
 
   std::vector<int> per_node;
   std::string tpn_name;
@@ -190,19 +187,15 @@ SlurmClusterResolver::SlurmClusterResolver(const Environment& env, LocalDeviceOp
     const int nodes = static_cast<int>(hosts.size());
     for (int n = 0; n < nodes; ++n) per_node.push_back(num_tasks / nodes + (n < num_tasks % nodes));
   }
-  if (per_node.size() != hosts.size() ||
-      std::accumulate(per_node.begin(), per_node.end(), 0LL) != num_tasks) {
-    throw InvalidArgument(
-        "SLURM environment is inconsistent: " + nodelist_name + "=\"" + nodelist + "\" has " +
-        std::to_string(hosts.size()) + " node(s) and " + name + "=" + std::to_string(num_tasks) +
-        (tpn_name.empty()
-             ? std::string()
-             : ", but " + tpn_name + " gives " + std::to_string(per_node.size()) +
-                   " node(s) with " +
-                   std::to_string(std::accumulate(per_node.begin(), per_node.end(), 0LL)) +
-                   " task(s)") +
-        ".");
-  }
+  const long long tasks_on_nodes = std::accumulate(per_node.begin(), per_node.end(), 0LL);
+  LOCKSTEP_CHECK(per_node.size() == hosts.size() && tasks_on_nodes == num_tasks,
+                 "SLURM environment is inconsistent: ", nodelist_name, "=\"", nodelist, "\" has ",
+                 hosts.size(), " node(s) and ", name, "=", num_tasks,
+                 tpn_name.empty()
+                     ? std::string()
+                     : ", but " + tpn_name + " gives " + std::to_string(per_node.size()) +
+                           " node(s) with " + std::to_string(tasks_on_nodes) + " task(s)",
+                 ".");
 
   std::vector<std::string> addresses;
   int node_of_task = 0, local_of_task = 0;
@@ -221,10 +214,8 @@ SlurmClusterResolver::SlurmClusterResolver(const Environment& env, LocalDeviceOp
   int local_rank = local_of_task;
   if (auto local_id = env.get("SLURM_LOCALID"); local_id && !local_id->empty()) {
     local_rank = parse_env_int("SLURM_LOCALID", *local_id, 0);
-    if (local_rank >= local_size) {
-      throw InvalidArgument("SLURM_LOCALID=" + *local_id + " is outside the " +
-                            std::to_string(local_size) + " task(s) on this node.");
-    }
+    LOCKSTEP_CHECK(local_rank < local_size, "SLURM_LOCALID=", *local_id, " is outside the ",
+                   local_size, " task(s) on this node.");
   }
   int cpus_per_task = 0;
   if (auto cpt = env.get("SLURM_CPUS_PER_TASK"); cpt && !cpt->empty()) {

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/cluster_resolver.h"
 
@@ -63,13 +64,11 @@ TFConfigClusterResolver::TFConfigClusterResolver(const std::string& tf_config,
                   "cluster=" + shown(cluster));
   }
   for (const auto& [job, tasks] : cluster.items()) {
-    if (job == "ps") {
-      throw InvalidArgument(
-          "TF_CONFIG: job \"ps\" (parameter servers) is not supported: Lockstep trains "
-          "synchronously with all-reduce. Remove \"ps\" and list every training process under "
-          "\"worker\" (and optionally one \"chief\"). Received: cluster=" +
-          shown(cluster) + ".");
-    }
+    LOCKSTEP_CHECK(job != "ps",
+                   "TF_CONFIG: job \"ps\" (parameter servers) is not supported: Lockstep trains "
+                   "synchronously with all-reduce. Remove \"ps\" and list every training process "
+                   "under \"worker\" (and optionally one \"chief\"). Received: cluster=",
+                   shown(cluster), ".");
     if (!tasks.is_array() || tasks.empty()) {
       bad_tf_config("cluster." + job + " must be a non-empty list of \"host:port\" strings",
                     "cluster." + job + "=" + shown(tasks));

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "local_devices.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/mpi_context.h"
 
@@ -25,35 +26,27 @@ ConnectedCluster validated_cluster(const ClusterResolver& resolver) {
                            .rpc_layer = resolver.rpc_layer(),
                            .master = resolver.master()};
   for (const auto& [job, tasks] : cluster.cluster_spec.jobs) {
-    if (tasks.empty()) {
-      throw InvalidArgument("connect_to_cluster: job \"" + job +
-                            "\" has no tasks. Expected at least one address per job.");
-    }
+    LOCKSTEP_CHECK(!tasks.empty(), "connect_to_cluster: job \"", job,
+                   "\" has no tasks. Expected at least one address per job.");
     for (size_t i = 0; i < tasks.size(); ++i) {
-      if (tasks[i].empty()) {
-        throw InvalidArgument("connect_to_cluster: job \"" + job + "\" task " + std::to_string(i) +
-                              " has an empty address.");
-      }
+      LOCKSTEP_CHECK(!tasks[i].empty(), "connect_to_cluster: job \"", job, "\" task ", i,
+                     " has an empty address.");
     }
   }
   const int tasks_of_type = cluster.cluster_spec.num_tasks(cluster.task_type);
-  if (cluster.task_id < 0 || (tasks_of_type > 0 && cluster.task_id >= tasks_of_type) ||
-      (tasks_of_type == 0 && !cluster.cluster_spec.jobs.empty())) {
-    throw InvalidArgument("connect_to_cluster: this task is " + cluster.task_type + ":" +
-                          std::to_string(cluster.task_id) + ", but the cluster has " +
-                          std::to_string(tasks_of_type) + " \"" + cluster.task_type +
-                          "\" task(s). Check the resolver's environment (TF_CONFIG, SLURM, MPI).");
-  }
-  if (cluster.worker_index < 0 || cluster.worker_index >= cluster.num_workers) {
-    throw InvalidArgument("connect_to_cluster: worker index " +
-                          std::to_string(cluster.worker_index) + " is outside the " +
-                          std::to_string(cluster.num_workers) + " worker(s) of the cluster.");
-  }
-  if (resolver.num_accelerators() < 1) {
-    throw InvalidArgument(
-        "connect_to_cluster: this worker has no devices. Expected at least one "
-        "replica; check LOCKSTEP_DEVICES and the cores available to the process.");
-  }
+  // An empty cluster spec (one local worker) has no task of any type.
+  const bool task_in_cluster =
+      cluster.task_id >= 0 &&
+      (tasks_of_type > 0 ? cluster.task_id < tasks_of_type : cluster.cluster_spec.jobs.empty());
+  LOCKSTEP_CHECK(task_in_cluster, "connect_to_cluster: this task is ", cluster.task_type, ":",
+                 cluster.task_id, ", but the cluster has ", tasks_of_type, " \"", cluster.task_type,
+                 "\" task(s). Check the resolver's environment (TF_CONFIG, SLURM, MPI).");
+  LOCKSTEP_CHECK(cluster.worker_index >= 0 && cluster.worker_index < cluster.num_workers,
+                 "connect_to_cluster: worker index ", cluster.worker_index, " is outside the ",
+                 cluster.num_workers, " worker(s) of the cluster.");
+  LOCKSTEP_CHECK(resolver.num_accelerators() >= 1,
+                 "connect_to_cluster: this worker has no devices. Expected at least one replica; "
+                 "check LOCKSTEP_DEVICES and the cores available to the process.");
   return cluster;
 }
 

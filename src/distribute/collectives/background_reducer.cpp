@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
 
@@ -24,7 +25,7 @@ void use_process_affinity() {
 }  // namespace
 
 BackgroundReducer::BackgroundReducer(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {
-  if (!comm_) throw InvalidArgument("BackgroundReducer: the communicator is null");
+  LOCKSTEP_CHECK(comm_, "BackgroundReducer: the communicator is null");
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -78,7 +79,7 @@ void BackgroundReducer::loop() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      profiler::ScopedSpan trace(profiler::Phase::kAllReduce);
+      profiler::ScopedSpan trace(profiler::Phase::all_reduce);
       if (job.compressed) {
         comm_->all_reduce_compressed(static_cast<bfloat16*>(job.buf), job.count);
       } else {

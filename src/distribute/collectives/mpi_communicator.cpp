@@ -13,6 +13,7 @@
 
 #include "host_shared_reducer.h"
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "mpi_bfloat16.h"
 #include "mpi_diagnosis.h"
@@ -38,10 +39,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicationOptions& opti
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (!initialized || finalized) {
-    throw FailedPrecondition(
-        "MpiCommunicator: MPI is not active; call mpi_initialize() first (under mpirun)");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, initialized && !finalized,
+                    "MpiCommunicator: MPI is not active; call mpi_initialize() first (under "
+                    "mpirun)");
   check_mpi(MPI_Comm_dup(comm, &data_), "MPI_Comm_dup");
   check_mpi(MPI_Comm_dup(comm, &control_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/mpi_context.h"
 #include "lockstep/distribute/shared_memory_group.h"
@@ -83,7 +84,8 @@ std::string_view MpiContext::thread_level_name() const {
 
 std::shared_ptr<Communicator> MpiContext::world(const CommunicationOptions& options) const {
   if (!active()) {
-    if (finalized_) throw FailedPrecondition("MpiContext::world: MPI was already finalised");
+    LOCKSTEP_CHECK_AS(FailedPrecondition, !finalized_,
+                      "MpiContext::world: MPI was already finalised");
     return SharedMemoryGroup(1, options).communicator(0);
   }
   return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, options);

@@ -4,6 +4,7 @@
 
 #include <climits>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::distribute::detail {
@@ -42,10 +43,8 @@ MPI_Op mpi_op(ReduceOp op) {
 }
 
 int to_int_count(size_t n, const char* what) {
-  if (n > static_cast<size_t>(INT_MAX)) {
-    throw InvalidArgument(std::string(what) + ": " + std::to_string(n) +
-                          " elements exceed MPI's int count; split the buffer");
-  }
+  LOCKSTEP_CHECK(n <= static_cast<size_t>(INT_MAX), what, ": ", n,
+                 " elements exceed MPI's int count; split the buffer");
   return static_cast<int>(n);
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../sync/futex.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "reduce_kernels.h"
@@ -337,10 +338,7 @@ class SharedMemoryCommunicator final : public Communicator {
 }  // namespace detail
 
 SharedMemoryGroup::SharedMemoryGroup(int size, const CommunicationOptions& options) {
-  if (size < 1) {
-    throw InvalidArgument("SharedMemoryGroup: expected size >= 1. Received: size=" +
-                          std::to_string(size));
-  }
+  LOCKSTEP_CHECK(size >= 1, "SharedMemoryGroup: expected size >= 1. Received: size=", size);
   state_ = std::make_shared<detail::SharedMemoryState>(size, options);
   for (int r = 0; r < size; ++r) {
     endpoints_.push_back(std::make_shared<detail::SharedMemoryCommunicator>(state_, r));
@@ -354,11 +352,9 @@ int SharedMemoryGroup::size() const {
 }
 
 std::shared_ptr<Communicator> SharedMemoryGroup::communicator(int rank) const {
-  if (rank < 0 || rank >= state_->size) {
-    throw InvalidArgument("SharedMemoryGroup::communicator: expected 0 <= rank < " +
-                          std::to_string(state_->size) +
-                          ". Received: rank=" + std::to_string(rank));
-  }
+  LOCKSTEP_CHECK(rank >= 0 && rank < state_->size,
+                 "SharedMemoryGroup::communicator: expected 0 <= rank < ", state_->size,
+                 ". Received: rank=", rank);
   return endpoints_[static_cast<size_t>(rank)];
 }
 

@@ -94,7 +94,7 @@ std::string html_report(const ProfileSummary& s) {
              std::string(profile_style::color_of(r.phase)) + "\"></span>" + escape(r.name) +
              "</td><td>" + f3(r.mean_ms) + "</td><td>" + f3(r.p50_ms) + "</td><td>" + f3(r.p99_ms) +
              "</td><td>" + f1(r.share_percent) + "%</td><td>" +
-             (r.phase == profiler::Phase::kStep ? std::string("-") : f3(r.all_threads_ms)) +
+             (r.phase == profiler::Phase::step ? std::string("-") : f3(r.all_threads_ms)) +
              "</td></tr>\n";
       share += r.share_percent;
     }

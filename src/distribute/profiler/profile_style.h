@@ -18,17 +18,17 @@ struct PhaseStyle {
 // waiting and what no span covers.
 inline const std::vector<PhaseStyle>& phases() {
   static const std::vector<PhaseStyle> styles = {
-      {profiler::Phase::kInput, "#e15759", "input"},
-      {profiler::Phase::kForward, "#4e79a7", "forward"},
-      {profiler::Phase::kBackward, "#76b7b2", "backward"},
-      {profiler::Phase::kReplica, "#9c755f", "replica (rest)"},
-      {profiler::Phase::kLocalReduce, "#f28e2b", "local_reduce"},
-      {profiler::Phase::kAllReduce, "#b07aa1", "all_reduce"},
-      {profiler::Phase::kUpdate, "#59a14f", "update"},
-      {profiler::Phase::kCheckpoint, "#edc948", "checkpoint"},
-      {profiler::Phase::kWait, "#bab0ac", "wait"},
-      {profiler::Phase::kTasks, "#d9c3b0", "tasks (scheduling)"},
-      {profiler::Phase::kStep, "#dddddd", "other (untraced)"},
+      {profiler::Phase::input, "#e15759", "input"},
+      {profiler::Phase::forward, "#4e79a7", "forward"},
+      {profiler::Phase::backward, "#76b7b2", "backward"},
+      {profiler::Phase::replica, "#9c755f", "replica (rest)"},
+      {profiler::Phase::local_reduce, "#f28e2b", "local_reduce"},
+      {profiler::Phase::all_reduce, "#b07aa1", "all_reduce"},
+      {profiler::Phase::update, "#59a14f", "update"},
+      {profiler::Phase::checkpoint, "#edc948", "checkpoint"},
+      {profiler::Phase::wait, "#bab0ac", "wait"},
+      {profiler::Phase::tasks, "#d9c3b0", "tasks (scheduling)"},
+      {profiler::Phase::step, "#dddddd", "other (untraced)"},
   };
   return styles;
 }

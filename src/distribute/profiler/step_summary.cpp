@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/profile_summary.h"
 #include "span_order.h"
@@ -23,7 +24,7 @@ double ms(int64_t ns) {
   return static_cast<double>(ns) * 1e-6;
 }
 bool is_task(Phase p) {
-  return p == Phase::kReplica || p == Phase::kUpdate || p == Phase::kLocalReduce;
+  return p == Phase::replica || p == Phase::update || p == Phase::local_reduce;
 }
 
 // One thread's spans, parents before children, with each span's parent, top-level ancestor and
@@ -87,7 +88,7 @@ struct StepSample {
   int worker = 0;
   int64_t step = 0;
   int64_t begin = 0, end = 0;
-  std::array<double, kPhases> host{};  // ms; kStep: other
+  std::array<double, kPhases> host{};  // ms; Phase::step: other
   std::array<double, kPhases> all{};   // ms, every thread
   std::map<int, double> input_per_thread;
   struct Run {
@@ -125,21 +126,21 @@ WorkerAnalysis analyse(const WorkerSpans& w) {
   size_t most = 0;
   for (size_t t = 0; t < forests.size(); ++t) {
     size_t n = 0;
-    for (const Span* s : forests[t].spans) n += s->phase == Phase::kStep;
+    for (const Span* s : forests[t].spans) n += s->phase == Phase::step;
     if (n > most) most = n, host = static_cast<int>(t);
   }
   std::vector<int> step_node;  // host node of each step, in order
   if (host >= 0) {
     const Forest& f = forests[static_cast<size_t>(host)];
     for (size_t i = 0; i < f.spans.size(); ++i) {
-      if (f.spans[i]->phase == Phase::kStep && f.parent[i] < 0) {
+      if (f.spans[i]->phase == Phase::step && f.parent[i] < 0) {
         step_node.push_back(static_cast<int>(i));
         StepSample s;
         s.worker = w.rank;
         s.step = f.spans[i]->step;
         s.begin = f.spans[i]->begin_ns;
         s.end = f.spans[i]->end_ns;
-        s.host[index(Phase::kStep)] = ms(f.exclusive[i]);
+        s.host[index(Phase::step)] = ms(f.exclusive[i]);
         a.steps.push_back(std::move(s));
       }
     }
@@ -165,26 +166,26 @@ WorkerAnalysis analyse(const WorkerSpans& w) {
         ++a.task_runs;
         a.backup_runs += s.backup;
       }
-      if (s.phase == Phase::kCheckpoint) {
+      if (s.phase == Phase::checkpoint) {
         ++a.checkpoints;
         a.checkpoint_ns += s.end_ns - s.begin_ns;
       }
-      if (s.phase == Phase::kStep) continue;
+      if (s.phase == Phase::step) continue;
       StepSample* step = step_at(s.begin_ns);
       if (step == nullptr) continue;
       step->all[index(s.phase)] += ms(f.exclusive[i]);
-      if (s.phase == Phase::kInput)
+      if (s.phase == Phase::input)
         step->input_per_thread[static_cast<int>(t)] += ms(s.end_ns - s.begin_ns);
-      if (s.phase == Phase::kReplica && s.replica >= 0) {
+      if (s.phase == Phase::replica && s.replica >= 0) {
         const StepSample::Run run{s.end_ns, s.end_ns - s.begin_ns, static_cast<int>(t)};
         auto [it, fresh] = step->replica_finish.try_emplace(s.replica, run);
         if (!fresh && s.end_ns < it->second.end) it->second = run;
       }
       if (is_host) {
         const int r = f.root[i];
-        if (r >= 0 && f.spans[static_cast<size_t>(r)]->phase == Phase::kStep)
+        if (r >= 0 && f.spans[static_cast<size_t>(r)]->phase == Phase::step)
           step->host[index(s.phase)] += ms(f.exclusive[i]);
-        if (s.phase == Phase::kAllReduce) step->host_allreduce.emplace_back(s.begin_ns, s.end_ns);
+        if (s.phase == Phase::all_reduce) step->host_allreduce.emplace_back(s.begin_ns, s.end_ns);
       }
     }
   }
@@ -192,7 +193,7 @@ WorkerAnalysis analyse(const WorkerSpans& w) {
   for (size_t t = 0; t < forests.size(); ++t) {
     if (static_cast<int>(t) == host) continue;
     for (const Span* s : forests[t].spans) {
-      if (s->phase != Phase::kAllReduce) continue;
+      if (s->phase != Phase::all_reduce) continue;
       StepSample* step = step_at(s->begin_ns);
       if (step == nullptr) continue;
       step->comm_ns += s->end_ns - s->begin_ns;
@@ -206,11 +207,9 @@ WorkerAnalysis analyse(const WorkerSpans& w) {
 }  // namespace
 
 ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th) {
-  if (trace.workers.empty()) {
-    throw InvalidArgument(
-        "summarize: expected a trace with at least one worker. Received an empty trace (only the "
-        "chief receives the gathered trace).");
-  }
+  LOCKSTEP_CHECK(!trace.workers.empty(),
+                 "summarize: expected a trace with at least one worker. Received an empty trace "
+                 "(only the chief receives the gathered trace).");
   ProfileSummary out;
   out.workers = static_cast<int>(trace.workers.size());
   std::vector<WorkerAnalysis> workers;
@@ -238,9 +237,9 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     walls.push_back(s->wall());
     wall_total += s->wall();
     input_total += s->input_wait();
-    exposed_total += s->host[index(Phase::kAllReduce)];
+    exposed_total += s->host[index(Phase::all_reduce)];
     hidden_total += ms(s->comm_hidden_ns);
-    tasks_total += s->host[index(Phase::kTasks)];
+    tasks_total += s->host[index(Phase::tasks)];
   }
   if (!samples.empty()) {
     out.first_step = samples.front()->step;
@@ -259,9 +258,9 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
   }
 
   // The table, host view: the rows add up to the step time.
-  const Phase rows[] = {Phase::kInput,       Phase::kForward,    Phase::kBackward, Phase::kReplica,
-                        Phase::kLocalReduce, Phase::kAllReduce,  Phase::kUpdate,   Phase::kWait,
-                        Phase::kTasks,       Phase::kCheckpoint, Phase::kStep};
+  const Phase rows[] = {Phase::input,        Phase::forward,    Phase::backward, Phase::replica,
+                        Phase::local_reduce, Phase::all_reduce, Phase::update,   Phase::wait,
+                        Phase::tasks,        Phase::checkpoint, Phase::step};
   for (Phase p : rows) {
     std::vector<double> v, all;
     for (const StepSample* s : samples) {
@@ -270,19 +269,19 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     }
     PhaseRow row;
     row.phase = p;
-    row.name = p == Phase::kStep      ? "other (untraced)"
-               : p == Phase::kReplica ? "replica (rest)"
-               : p == Phase::kTasks   ? "tasks (scheduling)"
-                                      : std::string(profiler::phase_name(p));
+    row.name = p == Phase::step      ? "other (untraced)"
+               : p == Phase::replica ? "replica (rest)"
+               : p == Phase::tasks   ? "tasks (scheduling)"
+                                     : std::string(profiler::phase_name(p));
     row.mean_ms = mean(v);
     row.p50_ms = percentile(v, 50);
     row.p99_ms = percentile(v, 99);
     double sum = 0;
     for (double x : v) sum += x;
     row.share_percent = wall_total > 0 ? 100.0 * sum / wall_total : 0;
-    row.all_threads_ms = p == Phase::kStep ? 0 : mean(all);
+    row.all_threads_ms = p == Phase::step ? 0 : mean(all);
     // Rows that only some programs have (no task pool in a custom loop, no checkpoint).
-    if ((p == Phase::kCheckpoint || p == Phase::kTasks) && sum == 0) continue;
+    if ((p == Phase::checkpoint || p == Phase::tasks) && sum == 0) continue;
     out.phases.push_back(row);
   }
 
@@ -330,7 +329,7 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
     std::vector<double> wall, compute;
     for (const StepSample& s : a.steps) {
       wall.push_back(s.wall());
-      compute.push_back(s.wall() - s.host[index(Phase::kAllReduce)]);
+      compute.push_back(s.wall() - s.host[index(Phase::all_reduce)]);
       by_step[s.step].emplace_back(a.rank, compute.back());
     }
     ws.step_ms = mean(wall);

@@ -38,8 +38,8 @@ std::string format_summary(const ProfileSummary& s) {
     for (const PhaseRow& r : s.phases) {
       out += format("  %-18s %9.3f %9.3f %9.3f %6.1f%% ", r.name.c_str(), r.mean_ms, r.p50_ms,
                     r.p99_ms, r.share_percent);
-      out += r.phase == profiler::Phase::kStep ? format("%15s\n", "-")
-                                               : format("%15.3f\n", r.all_threads_ms);
+      out += r.phase == profiler::Phase::step ? format("%15s\n", "-")
+                                              : format("%15.3f\n", r.all_threads_ms);
       share += r.share_percent;
     }
     out += format("  %-18s %9.3f %9s %9s %6.1f%%\n\n", "step", s.step_mean_ms, "", "", share);

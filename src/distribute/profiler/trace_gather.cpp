@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/profile_trace.h"
@@ -85,11 +86,8 @@ std::vector<profiler::ThreadSpans> deserialize(const char* data, size_t size, in
       s.step = in.get<int64_t>();
       s.replica = in.get<int32_t>();
       const uint8_t phase = in.get<uint8_t>();
-      if (phase >= profiler::kNumPhases) {
-        throw DataLoss("gather_trace: worker " + std::to_string(rank) + " sent phase " +
-                       std::to_string(phase) + "; expected one below " +
-                       std::to_string(profiler::kNumPhases) + ".");
-      }
+      LOCKSTEP_CHECK_AS(DataLoss, phase < profiler::kNumPhases, "gather_trace: worker ", rank,
+                        " sent phase ", phase, "; expected one below ", profiler::kNumPhases, ".");
       s.phase = static_cast<profiler::Phase>(phase);
       s.backup = in.get<uint8_t>() != 0;
     }

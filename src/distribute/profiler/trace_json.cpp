@@ -68,12 +68,12 @@ std::string trace_event_json(const ProfileTrace& trace) {
       for (const profiler::Span& s : t.spans) order.push_back(&s);
       std::sort(order.begin(), order.end(), span_order::parent_first);
       for (const profiler::Span* s : order) {
-        std::string name = s->phase == profiler::Phase::kStep
+        std::string name = s->phase == profiler::Phase::step
                                ? "step " + std::to_string(s->step)
                                : std::string(profiler::phase_name(s->phase));
         if (s->backup) name += " (backup)";
         out += "{\"ph\":\"X\",\"cat\":\"";
-        out += s->phase == profiler::Phase::kStep ? "step" : profiler::phase_name(s->phase);
+        out += s->phase == profiler::Phase::step ? "step" : profiler::phase_name(s->phase);
         out += "\",\"name\":\"" + name + "\",\"pid\":" + std::to_string(pid) +
                ",\"tid\":" + std::to_string(t.tid) + ",\"ts\":";
         append_us(out, s->begin_ns - trace.origin_ns);

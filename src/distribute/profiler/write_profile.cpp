@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
 #include "lockstep/distribute/profile_trace.h"
@@ -27,14 +28,11 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 
 std::optional<ProfileSummary> write_profile(const std::string& dir, Strategy& strategy,
                                             const VerdictThresholds& thresholds) {
-  if (profiler::recording()) {
-    throw FailedPrecondition(
-        "write_profile: the profiler is still recording; call profiler::stop() first (on every "
-        "worker).");
-  }
-  if (dir.empty()) {
-    throw InvalidArgument("write_profile: expected a directory for the profile. Received: \"\".");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, !profiler::recording(),
+                    "write_profile: the profiler is still recording; call profiler::stop() first "
+                    "(on every worker).");
+  LOCKSTEP_CHECK(!dir.empty(),
+                 "write_profile: expected a directory for the profile. Received: \"\".");
   strategy.task_pool().wait_for_runs_before(UINT64_MAX);
   ProfileTrace trace = gather_trace(strategy.cross_worker());
   if (trace.workers.empty()) return std::nullopt;

@@ -121,7 +121,7 @@ Element DistributedDataset::Iterator::next_on_replica(int local_replica) {
                           "): needs per-replica pipelines and a local replica id below " +
                           std::to_string(its_.size()) + ".");
   }
-  profiler::ScopedSpan trace(profiler::Phase::kInput, local_replica);
+  profiler::ScopedSpan trace(profiler::Phase::input, local_replica);
   std::optional<Element> e = its_[static_cast<size_t>(local_replica)].next();
   trace.end();
   if (!e) {
@@ -144,7 +144,7 @@ IteratorState DistributedDataset::Iterator::state() const {
 }
 
 std::optional<PerReplica<Element>> DistributedDataset::Iterator::next() {
-  profiler::ScopedSpan trace(profiler::Phase::kInput);
+  profiler::ScopedSpan trace(profiler::Phase::input);
   const DistributedDataset& o = *owner_;
   PerReplica<Element> out;
   if (o.mode_ == Mode::per_replica_pipelines) {

@@ -141,7 +141,7 @@ class ReplicatedStep::ReplicaPhase : public TaskPhase {
       : step_(step), fn_(std::move(fn)), overlap_(overlap) {}
   int num_tasks() const override { return step_.num_local_; }
   int kind() const override { return 0; }
-  profiler::Phase trace_phase() const override { return profiler::Phase::kReplica; }
+  profiler::Phase trace_phase() const override { return profiler::Phase::replica; }
   int trace_replica(int task) const override { return task; }
   void* run(int replica, int /*thread*/) override {
     Slot* slot = step_.acquire();
@@ -178,8 +178,8 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
   int num_tasks() const override { return static_cast<int>(step_.chunks_.size()); }
   int kind() const override { return 1; }
   profiler::Phase trace_phase() const override {
-    return mode_ == ChunkMode::accumulate || mode_ == ChunkMode::sum ? profiler::Phase::kLocalReduce
-                                                                     : profiler::Phase::kUpdate;
+    return mode_ == ChunkMode::accumulate || mode_ == ChunkMode::sum ? profiler::Phase::local_reduce
+                                                                     : profiler::Phase::update;
   }
 
   void* run(int task, int thread) override {
@@ -202,13 +202,13 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
           // One replica's gradient is the sum: read it where it is (apply() does not write it).
           g = const_cast<float*>(only);
         } else {
-          profiler::ScopedSpan sum(profiler::Phase::kLocalReduce);
+          profiler::ScopedSpan sum(profiler::Phase::local_reduce);
           s.sum_chunk(c, in, g);
         }
         break;
     }
     const size_t i = c.var;
-    const auto& cur_slots = s.cur_s_[i];
+    const auto& cur_slots = s.slots_data_[i];
     for (size_t k = 0; k < cur_slots.size(); ++k) {
       sc.slot_in[k] = cur_slots[k] + c.offset;
       sc.slot_ptrs[k] = sc.slots[k].data();
@@ -243,8 +243,12 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     const size_t n = static_cast<size_t>(c.n);
     const bool streaming = s.stream_next_;
     copy_next(s.next_w_[i] + c.offset, sc.w.data(), n, streaming);
-    for (size_t k = 0; k < s.next_s_[i].size(); ++k)
-      copy_next(s.next_s_[i][k] + c.offset, sc.slots[k].data(), n, streaming);
+    // The slots in place: unlike the weights, which runs of this step's replica phase that lost
+    // may still be reading, only runs of this chunk read them, and a run that reads them after
+    // this commit has lost and is discarded; the next update waits for every run of this one.
+    // One buffer instead of two keeps the update's working set a third smaller.
+    for (size_t k = 0; k < s.slots_data_[i].size(); ++k)
+      copy_next(s.slots_data_[i][k] + c.offset, sc.slots[k].data(), n, streaming);
     if (sc.has_rounded) std::memcpy(s.next_r_[i] + c.offset, sc.rounded.data(), bytes);
 #if defined(__x86_64__) || defined(__i386__)
     // Non-temporal stores are weakly ordered: they must be visible before the pool publishes the
@@ -286,12 +290,16 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
                        "' must be float32 shaped like it; it is " + sv.raw_value().describe() +
                        ".");
       }
-      sv.enable_next_buffer();
     }
+    total_ += vars_[i].num_elements();
+  }
+  const int threads = strategy_.num_threads();
+  chunk_ = std::clamp((total_ / (4 * threads) + 255) / 256 * 256, kMinChunk, kMaxChunk);
+  for (size_t i = 0, flat = 0; i < vars_.size(); ++i) {
     const int64_t n = vars_[i].num_elements();
-    for (int64_t off = 0; off < n; off += kChunk)
-      chunks_.push_back({i, off, total_ + off, std::min(kChunk, n - off)});
-    total_ += n;
+    for (int64_t off = 0; off < n; off += chunk_)
+      chunks_.push_back({i, off, static_cast<int64_t>(flat) + off, std::min(chunk_, n - off)});
+    flat += static_cast<size_t>(n);
   }
   {
     // Bytes the update writes per step (weights and slots); beyond what the caches of the cores
@@ -302,13 +310,13 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
   accumulator_[0] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
   accumulator_[1] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
   make_buckets();
-  const int threads = strategy_.num_threads();
   for (int t = 0; t < threads; ++t) {
     auto sc = std::make_unique<Scratch>();
-    sc->g.resize(kChunk);
-    sc->w.resize(kChunk);
-    sc->rounded.resize(kChunk);
-    sc->slots.assign(max_slots_, std::vector<float>(kChunk));
+    const size_t chunk = static_cast<size_t>(chunk_);
+    sc->g.resize(chunk);
+    sc->w.resize(chunk);
+    sc->rounded.resize(chunk);
+    sc->slots.assign(max_slots_, std::vector<float>(chunk));
     sc->slot_ptrs.assign(max_slots_, nullptr);
     sc->slot_in.assign(max_slots_, nullptr);
     scratch_.push_back(std::move(sc));
@@ -321,8 +329,7 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
   cur_w_.resize(vars_.size());
   next_w_.resize(vars_.size());
   next_r_.resize(vars_.size());
-  cur_s_.resize(vars_.size());
-  next_s_.resize(vars_.size());
+  slots_data_.resize(vars_.size());
 }
 
 void ReplicatedStep::set_streaming_threshold(size_t bytes) {
@@ -410,7 +417,7 @@ void ReplicatedStep::bucket_ready(ReplicaRun& run, size_t b) {
 
 void ReplicatedStep::wait_for_buckets() {
   // What is left of the all-reduce after backward: the part not hidden under it.
-  profiler::ScopedSpan trace(profiler::Phase::kAllReduce);
+  profiler::ScopedSpan trace(profiler::Phase::all_reduce);
   {
     std::unique_lock lock(bucket_mu_);
     bucket_cv_.wait(lock, [this] { return buckets_enqueued_ == buckets_.size(); });
@@ -515,7 +522,7 @@ void ReplicatedStep::run_replicas(ReplicaFn fn) {
   // Gang: every replica at once, one thread each, with the local communicator.
   strategy_.run_on_replicas([&](ReplicaContext& ctx) {
     const int r = ctx.local_replica_id();
-    profiler::ScopedSpan trace(profiler::Phase::kReplica, r);
+    profiler::ScopedSpan trace(profiler::Phase::replica, r);
     Slot* slot = acquire();
     slot->run.reset(r, false);
     ReplicaContext mine(strategy_, r, &ctx.local_communicator(), strategy_.cross_worker(),
@@ -555,7 +562,7 @@ void ReplicatedStep::apply_deferred_sums() {
     }
   }
   if (Communicator* cross = strategy_.cross_worker()) {
-    profiler::ScopedSpan trace(profiler::Phase::kAllReduce);
+    profiler::ScopedSpan trace(profiler::Phase::all_reduce);
     // Every worker must sum the same values: a worker whose replicas all had empty slices has
     // none to offer, which the others cannot fill in.
     int64_t counts[2] = {static_cast<int64_t>(entries.size()),
@@ -616,18 +623,16 @@ void ReplicatedStep::prepare_buffers() {
   for (size_t i = 0; i < vars_.size(); ++i) {
     cur_w_[i] = vars_[i].raw_value().data<float>();
     next_w_[i] = vars_[i].next_value().data<float>();
-    next_r_[i] = vars_[i].next_bfloat16_rounded_data();
-    cur_s_[i].clear();
-    next_s_[i].clear();
+    next_r_[i] = update_.rounded_output(i);
+    slots_data_[i].clear();
     for (const Variable& sv : slots_[i]) {
-      cur_s_[i].push_back(sv.raw_value().data<float>());
-      next_s_[i].push_back(sv.next_value().data<float>());
+      slots_data_[i].push_back(sv.raw_value().data<float>());
     }
   }
 }
 
 void ReplicatedStep::all_reduce_across_workers() {
-  profiler::ScopedSpan trace(profiler::Phase::kAllReduce);
+  profiler::ScopedSpan trace(profiler::Phase::all_reduce);
   Communicator* cross = strategy_.cross_worker();
   const size_t n = static_cast<size_t>(total_);
   if (strategy_.communication_options().gradient_dtype == DType::bfloat16) {
@@ -643,7 +648,7 @@ void ReplicatedStep::all_reduce_across_workers() {
 
 void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   // The step's phases of tasks and what runs between them.
-  profiler::ScopedSpan trace(profiler::Phase::kTasks);
+  profiler::ScopedSpan trace(profiler::Phase::tasks);
   TaskPool& pool = strategy_.task_pool();
   step_first_phase_ = pool.stats().phases + 1;
   parity_ = 1 - parity_;
@@ -719,11 +724,8 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
       update_.begin_update({});
       run_chunks(ChunkMode::apply);
     }
+    for (const Variable& v : vars_) v.flip_buffers();
     update_.end_update();
-    for (size_t i = 0; i < vars_.size(); ++i) {
-      vars_[i].flip_buffers(next_r_[i] != nullptr);
-      for (const Variable& sv : slots_[i]) sv.flip_buffers(false);
-    }
     acc_valid_ = false;
   }
   stats_.steps += 1;

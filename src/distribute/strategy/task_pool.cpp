@@ -40,7 +40,15 @@ struct TaskPool::Record {
   int kind = 0;
   std::unique_ptr<TaskState[]> tasks;
   int capacity = 0;
-  std::atomic<int> next{0};
+  // Tasks are dealt out in one contiguous range per thread, each with its own cursor, and a thread
+  // that finishes its range takes from the others'. So when no thread is slow, task i runs on the
+  // same thread every step and finds in that core's cache what its previous run left there (the
+  // update's block of weights and slots); a thread that is slow just loses tasks to the others.
+  struct alignas(64) Cursor {
+    std::atomic<int> next{0};
+    int end = 0;
+  };
+  std::unique_ptr<Cursor[]> cursors;
   std::atomic<int> committed{0};
   std::atomic<uint32_t> progress{0};  // futex word: bumped at every commit and at failure
   std::atomic<int> waiters{0};
@@ -84,7 +92,11 @@ TaskPool::TaskPool(TaskPoolOptions options) : options_(std::move(options)) {
                           std::to_string(options_.backup_factor) + ".");
   }
   for (auto& t : typical_ns_) t.store(0, std::memory_order_relaxed);
-  for (size_t i = 0; i < kRing; ++i) ring_.push_back(std::make_unique<Record>());
+  for (size_t i = 0; i < kRing; ++i) {
+    ring_.push_back(std::make_unique<Record>());
+    ring_.back()->cursors =
+        std::make_unique<Record::Cursor[]>(static_cast<size_t>(options_.num_threads));
+  }
   awake_.store(options_.num_threads - 1);
   for (int t = 1; t < options_.num_threads; ++t) threads_.emplace_back(&TaskPool::helper, this, t);
 }
@@ -124,7 +136,7 @@ bool TaskPool::spinning_allowed() {
 uint64_t TaskPool::run(TaskPhase& phase) {
   // Holds the caller's runs and waits; the rest of it is scheduling, or time the caller was
   // descheduled while the helpers it woke ran the phase (a busy machine).
-  profiler::ScopedSpan tasks(profiler::Phase::kTasks);
+  profiler::ScopedSpan tasks(profiler::Phase::tasks);
   const uint64_t seq = ++sequence_;
   Record& rec = *ring_[seq % kRing];
   // A record is reused only once nobody works on its old phase (losing runs may linger).
@@ -143,7 +155,11 @@ uint64_t TaskPool::run(TaskPhase& phase) {
   rec.phase = &phase;
   rec.num_tasks = n;
   rec.kind = std::clamp(phase.kind(), 0, kMaxKinds - 1);
-  rec.next.store(0, std::memory_order_relaxed);
+  for (int t = 0, threads = options_.num_threads; t < threads; ++t) {
+    rec.cursors[t].next.store(static_cast<int>(int64_t{n} * t / threads),
+                              std::memory_order_relaxed);
+    rec.cursors[t].end = static_cast<int>(int64_t{n} * (t + 1) / threads);
+  }
   rec.committed.store(0, std::memory_order_relaxed);
   rec.failed.store(false, std::memory_order_relaxed);
   rec.error = nullptr;
@@ -182,7 +198,7 @@ void TaskPool::wait_for_runs_before(uint64_t sequence) {
   for (auto& r : ring_) {
     uint64_t s = r->sequence.load(std::memory_order_acquire);
     if (s != 0 && s < sequence && r->active.load(std::memory_order_acquire) != 0) {
-      profiler::ScopedSpan wait(profiler::Phase::kWait);
+      profiler::ScopedSpan wait(profiler::Phase::wait);
       r->wait_drained();
     }
   }
@@ -228,14 +244,22 @@ void TaskPool::helper(int thread) {
 
 bool TaskPool::work_on(Record& rec, int thread) {
   const int n = rec.num_tasks;
+  const int threads = options_.num_threads;
   for (;;) {
-    if (rec.failed.load(std::memory_order_acquire)) return false;
-    const int i = rec.next.fetch_add(1, std::memory_order_acq_rel);
-    if (i < n) {
-      TaskState& ts = rec.tasks[i];
+    // This thread's own range first, then the others' in turn.
+    int claimed = -1;
+    for (int k = 0; k < threads && claimed < 0; ++k) {
+      if (rec.failed.load(std::memory_order_acquire)) return false;
+      Record::Cursor& c = rec.cursors[(thread + k) % threads];
+      if (c.next.load(std::memory_order_relaxed) >= c.end) continue;
+      const int i = c.next.fetch_add(1, std::memory_order_acq_rel);
+      if (i < c.end) claimed = i;
+    }
+    if (claimed >= 0) {
+      TaskState& ts = rec.tasks[claimed];
       ts.runners.store(1, std::memory_order_relaxed);
       ts.started_ns.store(now_ns(), std::memory_order_release);
-      execute(rec, i, thread, false);
+      execute(rec, claimed, thread, false);
       continue;
     }
     if (rec.complete()) return false;
@@ -270,7 +294,7 @@ bool TaskPool::work_on(Record& rec, int thread) {
 }
 
 void TaskPool::wait_for_progress(Record& rec, int /*thread*/) {
-  profiler::ScopedSpan wait(profiler::Phase::kWait);
+  profiler::ScopedSpan wait(profiler::Phase::wait);
   // The wait at the end of a phase is usually for one task on another thread that is about to
   // commit: with a spare core, watching for it costs nothing and saves a futex wake-up (tens of
   // microseconds on a VM, several times per step). The spin stays shorter than a backup deadline,

@@ -1,4 +1,5 @@
 #include "lockstep/keras/callbacks/backup_and_restore.h"
+#include "lockstep/core/check.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -35,10 +36,8 @@ void add(std::vector<std::pair<std::string, Tensor>>& out, const char* prefix,
 int64_t parse_int(const std::map<std::string, std::string>& meta, const std::string& key,
                   const std::string& path) {
   auto it = meta.find(key);
-  if (it == meta.end()) {
-    throw DataLoss("BackupAndRestore: '" + path + "' has no '" + key +
-                   "' metadata; it is not a backup written by BackupAndRestore.");
-  }
+  LOCKSTEP_CHECK_AS(DataLoss, it != meta.end(), "BackupAndRestore: '", path, "' has no '", key,
+                    "' metadata; it is not a backup written by BackupAndRestore.");
   try {
     size_t used = 0;
     long long v = std::stoll(it->second, &used);
@@ -118,28 +117,24 @@ void restore_random_state(Model& model, const std::map<std::string, std::string>
   auto it = meta.find("backup.random_generator");
   if (it == meta.end()) return;
   std::vector<uint64_t> g = split(it->second);
-  if (g.size() != 4) {
-    throw DataLoss("BackupAndRestore: '" + path + "': metadata 'backup.random_generator' is '" +
-                   it->second + "', not 4 integers.");
-  }
+  LOCKSTEP_CHECK_AS(DataLoss, g.size() == 4, "BackupAndRestore: '", path,
+                    "': metadata 'backup.random_generator' is '", it->second, "', not 4 integers.");
   std::vector<layers::Dropout*> dropouts;
   collect_dropouts(model, dropouts);
   const int replicas = model.distribute_strategy().num_replicas_in_sync();
   const int64_t saved_layers = parse_int(meta, "backup.dropout_layers", path);
   const int64_t saved_replicas = parse_int(meta, "backup.dropout_replicas", path);
-  if (saved_layers != static_cast<int64_t>(dropouts.size())) {
-    throw InvalidArgument("BackupAndRestore: '" + path + "' holds the random state of " +
-                          std::to_string(saved_layers) + " Dropout layer(s); this model has " +
-                          std::to_string(dropouts.size()) +
-                          ": it was written for a different model. Resume with the same model.");
-  }
+  LOCKSTEP_CHECK(saved_layers == static_cast<int64_t>(dropouts.size()), "BackupAndRestore: '", path,
+                 "' holds the random state of ", saved_layers, " Dropout layer(s); this model has ",
+                 dropouts.size(),
+                 ": it was written for a different model. Resume with the same model.");
   auto pos = meta.find("backup.dropout_positions");
   std::vector<uint64_t> p = pos == meta.end() ? std::vector<uint64_t>{} : split(pos->second);
-  if (saved_replicas <= 0 ||
-      p.size() != dropouts.size() * static_cast<size_t>(saved_replicas) * 2) {
-    throw DataLoss("BackupAndRestore: '" + path +
-                   "': metadata 'backup.dropout_positions' has the wrong number of values.");
-  }
+  LOCKSTEP_CHECK_AS(
+      DataLoss,
+      saved_replicas > 0 && p.size() == dropouts.size() * static_cast<size_t>(saved_replicas) * 2,
+      "BackupAndRestore: '", path,
+      "': metadata 'backup.dropout_positions' has the wrong number of values.");
   set_random_generator_state({g[0], g[1], g[2], static_cast<uint32_t>(g[3])});
   size_t at = 0;
   for (layers::Dropout* d : dropouts) {
@@ -176,7 +171,7 @@ int64_t parse_optional(const std::map<std::string, std::string>& meta, const std
 
 BackupAndRestore::BackupAndRestore(std::string backup_dir, bool delete_checkpoint)
     : dir_(std::move(backup_dir)), delete_checkpoint_(delete_checkpoint) {
-  if (dir_.empty()) throw InvalidArgument("BackupAndRestore: backup_dir must not be empty.");
+  LOCKSTEP_CHECK(!dir_.empty(), "BackupAndRestore: backup_dir must not be empty.");
 }
 
 std::string BackupAndRestore::backup_path() const {
@@ -206,16 +201,13 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   const std::string path = backup_path();
   if (is_chief()) std::filesystem::create_directories(dir_);
   if (!std::filesystem::exists(path)) return;
-  if (!target().resume_from || !target().iterator_state) {
-    throw FailedPrecondition("BackupAndRestore: resuming needs fit (its input and epoch hooks).");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, target().resume_from && target().iterator_state,
+                    "BackupAndRestore: resuming needs fit (its input and epoch hooks).");
   Model& m = model();
-  if (!m.built()) {
-    throw FailedPrecondition("BackupAndRestore: model '" + m.name() +
-                             "' must be built (start it with keras::Input) before fit to restore "
-                             "its weights from '" +
-                             path + "'.");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, m.built(), "BackupAndRestore: model '", m.name(),
+                    "' must be built (start it with keras::Input) before fit to restore its "
+                    "weights from '",
+                    path, "'.");
   // The optimizer creates its slots lazily on the first step; they must exist to be restored.
   optimizers::Optimizer& opt = target_optimizer();
   opt.build(m.trainable_weights());
@@ -228,23 +220,16 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   std::vector<Variable> opt_vars = opt.variables();
   for (size_t i = 0; i < opt_vars.size(); ++i)
     expected.emplace_back(indexed("optimizer", i, opt_vars[i]), opt_vars[i]);
-  if (file.tensors.size() != expected.size()) {
-    throw InvalidArgument("BackupAndRestore: '" + path + "' holds " +
-                          std::to_string(file.tensors.size()) +
-                          " tensors but the model and "
-                          "optimizer have " +
-                          std::to_string(expected.size()) +
-                          " variables; it was written for a different model or optimizer.");
-  }
+  LOCKSTEP_CHECK(file.tensors.size() == expected.size(), "BackupAndRestore: '", path, "' holds ",
+                 file.tensors.size(), " tensors but the model and optimizer have ", expected.size(),
+                 " variables; it was written for a different model or optimizer.");
   for (size_t i = 0; i < expected.size(); ++i) {
     const auto& [name, tensor] = file.tensors[i];
     const auto& [want, var] = expected[i];
-    if (name != want || !(tensor.shape() == var.shape()) || tensor.dtype() != var.dtype()) {
-      throw InvalidArgument("BackupAndRestore: '" + path + "' entry " + std::to_string(i) +
-                            " is '" + name + "' " + tensor.describe() + "; expected '" + want +
-                            "' " + var.raw_value().describe() +
-                            ": it was written for a different model or optimizer.");
-    }
+    LOCKSTEP_CHECK(name == want && tensor.shape() == var.shape() && tensor.dtype() == var.dtype(),
+                   "BackupAndRestore: '", path, "' entry ", i, " is '", name, "' ",
+                   tensor.describe(), "; expected '", want, "' ", var.raw_value().describe(),
+                   ": it was written for a different model or optimizer.");
   }
   const int64_t epoch = parse_int(file.metadata, "backup.epoch", path);
   IteratorState position{
@@ -295,7 +280,7 @@ void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
-  profiler::ScopedSpan write(profiler::Phase::kCheckpoint);
+  profiler::ScopedSpan write(profiler::Phase::checkpoint);
   // Every worker takes part: the Dropout streams are gathered with a collective.
   std::map<std::string, std::string> metadata = random_state_metadata(model());
   if (is_chief()) {
@@ -318,7 +303,7 @@ void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
   }
   write.end();
   // No worker may run ahead into an epoch whose predecessor has no backup yet.
-  profiler::ScopedSpan wait(profiler::Phase::kWait);
+  profiler::ScopedSpan wait(profiler::Phase::wait);
   barrier_workers();
 }
 

@@ -1,4 +1,5 @@
 #include "lockstep/keras/callbacks/callback.h"
+#include "lockstep/core/check.h"
 
 #include "lockstep/core/error.h"
 #include "lockstep/keras/callbacks/history.h"
@@ -23,10 +24,9 @@ void Callback::set_model(Model* model) {
 }
 
 Model& Callback::model() const {
-  if (model_ == nullptr) {
-    throw FailedPrecondition(
-        "Callback: no model is set. fit() sets it; outside fit, call set_model(&model).");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, model_ != nullptr,
+                    "Callback: no model is set. fit() sets it; outside fit, call "
+                    "set_model(&model).");
   return *model_;
 }
 
@@ -61,12 +61,12 @@ void Callback::target_save_weights(const std::string& path) const {
 CallbackList::CallbackList(std::vector<std::shared_ptr<Callback>> callbacks)
     : callbacks_(std::move(callbacks)) {
   for (const auto& c : callbacks_) {
-    if (!c) throw InvalidArgument("CallbackList: expected callbacks. Received: a null pointer.");
+    LOCKSTEP_CHECK(c, "CallbackList: expected callbacks. Received: a null pointer.");
   }
 }
 
 void CallbackList::append(std::shared_ptr<Callback> callback) {
-  if (!callback) throw InvalidArgument("CallbackList: expected a callback. Received: nullptr.");
+  LOCKSTEP_CHECK(callback, "CallbackList: expected a callback. Received: nullptr.");
   callbacks_.push_back(std::move(callback));
 }
 

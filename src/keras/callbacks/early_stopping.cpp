@@ -1,4 +1,5 @@
 #include "lockstep/keras/callbacks/early_stopping.h"
+#include "lockstep/core/check.h"
 
 #include <cmath>
 #include <iostream>
@@ -19,19 +20,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 bool monitor_maximizes(const std::string& mode, const std::string& monitor, const char* who) {
   if (mode == "max") return true;
   if (mode == "min") return false;
-  if (mode != "auto") {
-    throw InvalidArgument(std::string(who) +
-                          ": expected mode 'auto', 'min' or 'max'. Received: mode='" + mode + "'");
-  }
+  LOCKSTEP_CHECK(mode == "auto", who, ": expected mode 'auto', 'min' or 'max'. Received: mode='",
+                 mode, "'");
   return ends_with(monitor, "acc") || ends_with(monitor, "accuracy") || ends_with(monitor, "auc");
 }
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : o_(std::move(options)) {
   maximize_ = monitor_maximizes(o_.mode, o_.monitor, "EarlyStopping");
-  if (o_.patience < 0) {
-    throw InvalidArgument("EarlyStopping: expected patience >= 0. Received: patience=" +
-                          std::to_string(o_.patience));
-  }
+  LOCKSTEP_CHECK(o_.patience >= 0,
+                 "EarlyStopping: expected patience >= 0. Received: patience=", o_.patience);
   o_.min_delta = std::abs(o_.min_delta);
 }
 

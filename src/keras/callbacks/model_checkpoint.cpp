@@ -1,4 +1,5 @@
 #include "lockstep/keras/callbacks/model_checkpoint.h"
+#include "lockstep/core/check.h"
 
 #include <cstdio>
 #include <iostream>
@@ -30,9 +31,8 @@ std::string ModelCheckpoint::format_path(int epoch, const Logs& logs) const {
       continue;
     }
     const size_t close = f.find('}', i);
-    if (close == std::string::npos) {
-      throw InvalidArgument("ModelCheckpoint: unbalanced '{' in filepath '" + f + "'.");
-    }
+    LOCKSTEP_CHECK(close != std::string::npos, "ModelCheckpoint: unbalanced '{' in filepath '", f,
+                   "'.");
     const std::string field = f.substr(i + 1, close - i - 1);
     const size_t colon = field.find(':');
     const std::string name = field.substr(0, colon);

@@ -1,4 +1,5 @@
 #include "lockstep/keras/callbacks/profiler.h"
+#include "lockstep/core/check.h"
 
 #include <iostream>
 
@@ -11,17 +12,13 @@
 namespace lockstep::keras::callbacks {
 
 Profiler::Profiler(ProfilerOptions options) : options_(std::move(options)) {
-  if (options_.log_dir.empty()) {
-    throw InvalidArgument("Profiler: expected a log_dir for the profile. Received: \"\".");
-  }
-  if (options_.first_step < 1 || options_.last_step < options_.first_step) {
-    throw InvalidArgument("Profiler: expected 1 <= first_step <= last_step. Received: first_step=" +
-                          std::to_string(options_.first_step) +
-                          ", last_step=" + std::to_string(options_.last_step) + ".");
-  }
-  if (options_.spans_per_thread == 0) {
-    throw InvalidArgument("Profiler: expected spans_per_thread >= 1. Received: 0.");
-  }
+  LOCKSTEP_CHECK(!options_.log_dir.empty(),
+                 "Profiler: expected a log_dir for the profile. Received: \"\".");
+  LOCKSTEP_CHECK(options_.first_step >= 1 && options_.last_step >= options_.first_step,
+                 "Profiler: expected 1 <= first_step <= last_step. Received: first_step=",
+                 options_.first_step, ", last_step=", options_.last_step, ".");
+  LOCKSTEP_CHECK(options_.spans_per_thread != 0,
+                 "Profiler: expected spans_per_thread >= 1. Received: 0.");
 }
 
 Profiler::~Profiler() {

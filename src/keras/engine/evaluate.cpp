@@ -1,4 +1,5 @@
 // Model::evaluate: the loss and metrics over a dataset, each replica on its slice of every batch.
+#include "lockstep/core/check.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/model.h"
@@ -12,11 +13,10 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
 }
 
 std::map<std::string, double> Model::evaluate(const Dataset& dataset, EvaluateOptions options) {
-  if (!training_)
-    throw FailedPrecondition("Model '" + name() + "' must be compiled before evaluate().");
-  if (options.steps == 0 && dataset.cardinality() == Dataset::kInfinite) {
-    throw InvalidArgument("evaluate: the dataset is infinite, so steps must be given.");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+                    "' must be compiled before evaluate().");
+  LOCKSTEP_CHECK(options.steps != 0 || dataset.cardinality() != Dataset::kInfinite,
+                 "evaluate: the dataset is infinite, so steps must be given.");
   Trainer t(*this);
   auto dist = strategy_->experimental_distribute_dataset(dataset);
   auto it = dist.make_iterator();
@@ -46,7 +46,7 @@ std::map<std::string, double> Model::evaluate(const Dataset& dataset, EvaluateOp
     step += static_cast<int64_t>(inputs.size());
     cbs.on_test_batch_end(step - 1, t.logs());
   }
-  if (!prepared) throw OutOfRange("evaluate: the dataset produced no batch.");
+  LOCKSTEP_CHECK_AS(OutOfRange, prepared, "evaluate: the dataset produced no batch.");
   callbacks::Logs logs = t.logs();
   cbs.on_test_end(logs);
   t.reset_state();

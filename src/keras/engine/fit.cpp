@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 
+#include "lockstep/core/check.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/model.h"
@@ -17,26 +18,23 @@ callbacks::History Model::fit(const Tensor& x, const Tensor& y, FitOptions optio
 }
 
 callbacks::History Model::fit(const Dataset& dataset, FitOptions options) {
-  if (!training_) throw FailedPrecondition("Model '" + name() + "' must be compiled before fit().");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+                    "' must be compiled before fit().");
   return fit(strategy_->experimental_distribute_dataset(dataset), options);
 }
 
 callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOptions options) {
-  if (!training_) throw FailedPrecondition("Model '" + name() + "' must be compiled before fit().");
-  if (options.epochs < 0 || options.initial_epoch < 0 || options.steps_per_epoch < 0) {
-    throw InvalidArgument("fit: epochs, initial_epoch and steps_per_epoch must be >= 0.");
-  }
-  if (options.steps_per_epoch == 0 && dist.cardinality() == Dataset::kInfinite) {
-    throw InvalidArgument(
-        "fit: the dataset is infinite (repeat()), so steps_per_epoch must be given.");
-  }
-  if (dist.num_local_replicas() != strategy_->num_local_replicas()) {
-    throw InvalidArgument("fit: the distributed dataset feeds " +
-                          std::to_string(dist.num_local_replicas()) +
-                          " local replicas, but model '" + name() + "' runs on " +
-                          std::to_string(strategy_->num_local_replicas()) +
-                          ". Distribute it with the strategy the model was built under.");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+                    "' must be compiled before fit().");
+  LOCKSTEP_CHECK(options.epochs >= 0 && options.initial_epoch >= 0 && options.steps_per_epoch >= 0,
+                 "fit: epochs, initial_epoch and steps_per_epoch must be >= 0.");
+  LOCKSTEP_CHECK(options.steps_per_epoch != 0 || dist.cardinality() != Dataset::kInfinite,
+                 "fit: the dataset is infinite (repeat()), so steps_per_epoch must be given.");
+  LOCKSTEP_CHECK(dist.num_local_replicas() == strategy_->num_local_replicas(),
+                 "fit: the distributed dataset feeds ", dist.num_local_replicas(),
+                 " local replicas, but model '", name(), "' runs on ",
+                 strategy_->num_local_replicas(),
+                 ". Distribute it with the strategy the model was built under.");
   auto history = std::make_shared<callbacks::History>();
   callbacks::CallbackList cbs(options.callbacks);
   cbs.append(history);
@@ -91,10 +89,8 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
       cbs.on_train_batch_end(step - 1, logs);
       if (stop_training) break;
     }
-    if (step == 0) {
-      throw OutOfRange("fit: the dataset produced no batch in epoch " + std::to_string(epoch + 1) +
-                       ". Check the dataset (or use repeat() with steps_per_epoch).");
-    }
+    LOCKSTEP_CHECK_AS(OutOfRange, step != 0, "fit: the dataset produced no batch in epoch ",
+                      epoch + 1, ". Check the dataset (or use repeat() with steps_per_epoch).");
     if (options.validation_data) {
       EvaluateOptions eo{.steps = options.validation_steps, .verbose = 0};
       for (const auto& [key, value] : evaluate(*options.validation_data, eo))
@@ -111,8 +107,8 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
 }
 
 std::map<std::string, double> Model::train_on_batch(const Tensor& x, const Tensor& y) {
-  if (!training_)
-    throw FailedPrecondition("Model '" + name() + "' must be compiled before train_on_batch().");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+                    "' must be compiled before train_on_batch().");
   Trainer t(*this);
   Dataset ds = Dataset::from_tensor_slices({x, y}).batch(x.dim(0));
   auto dist = strategy_->experimental_distribute_dataset(ds);

@@ -68,11 +68,11 @@ void Model::set_graph(std::vector<KerasTensor> inputs, KerasTensor outputs) {
                    "Model: the outputs do not depend on input '", in.node()->layer->name(), "'.");
   }
   for (const auto& n : g->order) {
-    if (n->inputs.empty() && std::none_of(inputs.begin(), inputs.end(),
-                                          [&](const KerasTensor& t) { return t.node() == n; })) {
-      throw InvalidArgument("Model: the graph uses input '" + n->layer->name() +
-                            "', which is not in the model's inputs.");
-    }
+    LOCKSTEP_CHECK(
+        !n->inputs.empty() || std::any_of(inputs.begin(), inputs.end(),
+                                          [&](const KerasTensor& t) { return t.node() == n; }),
+        "Model: the graph uses input '", n->layer->name(),
+        "', which is not in the model's inputs.");
   }
   g->inputs = std::move(inputs);
   g->outputs = std::move(outputs);
@@ -95,7 +95,7 @@ DType Model::input_dtype() const {
 
 std::vector<Shape> Model::compute_output_shapes(const std::vector<Shape>& input_shapes) const {
   (void)input_shapes;
-  if (!graph_) throw FailedPrecondition("Model '" + name() + "' has no graph yet.");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, graph_, "Model '", name(), "' has no graph yet.");
   return {graph_->outputs.shape()};
 }
 
@@ -104,7 +104,7 @@ Tensor Model::call(const Tensor& inputs, bool training) {
 }
 
 Tensor Model::call(const std::vector<Tensor>& inputs, bool training) {
-  if (!graph_) throw FailedPrecondition("Model '" + name() + "' has no layers to call.");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, graph_, "Model '", name(), "' has no layers to call.");
   LOCKSTEP_CHECK(inputs.size() == graph_->inputs.size(), "Model '", name(), "' expects ",
                  graph_->inputs.size(), " inputs. Received ", inputs.size(), ".");
   std::unordered_map<KerasNode*, Tensor> values;
@@ -135,8 +135,8 @@ std::vector<Variable> Model::own_weights() const {
 }
 
 optimizers::Optimizer& Model::optimizer() {
-  if (!training_)
-    throw FailedPrecondition("Model '" + name() + "' is not compiled: call compile() first.");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+                    "' is not compiled: call compile() first.");
   return *training_->optimizer;
 }
 
@@ -145,8 +145,8 @@ distribute::SyncStats Model::gradient_sync_stats() const {
 }
 
 const losses::Loss& Model::loss() const {
-  if (!training_)
-    throw FailedPrecondition("Model '" + name() + "' is not compiled: call compile() first.");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+                    "' is not compiled: call compile() first.");
   return *training_->loss;
 }
 
@@ -216,10 +216,9 @@ void Model::save_weights(const std::string& path) const {
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::set<std::string> names;
   for (const Variable& v : weights()) {
-    if (!names.insert(v.name()).second) {
-      throw InvalidArgument("save_weights: two weights are named '" + v.name() +
-                            "'; give the layers unique names.");
-    }
+    const bool unique = names.insert(v.name()).second;
+    LOCKSTEP_CHECK(unique, "save_weights: two weights are named '", v.name(),
+                   "'; give the layers unique names.");
     tensors.emplace_back(v.name(), v.raw_value());
   }
   saving::save_safetensors(path, tensors,
@@ -229,11 +228,9 @@ void Model::save_weights(const std::string& path) const {
 void Model::load_weights(const std::string& path) {
   saving::SafetensorsFile file = saving::load_safetensors(path);
   std::vector<Variable> ws = weights();
-  if (file.tensors.size() != ws.size()) {
-    throw InvalidArgument("load_weights: '" + path + "' holds " +
-                          std::to_string(file.tensors.size()) + " tensors; model '" + name() +
-                          "' has " + std::to_string(ws.size()) + " weights.");
-  }
+  LOCKSTEP_CHECK(file.tensors.size() == ws.size(), "load_weights: '", path, "' holds ",
+                 file.tensors.size(), " tensors; model '", name(), "' has ", ws.size(),
+                 " weights.");
   // By name when every weight's path is in the file (the same model, or one built with the same
   // layer names); otherwise by position, as Keras 2 matches weights in layer order — automatic
   // names differ between two models built in one process ("dense" vs "dense_2").
@@ -246,13 +243,11 @@ void Model::load_weights(const std::string& path) {
     const Variable& v = ws[i];
     const auto& [saved_name, saved] = file.tensors[i];
     const Tensor* t = all_named ? by_name.at(v.name()) : &saved;
-    if (!(t->shape() == v.shape()) || t->dtype() != v.dtype()) {
-      throw InvalidArgument("load_weights: weight '" + v.name() + "' of model '" + name() +
-                            "' is " + v.raw_value().describe() + ", but '" + path + "' holds " +
-                            t->describe() + " for it (tensor '" +
-                            (all_named ? v.name() : saved_name) +
-                            "'). Was the file saved from a different architecture?");
-    }
+    LOCKSTEP_CHECK(t->shape() == v.shape() && t->dtype() == v.dtype(), "load_weights: weight '",
+                   v.name(), "' of model '", name(), "' is ", v.raw_value().describe(), ", but '",
+                   path, "' holds ", t->describe(), " for it (tensor '",
+                   all_named ? v.name() : saved_name,
+                   "'). Was the file saved from a different architecture?");
     sources.push_back(t);
   }
   for (size_t i = 0; i < ws.size(); ++i) ws[i].assign(*sources[i]);

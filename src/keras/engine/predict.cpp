@@ -1,4 +1,5 @@
 // Model::predict: the model's outputs over a dataset, in the dataset's order.
+#include "lockstep/core/check.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/model.h"
 #include "lockstep/ops/shape_ops.h"
@@ -7,7 +8,7 @@
 namespace lockstep::keras {
 
 Tensor Model::predict(const Tensor& x, int64_t batch_size) {
-  if (batch_size <= 0) throw InvalidArgument("predict: batch_size must be positive.");
+  LOCKSTEP_CHECK(batch_size > 0, "predict: batch_size must be positive.");
   return predict(Dataset::from_tensor_slices(x).batch(batch_size));
 }
 
@@ -30,7 +31,7 @@ Tensor Model::predict(const Dataset& dataset, int64_t steps) {
     for (const Tensor& t : per_replica.values)
       if (t.defined()) outputs.push_back(t);
   }
-  if (outputs.empty()) throw OutOfRange("predict: the dataset produced no batch.");
+  LOCKSTEP_CHECK_AS(OutOfRange, !outputs.empty(), "predict: the dataset produced no batch.");
   // Concatenation in step and replica order is the dataset's order.
   return ops::concat_forward(outputs, 0);
 }

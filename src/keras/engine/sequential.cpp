@@ -17,10 +17,9 @@ void Sequential::add(LayerArg arg) {
     input_ = arg.input;
   } else {
     LOCKSTEP_CHECK(arg.layer, "Sequential::add: received a null layer.");
-    if (arg.layer->accepts_multiple_inputs() && !dynamic_cast<Model*>(arg.layer.get())) {
-      throw InvalidArgument("Sequential '" + name() + "': layer '" + arg.layer->name() +
-                            "' takes several inputs; use the functional Model instead.");
-    }
+    LOCKSTEP_CHECK(!arg.layer->accepts_multiple_inputs() || dynamic_cast<Model*>(arg.layer.get()),
+                   "Sequential '", name(), "': layer '", arg.layer->name(),
+                   "' takes several inputs; use the functional Model instead.");
     layers_.push_back(std::move(arg.layer));
   }
   if (input_) rebuild_graph();

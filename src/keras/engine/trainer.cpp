@@ -1,4 +1,5 @@
 #include "trainer.h"
+#include "lockstep/core/check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -43,19 +44,15 @@ void Trainer::prepare(const Element& first_batch) {
   if (state.step) return;
   state.trainable = model.trainable_weights();
   for (const Variable& v : model.weights()) {
-    if (v.owner() && v.owner() != &strategy) {
-      throw FailedPrecondition(
-          "Model '" + model.name() + "': weight '" + v.name() +
-          "' was created under a different distribution strategy than the one the model runs "
-          "on ('" +
-          strategy.name() + "'). Create the model and its weights inside one scope.");
-    }
+    LOCKSTEP_CHECK_AS(FailedPrecondition, !v.owner() || v.owner() == &strategy, "Model '",
+                      model.name(), "': weight '", v.name(),
+                      "' was created under a different distribution strategy than the one the "
+                      "model runs on ('",
+                      strategy.name(), "'). Create the model and its weights inside one scope.");
   }
   for (const Variable& v : state.trainable) {
-    if (v.dtype() != DType::float32) {
-      throw InvalidArgument("fit: trainable weight '" + v.name() + "' is " +
-                            v.raw_value().describe() + "; weights must be float32.");
-    }
+    LOCKSTEP_CHECK(v.dtype() == DType::float32, "fit: trainable weight '", v.name(), "' is ",
+                   v.raw_value().describe(), "; weights must be float32.");
   }
   state.optimizer->build(state.trainable);
   const auto* prototypes = &state.metrics;
@@ -114,10 +111,8 @@ callbacks::Logs Trainer::logs() const {
 }
 
 void Trainer::check_element(const Element& e) const {
-  if (e.size() < 2) {
-    throw InvalidArgument("fit/evaluate: dataset elements must be (x, y) tuples. Received " +
-                          describe(e) + ".");
-  }
+  LOCKSTEP_CHECK(e.size() >= 2, "fit/evaluate: dataset elements must be (x, y) tuples. Received ",
+                 describe(e), ".");
 }
 
 void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
@@ -129,7 +124,7 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
     run.set_gradients(std::vector<Tensor>(state.trainable.size()));
     return;
   }
-  profiler::ScopedSpan forward(profiler::Phase::kForward, run.replica());
+  profiler::ScopedSpan forward(profiler::Phase::forward, run.replica());
   const Tensor x = as_model_input(e[0]);
   const Tensor y = e[1];
   // Dividing by N x the global batch makes the accumulated sum the average of the N steps.
@@ -147,7 +142,7 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
         [&run](size_t i, const Tensor& g) { run.gradient_ready(i, g); });
   }
   // Straight into the run's gradient buffers: no copy.
-  profiler::ScopedSpan backward(profiler::Phase::kBackward, run.replica());
+  profiler::ScopedSpan backward(profiler::Phase::backward, run.replica());
   run.set_gradients(tape.gradient(scaled, state.trainable, run.gradient_buffers()));
   backward.end();
   st.loss_sum = sum_of(per_example);
@@ -245,16 +240,11 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
 
 Dataset dataset_from_arrays(const Tensor& x, const Tensor& y, int64_t batch_size, bool shuffle,
                             uint64_t seed) {
-  if (x.rank() == 0 || y.rank() == 0 || x.dim(0) != y.dim(0)) {
-    throw InvalidArgument(
-        "x and y must have the same number of examples (leading dimension). "
-        "Received: x=" +
-        x.describe() + ", y=" + y.describe() + ".");
-  }
-  if (batch_size <= 0) {
-    throw InvalidArgument(
-        "batch_size must be positive. Received: batch_size=" + std::to_string(batch_size) + ".");
-  }
+  LOCKSTEP_CHECK(x.rank() > 0 && y.rank() > 0 && x.dim(0) == y.dim(0),
+                 "x and y must have the same number of examples (leading dimension). Received: x=",
+                 x.describe(), ", y=", y.describe(), ".");
+  LOCKSTEP_CHECK(batch_size > 0, "batch_size must be positive. Received: batch_size=", batch_size,
+                 ".");
   Dataset ds = Dataset::from_tensor_slices({x, y});
   if (shuffle) ds = ds.shuffle(x.dim(0), seed, /*reshuffle_each_iteration=*/true);
   return ds.batch(batch_size);

@@ -3,59 +3,15 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
-#include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/check.h"
 #include "lockstep/keras/activations.h"
 #include "lockstep/keras/initializers.h"
+#include "lockstep/keras/mixed_precision.h"
 #include "lockstep/ops/linear.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
 
 namespace lockstep::keras::layers {
-
-namespace {
-// act(x·kernel + bias) with a bfloat16 x and float32 variables, written as `out`: the Dense
-// layers of mixed_bfloat16 (out bfloat16; `kernel` / `bias` either the variables' bfloat16-rounded
-// float32 copies, see Variable::bfloat16_rounded, multiplied in float32, or their bfloat16 casts
-// for oneDNN's bfloat16 kernels) and float32 layers fed bfloat16 activations (out float32, the
-// variables' values). Recorded as one op whose inputs are x and the variables'
-// values: the rounding's gradient is the identity, so the op's kernel and bias gradients are the
-// variables', and they go straight into the tape's destinations (the all-reduce buffer). Compared
-// with a round_to_bfloat16 node per weight, or autocasting x to float32 for a float32 layer, this
-// saves a copy of each weight's gradient per step and keeps no float32 copy of x for the
-// backward pass (only the bfloat16 x, which the previous layer already holds).
-Tensor dense_linear(const Tensor& x, const Variable& kernel_var, const Variable& bias_var,
-                    const Tensor& kernel, const Tensor& bias, ops::FusedActivation activation,
-                    DType out) {
-  Tensor y({x.dim(0), kernel.dim(1)}, out);
-  ops::linear_into(x, kernel, bias, activation, y);
-  const Tensor kernel_value = kernel_var.value();  // notes the reads: tapes watch the variables
-  const Tensor bias_value = bias.defined() ? bias_var.value() : Tensor();
-  if (autodiff::should_record({&x, &kernel_value, &bias_value})) {
-    const bool need_dx = autodiff::should_record({&x});
-    const bool has_bias = bias.defined();
-    std::vector<Tensor> inputs{x, kernel_value};
-    if (has_bias) inputs.push_back(bias_value);
-    autodiff::record("linear", inputs, {y},
-                     [x, kernel, y, activation, need_dx, has_bias](
-                         const std::vector<Tensor>& g, const std::vector<Tensor>& sinks) {
-                       auto buffer = [](const Tensor& sink, const Shape& shape) {
-                         return sink.defined() && sink.dtype() == DType::float32
-                                    ? sink
-                                    : Tensor(shape, DType::float32);
-                       };
-                       std::vector<Tensor> grads(has_bias ? 3 : 2);
-                       if (need_dx) grads[0] = Tensor(x.shape(), x.dtype());
-                       grads[1] = buffer(sinks[1], kernel.shape());
-                       if (has_bias) grads[2] = buffer(sinks[2], Shape{kernel.dim(1)});
-                       ops::linear_backward_into(g[0], x, kernel, y, activation, grads[0], grads[1],
-                                                 has_bias ? grads[2] : Tensor());
-                       return grads;
-                     });
-  }
-  return y;
-}
-}  // namespace
 
 Dense::Dense(DenseOptions options)
     : LayerImpl(options.name, "dense", options.dtype), options_(options) {
@@ -99,7 +55,7 @@ Tensor Dense::call(const Tensor& inputs, bool) {
   Tensor y;
   if (x.dtype() == DType::bfloat16 && f32_weights && kind != ops::FusedActivation::gelu &&
       (compute == DType::float32 || compute == DType::bfloat16)) {
-    // bfloat16 activations, float32 variables, see dense_linear. A float32 layer keeps its
+    // bfloat16 activations, float32 variables. A float32 layer keeps its
     // weights. Under mixed_bfloat16 the weights are multiplied as bfloat16 values: their cached
     // rounded float32 copies when this shape computes in float32, else bfloat16 casts for
     // oneDNN's bfloat16 kernels (ops::bf16_matmul_computes_in_f32 picks the faster). Either way
@@ -107,14 +63,18 @@ Tensor Dense::call(const Tensor& inputs, bool) {
     Tensor kernel = kernel_.raw_value(), bias = options_.use_bias ? bias_.raw_value() : Tensor();
     if (compute == DType::bfloat16) {
       if (ops::bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), options_.units)) {
-        kernel = kernel_.bfloat16_rounded();
-        if (bias.defined()) bias = bias_.bfloat16_rounded();
+        kernel = mixed_precision::rounded_weights(kernel_);
+        if (bias.defined()) bias = mixed_precision::rounded_weights(bias_);
       } else {
         kernel = ops::cast_forward(kernel, DType::bfloat16);
         if (bias.defined()) bias = ops::cast_forward(bias, DType::bfloat16);
       }
     }
-    y = dense_linear(x, kernel_, bias_, kernel, bias, kind, compute);
+    // Recorded on the variables' values (which notes the reads for the tapes): their gradients
+    // are float32 and go straight to the tape's destinations; only the bfloat16 x is kept for
+    // the backward pass.
+    y = linear(x, kernel_.value(), options_.use_bias ? bias_.value() : Tensor(), kind,
+               LinearOperands{kernel, bias}, compute);
   } else {
     Tensor kernel = autocast(kernel_.value());
     Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();

@@ -34,8 +34,7 @@ std::shared_ptr<initializers::Initializer> embedding_initializer(const std::stri
 
 }  // namespace
 
-Embedding::Embedding(EmbeddingOptions options)
-    : LayerImpl(options.name, "embedding", options.dtype), options_(std::move(options)) {
+Embedding::Embedding(EmbeddingOptions options) : EmbeddingLayer(std::move(options), "embedding") {
   LOCKSTEP_CHECK(options_.input_dim > 0 && options_.output_dim > 0,
                  "Embedding: expected input_dim > 0 and output_dim > 0. Received: input_dim=",
                  options_.input_dim, ", output_dim=", options_.output_dim, ".");

@@ -1,4 +1,5 @@
 #include "lockstep/keras/layers/input_layer.h"
+#include "lockstep/core/check.h"
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,11 +19,10 @@ InputLayer::InputLayer(const Shape& shape, DType dtype, const std::string& name)
     : LayerImpl(name, "input_layer"), batch_shape_(shape.with_inserted(0, 0)), dtype_(dtype) {}
 
 Tensor InputLayer::call(const Tensor& inputs, bool) {
-  if (inputs.rank() != batch_shape_.rank() || !(inputs.shape().with_dim(0, 0) == batch_shape_)) {
-    throw InvalidArgument("Input '" + name() + "' expects batches of shape " +
-                          batch_shape_.to_string() +
-                          " (batch first; 0 = any). Received: " + inputs.describe() + ".");
-  }
+  LOCKSTEP_CHECK(
+      inputs.rank() == batch_shape_.rank() && inputs.shape().with_dim(0, 0) == batch_shape_,
+      "Input '", name(), "' expects batches of shape ", batch_shape_,
+      " (batch first; 0 = any). Received: ", inputs.describe(), ".");
   return inputs;
 }
 

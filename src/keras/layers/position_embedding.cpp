@@ -38,7 +38,7 @@ Tensor leading_rows_over_batch(const Tensor& table, int64_t t, int64_t batch) {
 }  // namespace
 
 PositionEmbedding::PositionEmbedding(PositionEmbeddingOptions options)
-    : LayerImpl(options.name, "position_embedding", options.dtype), options_(std::move(options)) {
+    : EmbeddingLayer(std::move(options), "position_embedding") {
   LOCKSTEP_CHECK(options_.sequence_length > 0,
                  "PositionEmbedding: expected sequence_length > 0. Received: sequence_length=",
                  options_.sequence_length, ".");

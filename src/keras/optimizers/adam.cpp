@@ -52,8 +52,9 @@ LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_up
   }
 }
 
-// adam_update that also writes the new weights' bfloat16 rounding (Variable::bfloat16_rounded):
-// the rounding rides along the update's loop instead of a second pass over the weights.
+// adam_update that also writes the new weights' bfloat16 rounding
+// (mixed_precision::rounded_weights): the rounding rides along the update's loop instead of a
+// second pass over the weights.
 LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update_rounded(
     float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
     float* __restrict rounded, size_t n, float alpha, float one_minus_b1, float one_minus_b2,

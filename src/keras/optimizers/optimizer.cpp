@@ -7,6 +7,7 @@
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/error.h"
+#include "lockstep/keras/mixed_precision.h"
 
 namespace lockstep::keras::optimizers {
 
@@ -292,10 +293,10 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
     }
     const bool decay = decay_[static_cast<size_t>(k)] != 0;
     // A variable whose bfloat16-rounded copy is in use (mixed_bfloat16 Dense, see
-    // Variable::bfloat16_rounded) gets it rewritten here, chunk by chunk while the chunk of
+    // mixed_precision::rounded_weights) gets it rewritten here, chunk by chunk while the chunk of
     // updated weights is still in L1, instead of by a full pass over the kernel in the next
     // forward pass.
-    float* rounded = vars[i].bfloat16_rounded_data();
+    float* rounded = mixed_precision::rounded_weights_data(vars[i]);
     if (rounded != nullptr) rounded += local;
     if (scale == 1.0 && !options_.base.clipvalue && !decay) {
       const std::span<float* const> all_slots(slot_ptr, slots.size());
@@ -343,6 +344,10 @@ void Optimizer::bind(const std::vector<Variable>& vars) {
     }
     bound_.push_back(k);
   }
+}
+
+float* Optimizer::rounded_output(size_t i) const {
+  return mixed_precision::next_rounded_weights_data(vars_[static_cast<size_t>(bound_.at(i))]);
 }
 
 std::vector<Variable> Optimizer::slot_variables(size_t i) const {

@@ -328,10 +328,8 @@ class Loader {
       corrupt("checksum mismatch in the header (bytes [0, " + std::to_string(bytes.size()) + "))",
               0);
     }
-    if (meta.at(kFormat) != "1") {
-      throw InvalidArgument("load_safetensors: '" + path_ + "' has lockstep.format '" +
-                            meta.at(kFormat) + "'; this Lockstep reads format 1.");
-    }
+    LOCKSTEP_CHECK(meta.at(kFormat) == "1", "load_safetensors: '", path_, "' has lockstep.format '",
+                   meta.at(kFormat), "'; this Lockstep reads format 1.");
     if (!parse_hex8(meta.at(kCrc), data_crc)) corrupt("lockstep.crc32 is malformed", 8);
     const std::string& list = meta.at(kTensorCrc);
     for (size_t pos = 0; pos < list.size();) {
@@ -373,11 +371,9 @@ class Loader {
     }
     const auto& js = e["shape"];
     if (!js.is_array()) bad("shape is not an array");
-    if (js.size() > static_cast<size_t>(Shape::kMaxRank)) {
-      throw InvalidArgument("load_safetensors: tensor '" + name + "' in '" + path_ + "' has rank " +
-                            std::to_string(js.size()) + "; Lockstep supports ranks up to " +
-                            std::to_string(Shape::kMaxRank) + ".");
-    }
+    LOCKSTEP_CHECK(js.size() <= static_cast<size_t>(Shape::kMaxRank), "load_safetensors: tensor '",
+                   name, "' in '", path_, "' has rank ", js.size(),
+                   "; Lockstep supports ranks up to ", Shape::kMaxRank, ".");
     // The element count is bounded by the file size before anything is allocated.
     uint64_t elements = 1;
     bool overflow = false;

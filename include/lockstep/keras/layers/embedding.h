@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "lockstep/keras/layer.h"
+#include "lockstep/keras/layers/embedding_layer.h"
 
 namespace lockstep::keras {
 
@@ -46,7 +46,7 @@ struct EmbeddingOptions {
   std::string name = "";
 };
 
-class Embedding : public LayerImpl<Embedding> {
+class Embedding : public EmbeddingLayer<Embedding, EmbeddingOptions> {
  public:
   explicit Embedding(EmbeddingOptions options);
   std::string class_name() const override { return "Embedding"; }
@@ -54,11 +54,6 @@ class Embedding : public LayerImpl<Embedding> {
   Tensor call(const Tensor& inputs, bool training) override;
   Shape compute_output_shape(const Shape& input_shape) const override;
   nlohmann::json get_config() const override;
-  const Variable& embeddings() const { return embeddings_; }
-
- private:
-  EmbeddingOptions options_;
-  Variable embeddings_;
 };
 
 }  // namespace layers

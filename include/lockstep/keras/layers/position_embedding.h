@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "lockstep/keras/layer.h"
+#include "lockstep/keras/layers/embedding_layer.h"
 
 namespace lockstep::keras::layers {
 
@@ -24,7 +24,7 @@ struct PositionEmbeddingOptions {
   std::string name = "";
 };
 
-class PositionEmbedding : public LayerImpl<PositionEmbedding> {
+class PositionEmbedding : public EmbeddingLayer<PositionEmbedding, PositionEmbeddingOptions> {
  public:
   explicit PositionEmbedding(PositionEmbeddingOptions options);
   std::string class_name() const override { return "PositionEmbedding"; }
@@ -32,11 +32,6 @@ class PositionEmbedding : public LayerImpl<PositionEmbedding> {
   Tensor call(const Tensor& inputs, bool training) override;
   Shape compute_output_shape(const Shape& input_shape) const override;
   nlohmann::json get_config() const override;
-  const Variable& embeddings() const { return embeddings_; }
-
- private:
-  PositionEmbeddingOptions options_;
-  Variable embeddings_;
 };
 
 }  // namespace lockstep::keras::layers

@@ -175,6 +175,9 @@ class Optimizer : public distribute::ElementwiseUpdate {
              std::span<const float* const> slots, float* w_out, std::span<float* const> slots_out,
              size_t n, float* rounded) const override;
   void end_update() override { finish_step(); }
+  // The variable's bfloat16-rounded copy (mixed_precision::next_rounded_weights_data) when the
+  // policy keeps one, so that the update rewrites it instead of the next forward pass.
+  float* rounded_output(size_t i) const override;
 
  protected:
   explicit Optimizer(CommonOptions options);
@@ -190,9 +193,9 @@ class Optimizer : public distribute::ElementwiseUpdate {
   virtual void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
                            const StepInfo& info) const = 0;
   // update_step that also writes rounded[i] = round_to_bfloat16_value(var[i]) of the updated
-  // weights: the variable's bfloat16-rounded copy (Variable::bfloat16_rounded_data) kept current.
-  // The default runs update_step and rounds chunk by chunk while the chunk is in L1; an optimizer
-  // may override it to round inside its own loop.
+  // weights: the variable's bfloat16-rounded copy (mixed_precision::rounded_weights_data) kept
+  // current. The default runs update_step and rounds chunk by chunk while the chunk is in L1; an
+  // optimizer may override it to round inside its own loop.
   virtual void update_step_rounded(float* var, const float* grad, std::span<float* const> slots,
                                    size_t n, const StepInfo& info, float* rounded) const;
   // The rule out of place: reads var and slots, writes var_out and slots_out (var_out may be
