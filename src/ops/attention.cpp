@@ -148,6 +148,8 @@ void set_dropped(A* scores, const Plan& p, int64_t b0, int64_t n, int64_t ld, A 
 // the baseline clone), passed by reference (by value they would change the baseline ABI).
 typedef float F16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
+typedef uint32_t U16 __attribute__((vector_size(64)));
+typedef uint16_t H16 __attribute__((vector_size(32)));
 
 inline void load16(F16& v, const float* p) {
   std::memcpy(&v, p, sizeof v);
@@ -175,11 +177,21 @@ inline void exp_nonpositive(F16& x) {
   x = (F16)((I16)(p * (F16)scale) & ~under);
 }
 
+// v rounded to bfloat16 values (kept in float32; round to nearest even, NaN stays a quiet NaN),
+// as round_to_bfloat16_value.
+[[gnu::always_inline]] inline void round_to_bfloat16_values16(F16& v) {
+  const U16 u = (U16)v;
+  const U16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const U16 quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+  v = (F16)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
 // Softmax over each column of `count` matrices [rows, ld] (ld a multiple of 16), in place: the
 // max, the exponentials and their sum run down the columns, 16 at a time, with no reduction
-// across lanes.
+// across lanes. With `rounded`, the probabilities rounded to bfloat16 values also go there (same
+// layout), in the same pass.
 LOCKSTEP_TARGET_CLONES void softmax_columns_f32(float* __restrict x, int64_t count, int64_t rows,
-                                                int64_t ld) {
+                                                int64_t ld, float* __restrict rounded) {
   F16 v, m, sum;
   for (int64_t c = 0; c < count; ++c, x += rows * ld) {
     for (int64_t j = 0; j < ld; j += 16) {
@@ -199,9 +211,15 @@ LOCKSTEP_TARGET_CLONES void softmax_columns_f32(float* __restrict x, int64_t cou
       const F16 inv = 1.0f / sum;
       for (int64_t r = 0; r < rows; ++r) {
         load16(v, x + r * ld + j);
-        store16(x + r * ld + j, v * inv);
+        v *= inv;
+        store16(x + r * ld + j, v);
+        if (rounded) {
+          round_to_bfloat16_values16(v);
+          store16(rounded + r * ld + j, v);
+        }
       }
     }
+    if (rounded) rounded += rows * ld;
   }
 }
 
@@ -233,8 +251,6 @@ LOCKSTEP_TARGET_CLONES void softmax_grad_columns_f32(const float* __restrict p,
 // values: the products of two bfloat16 values are exact in float32); both products accumulate in
 // float32, in the order of the sum's index, as a bfloat16 matmul accumulates. A bfloat16 result
 // is the float32 sum rounded once to nearest even.
-typedef uint32_t U16 __attribute__((vector_size(64)));
-typedef uint16_t H16 __attribute__((vector_size(32)));
 
 [[gnu::always_inline]] inline float value_of(float v) {
   return v;
@@ -425,11 +441,14 @@ void columns_f64(const double* p, double* x, int64_t count, int64_t rows, int64_
   }
 }
 
-void softmax_columns(const Tensor& scores, int64_t count, int64_t rows, int64_t ld) {
+// `rounded`: undefined, or float32 for the probabilities rounded to bfloat16 values.
+void softmax_columns(const Tensor& scores, int64_t count, int64_t rows, int64_t ld,
+                     const Tensor& rounded) {
   if (scores.dtype() == DType::float64) {
     columns_f64<false>(nullptr, scores.data<double>(), count, rows, ld);
   } else {
-    softmax_columns_f32(scores.data<float>(), count, rows, ld);
+    softmax_columns_f32(scores.data<float>(), count, rows, ld,
+                        rounded.defined() ? rounded.data<float>() : nullptr);
   }
 }
 
@@ -516,9 +535,12 @@ void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t
   }
 }
 
-// Probabilities of examples [b0, b0 + n), transposed, into `probs` ([n, H, S, ld], acc dtype).
-void block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_t b0, int64_t n,
-                         int64_t ld, const Tensor& probs) {
+// Probabilities of examples [b0, b0 + n), transposed, into `probs` ([n, H, S, ld], acc dtype) and,
+// when defined, rounded to bfloat16 values into `rounded` (the operand of the products with
+// bfloat16 values). Returns what those products take: `rounded` if defined, else `probs` (a
+// handle: the same storage).
+Tensor block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_t b0, int64_t n,
+                           int64_t ld, const Tensor& probs, const Tensor& rounded) {
   const Dims& d = p.d;
   scores_product(k, q, b0, n, d, ld, p.scale, probs);
   if (masking(p)) {
@@ -528,7 +550,8 @@ void block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_
       set_dropped(probs.data<float>(), p, b0, n, ld, static_cast<float>(kMaskedScore));
     }
   }
-  softmax_columns(probs, n * d.H, d.S, ld);
+  softmax_columns(probs, n * d.H, d.S, ld, rounded);
+  return rounded.defined() ? rounded : probs;
 }
 
 }  // namespace
@@ -561,8 +584,7 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
   Tensor low = bf16 ? Tensor(probs.shape(), DType::float32) : Tensor();
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
-    block_probabilities(p, q, k, b0, n, ld, probs);
-    const Tensor& pv = in_operand_dtype(probs, low, n * d.H * d.S * ld);
+    const Tensor pv = block_probabilities(p, q, k, b0, n, ld, probs, low);
     weighted_product(pv, true, v, b0, n, d, ld, 1.0, out);
   }
   return out;
@@ -601,9 +623,9 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
     const int64_t count = n * d.H * d.S * ld;
-    block_probabilities(p, q, k, b0, n, ld, probs);
+    const Tensor pv =
+        block_probabilities(p, q, k, b0, n, ld, probs, need_dvalue ? low_p : Tensor());
     if (need_dvalue) {  // dV = Pᵀ · dO
-      const Tensor& pv = in_operand_dtype(probs, low_p, count);
       weighted_product(pv, false, dout, b0, n, d, ld, 1.0, g.dvalue);
     }
     if (!need_dquery && !need_dkey) continue;

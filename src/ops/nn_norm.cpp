@@ -255,6 +255,11 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
+    if constexpr (!std::is_same_v<T, double>) {
+      detail::layer_norm_rows(px, rows, features, g.data(), b.data(), epsilon, py, mean.data(),
+                              inv_std.data());
+      return;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = px + r * features;
       double mu = detail::row_sum(row, features) / static_cast<double>(features);
@@ -262,13 +267,10 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
       double rstd = 1.0 / std::sqrt(sq / static_cast<double>(features) + epsilon);
       mean[static_cast<size_t>(r)] = mu;
       inv_std[static_cast<size_t>(r)] = rstd;
-      if constexpr (std::is_same_v<T, double>) {
-        for (int64_t d = 0; d < features; ++d) {
-          size_t ud = static_cast<size_t>(d);
-          py[r * features + d] = (detail::load(row[d]) - mu) * rstd * g[ud] + b[ud];
-        }
-      } else {
-        detail::layer_norm_row(row, g.data(), b.data(), features, mu, rstd, py + r * features);
+      for (int64_t d = 0; d < features; ++d) {
+        size_t ud = static_cast<size_t>(d);
+        py[r * features + d] = detail::store<T>(
+            static_cast<detail::compute_t<T>>((detail::load(row[d]) - mu) * rstd * g[ud] + b[ud]));
       }
     }
   });
@@ -309,6 +311,12 @@ NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const 
   detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using C = detail::compute_t<T>;
+    if constexpr (!std::is_same_v<T, double>) {
+      detail::layer_norm_rows_grad(grad_output.data<T>(), x.data<T>(), rows, features, g.data(),
+                                   mu.data(), rstd.data(), dgamma.data(), dbeta.data(),
+                                   dx.data<T>());
+      return;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const T* px = x.data<T>() + r * features;
       const T* pd = grad_output.data<T>() + r * features;
@@ -316,12 +324,6 @@ NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const 
       const double m = mu[static_cast<size_t>(r)], s = rstd[static_cast<size_t>(r)];
       double mean_g = 0, mean_gx = 0;
       detail::row_gradient_sums(pd, px, g.data(), features, m, s, mean_g, mean_gx);
-      if constexpr (!std::is_same_v<T, double>) {
-        detail::layer_norm_row_grad(
-            pd, px, g.data(), features, m, s, mean_g / static_cast<double>(features),
-            mean_gx / static_cast<double>(features), dgamma.data(), dbeta.data(), out);
-        continue;
-      }
       for (int64_t d = 0; d < features; ++d) {
         size_t ud = static_cast<size_t>(d);
         double dy = detail::load(pd[d]), xhat = (detail::load(px[d]) - m) * s;

@@ -1,5 +1,6 @@
 #include "row_sums.h"
 
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -128,27 +129,60 @@ template <typename T>
   }
 }
 
+template <typename T>
+[[gnu::always_inline]] inline void normalize_rows(const T* x, int64_t rows, int64_t n,
+                                                  const double* g, const double* b, double epsilon,
+                                                  T* y, double* mean, double* inv_std) {
+  const double count = static_cast<double>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * n;
+    const double mu = sum_of(row, n) / count;
+    const double rstd = 1.0 / std::sqrt(centered_squares_of(row, n, mu) / count + epsilon);
+    mean[r] = mu;
+    inv_std[r] = rstd;
+    normalize_row(row, g, b, n, mu, rstd, y + r * n);
+  }
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void normalize_rows_grad(const T* dy, const T* x, int64_t rows,
+                                                       int64_t n, const double* g,
+                                                       const double* mean, const double* inv_std,
+                                                       double* dgamma, double* dbeta, T* dx) {
+  const double count = static_cast<double>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* pd = dy + r * n;
+    const T* px = x + r * n;
+    double sum_g = 0, sum_gx = 0;
+    gradient_sums_of(pd, px, g, n, mean[r], inv_std[r], sum_g, sum_gx);
+    normalize_row_grad(pd, px, g, n, mean[r], inv_std[r], sum_g / count, sum_gx / count, dgamma,
+                       dbeta, dx + r * n);
+  }
+}
+
 }  // namespace
 
-LOCKSTEP_TARGET_CLONES void layer_norm_row(const float* x, const double* g, const double* b,
-                                           int64_t n, double mu, double s, float* y) {
-  normalize_row(x, g, b, n, mu, s, y);
+LOCKSTEP_TARGET_CLONES void layer_norm_rows(const float* x, int64_t rows, int64_t n,
+                                            const double* g, const double* b, double epsilon,
+                                            float* y, double* mean, double* inv_std) {
+  normalize_rows(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
-LOCKSTEP_TARGET_CLONES void layer_norm_row(const bfloat16* x, const double* g, const double* b,
-                                           int64_t n, double mu, double s, bfloat16* y) {
-  normalize_row(x, g, b, n, mu, s, y);
+LOCKSTEP_TARGET_CLONES void layer_norm_rows(const bfloat16* x, int64_t rows, int64_t n,
+                                            const double* g, const double* b, double epsilon,
+                                            bfloat16* y, double* mean, double* inv_std) {
+  normalize_rows(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
-LOCKSTEP_TARGET_CLONES void layer_norm_row_grad(const float* dy, const float* x, const double* g,
-                                                int64_t n, double mu, double s, double mean_g,
-                                                double mean_gx, double* dgamma, double* dbeta,
-                                                float* dx) {
-  normalize_row_grad(dy, x, g, n, mu, s, mean_g, mean_gx, dgamma, dbeta, dx);
+LOCKSTEP_TARGET_CLONES void layer_norm_rows_grad(const float* dy, const float* x, int64_t rows,
+                                                 int64_t n, const double* g, const double* mean,
+                                                 const double* inv_std, double* dgamma,
+                                                 double* dbeta, float* dx) {
+  normalize_rows_grad(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
-LOCKSTEP_TARGET_CLONES void layer_norm_row_grad(const bfloat16* dy, const bfloat16* x,
-                                                const double* g, int64_t n, double mu, double s,
-                                                double mean_g, double mean_gx, double* dgamma,
-                                                double* dbeta, bfloat16* dx) {
-  normalize_row_grad(dy, x, g, n, mu, s, mean_g, mean_gx, dgamma, dbeta, dx);
+LOCKSTEP_TARGET_CLONES void layer_norm_rows_grad(const bfloat16* dy, const bfloat16* x,
+                                                 int64_t rows, int64_t n, const double* g,
+                                                 const double* mean, const double* inv_std,
+                                                 double* dgamma, double* dbeta, bfloat16* dx) {
+  normalize_rows_grad(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
 
 LOCKSTEP_TARGET_CLONES double row_sum(const float* x, int64_t n) {
