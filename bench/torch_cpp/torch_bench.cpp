@@ -35,6 +35,7 @@ struct Options {
   uint64_t seed = 0;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string out;
+  bool keep_denormals = false;
 };
 
 std::vector<uint8_t> read_gzip(const std::string& path) {
@@ -99,6 +100,10 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--keep-denormals") {
+      o.keep_denormals = true;
+      continue;
+    }
     if (i + 1 >= argc) throw std::invalid_argument(a + ": expected a value");
     const std::string v = argv[++i];
     if (a == "--model")
@@ -128,6 +133,9 @@ Options parse(int argc, char** argv) {
 
 int run(const Options& o) {
   torch::set_num_threads(o.threads);
+  // Subnormals flushed as Lockstep flushes them (docs/keras-compat.md); --keep-denormals leaves
+  // PyTorch's default.
+  at::globalContext().setFlushDenormal(!o.keep_denormals);
   torch::manual_seed(o.seed);
   torch::Tensor x = read_idx(o.data_dir + "/train-images-idx3-ubyte.gz")
                         .reshape({-1, 784})

@@ -225,20 +225,16 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     } else {
       grad_inputs = rec->backward(grad_outputs);
     }
-    if (grad_inputs.size() != rec->inputs.size()) {
-      throw Internal("backward of '" + std::string(rec->op_name) + "' returned " +
-                     std::to_string(grad_inputs.size()) + " gradients for " +
-                     std::to_string(rec->inputs.size()) + " inputs.");
-    }
+    LOCKSTEP_CHECK_AS(Internal, grad_inputs.size() == rec->inputs.size(), "backward of '",
+                      rec->op_name, "' returned ", grad_inputs.size(), " gradients for ",
+                      rec->inputs.size(), " inputs.");
     for (size_t i = 0; i < grad_inputs.size(); ++i) {
       const Tensor& g = grad_inputs[i];
       const auto& in = rec->inputs[i];
       if (!g.defined() || !t.tracked.count(in.id)) continue;
-      if (!(g.shape() == in.shape)) {
-        throw Internal("backward of '" + std::string(rec->op_name) + "' returned a gradient " +
-                       g.describe() + " for input " + std::to_string(i) + " of shape " +
-                       in.shape.to_string() + ".");
-      }
+      LOCKSTEP_CHECK_AS(Internal, g.shape() == in.shape, "backward of '", rec->op_name,
+                        "' returned a gradient ", g.describe(), " for input ", i, " of shape ",
+                        in.shape, ".");
       auto [it, inserted] = grads.emplace(in.id, g);
       if (inserted) continue;
       int s = source_index(in.id);

@@ -63,8 +63,8 @@ Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
 }
 
 const Tensor& Variable::raw_value() const {
-  if (!state_)
-    throw FailedPrecondition("Variable: use of an undefined (default-constructed) variable.");
+  LOCKSTEP_CHECK_AS(FailedPrecondition, state_,
+                    "Variable: use of an undefined (default-constructed) variable.");
   return state_->value();
 }
 
@@ -142,11 +142,9 @@ bool Variable::has_next_buffer() const {
 const Tensor& Variable::next_value() const {
   raw_value();
   const Tensor& t = state_->values[1 - state_->cur()];
-  if (!t.defined()) {
-    throw FailedPrecondition("Variable '" + state_->name +
-                             "'.next_value: the variable has no second buffer; call "
-                             "enable_next_buffer() first.");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, t.defined(), "Variable '", state_->name,
+                    "'.next_value: the variable has no second buffer; call enable_next_buffer() "
+                    "first.");
   return t;
 }
 

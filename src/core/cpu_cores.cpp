@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep {
@@ -35,9 +36,8 @@ std::vector<int> thread_affinity() {
     }
     const int error = errno;
     CPU_FREE(set);
-    if (error != EINVAL) {
-      throw Internal(std::string("sched_getaffinity failed: ") + std::strerror(error));
-    }
+    LOCKSTEP_CHECK_AS(Internal, error == EINVAL,
+                      "sched_getaffinity failed: ", std::strerror(error));
   }
   throw Internal("sched_getaffinity: no cpu set size up to 2^20 cpus was accepted");
 }
@@ -150,7 +150,7 @@ std::optional<int> cgroup_cpu_limit(const fs::path& cgroup_root) {
 
 std::vector<int> available_cores(const fs::path& cgroup_root) {
   std::vector<int> cores = thread_affinity();
-  if (cores.empty()) throw Internal("sched_getaffinity returned an empty cpu set");
+  LOCKSTEP_CHECK_AS(Internal, !cores.empty(), "sched_getaffinity returned an empty cpu set");
   // A quota limits CPU time, not which cpus: keep the lowest ids so replicas stay on distinct
   // cores and their number matches the time the quota grants.
   if (auto limit = cgroup_cpu_limit(cgroup_root);

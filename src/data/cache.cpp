@@ -14,6 +14,7 @@
 
 #include "internal.h"
 #include "lockstep/core/atomic_file.h"
+#include "lockstep/core/check.h"
 
 namespace lockstep::data_internal {
 namespace {
@@ -97,7 +98,7 @@ class FileReader : public IteratorImpl {
  public:
   explicit FileReader(std::string path) : path_(std::move(path)) {
     file_ = std::fopen(path_.c_str(), "rb");
-    if (!file_) throw NotFound("Dataset::cache: cannot open the cache file " + path_ + ".");
+    LOCKSTEP_CHECK_AS(NotFound, file_, "Dataset::cache: cannot open the cache file ", path_, ".");
     char magic[8];
     read(magic, 8);
     if (std::memcmp(magic, kMagic, 8) != 0) fail("bad magic number (not a Lockstep cache file)");

@@ -62,7 +62,7 @@ void load_big_endian(const uint8_t* src, T* dst, int64_t n) {
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw NotFound("Cannot open IDX file " + path + ": " + std::strerror(errno) + ".");
+  LOCKSTEP_CHECK_AS(NotFound, f, "Cannot open IDX file ", path, ": ", std::strerror(errno), ".");
   std::vector<uint8_t> bytes;
   uint8_t buf[1 << 16];
   size_t n;
@@ -180,9 +180,8 @@ Tensor parse_idx(std::span<const uint8_t> bytes, const std::string& name) {
 std::vector<uint8_t> gunzip(std::span<const uint8_t> bytes, const std::string& name,
                             size_t max_bytes) {
   z_stream zs{};
-  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {
-    throw Internal("gunzip: inflateInit2 failed for " + name + ".");
-  }
+  const int init = inflateInit2(&zs, 16 + MAX_WBITS);
+  LOCKSTEP_CHECK_AS(Internal, init == Z_OK, "gunzip: inflateInit2 failed for ", name, ".");
   std::vector<uint8_t> out;
   size_t pos = 0;
   auto fail = [&](const std::string& what) {
@@ -278,7 +277,7 @@ void write_idx(const std::string& path, const Tensor& t, bool gzip) {
   std::vector<uint8_t> bytes = encode_idx(t);
   if (gzip) {
     gzFile f = gzopen(path.c_str(), "wb");
-    if (!f) throw NotFound("write_idx: cannot create " + path + ".");
+    LOCKSTEP_CHECK_AS(NotFound, f, "write_idx: cannot create ", path, ".");
     bool ok = bytes.empty() || gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
                                    static_cast<int>(bytes.size());
     ok = gzclose(f) == Z_OK && ok;
@@ -286,7 +285,7 @@ void write_idx(const std::string& path, const Tensor& t, bool gzip) {
     return;
   }
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw NotFound("write_idx: cannot create " + path + ".");
+  LOCKSTEP_CHECK_AS(NotFound, f, "write_idx: cannot create ", path, ".");
   bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   ok = std::fclose(f) == 0 && ok;
   if (!ok) throw DataLoss("write_idx: writing " + path + " failed.");

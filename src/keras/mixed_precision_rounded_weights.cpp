@@ -36,10 +36,8 @@ RoundedWeights* existing(const Variable& v) {
   Variable::Companion* c = v.companion();
   if (c == nullptr) return nullptr;
   auto* r = dynamic_cast<RoundedWeights*>(c);
-  if (r == nullptr) {
-    throw Internal("mixed precision: variable '" + v.name() +
-                   "' carries a companion of another kind; it cannot keep a rounded copy.");
-  }
+  LOCKSTEP_CHECK_AS(Internal, r != nullptr, "mixed precision: variable '", v.name(),
+                    "' carries a companion of another kind; it cannot keep a rounded copy.");
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "lockstep/core/check.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
 
@@ -21,30 +22,25 @@ void check_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, con
   if (!(x.dtype() == DType::bfloat16 && kernel.dtype() == DType::float32)) {
     detail::check_same_dtype(x, kernel, op);
   }
-  if (x.rank() != 2 || kernel.rank() != 2 || x.dim(1) != kernel.dim(0)) {
-    throw InvalidArgument(std::string(op) + ": expected x [batch, in] and kernel [in, out]. " +
-                          "Received: x " + x.describe() + " and kernel " + kernel.describe() + ".");
-  }
+  LOCKSTEP_CHECK(x.rank() == 2 && kernel.rank() == 2 && x.dim(1) == kernel.dim(0), op,
+                 ": expected x [batch, in] and kernel [in, out]. Received: x ", x.describe(),
+                 " and kernel ", kernel.describe(), ".");
   if (bias.defined()) {
     bool dtype_ok = bias.dtype() == kernel.dtype() ||
                     (kernel.dtype() == DType::bfloat16 && bias.dtype() == DType::float32) ||
                     (x.dtype() == DType::bfloat16 && bias.dtype() == DType::float32);
-    if (!(bias.shape() == Shape{kernel.dim(1)}) || !dtype_ok) {
-      throw InvalidArgument(std::string(op) + ": expected bias of shape " +
-                            Shape{kernel.dim(1)}.to_string() + " for kernel " + kernel.describe() +
-                            ". Received: bias " + bias.describe() + ".");
-    }
+    const Shape bias_shape{kernel.dim(1)};
+    LOCKSTEP_CHECK(bias.shape() == bias_shape && dtype_ok, op, ": expected bias of shape ",
+                   bias_shape, " for kernel ", kernel.describe(), ". Received: bias ",
+                   bias.describe(), ".");
   }
 }
 
 void check_buffer(const Tensor& t, const Shape& shape, DType dtype, const char* op,
                   const char* name) {
   bool dtype_ok = t.dtype() == dtype || (dtype == DType::bfloat16 && t.dtype() == DType::float32);
-  if (!(t.shape() == shape) || !dtype_ok) {
-    throw InvalidArgument(std::string(op) + ": expected " + name + " of shape " +
-                          shape.to_string() + " and dtype " + std::string(dtype_name(dtype)) +
-                          ". Received: " + t.describe() + ".");
-  }
+  LOCKSTEP_CHECK(t.shape() == shape && dtype_ok, op, ": expected ", name, " of shape ", shape,
+                 " and dtype ", dtype, ". Received: ", t.describe(), ".");
 }
 
 // oneDNN's relu (fused as a post-op or not) computes max(x, 0), which turns NaN into 0: a NaN
@@ -161,25 +157,18 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
   // layer fed bfloat16 activations).
   const bool f32_out_of_bf16 = x.dtype() == DType::bfloat16 && kernel.dtype() == DType::float32 &&
                                dy.dtype() == DType::float32;
-  if (!(dy.shape() == out_shape) || (dy.dtype() != x.dtype() && !f32_out_of_bf16)) {
-    throw InvalidArgument(std::string(op) + ": expected dy of shape " + out_shape.to_string() +
-                          " and dtype " + std::string(dtype_name(x.dtype())) + " for x " +
-                          x.describe() + " and kernel " + kernel.describe() +
-                          ". Received: " + dy.describe() + ".");
-  }
+  LOCKSTEP_CHECK(dy.shape() == out_shape && (dy.dtype() == x.dtype() || f32_out_of_bf16), op,
+                 ": expected dy of shape ", out_shape, " and dtype ", x.dtype(), " for x ",
+                 x.describe(), " and kernel ", kernel.describe(), ". Received: ", dy.describe(),
+                 ".");
   const Tensor& saved = activation == FusedActivation::gelu ? pre_activation : y;
   if (activation != FusedActivation::none) {
-    if (!saved.defined()) {
-      throw InvalidArgument(std::string(op) + ": activation " + activation_name(activation) +
-                            " needs " +
-                            (activation == FusedActivation::gelu ? "pre_activation" : "y") +
-                            ". Received: an undefined Tensor.");
-    }
-    if (!(saved.shape() == out_shape) || saved.dtype() != dy.dtype()) {
-      throw InvalidArgument(std::string(op) + ": expected the saved activation of shape " +
-                            out_shape.to_string() + ", like dy " + dy.describe() +
-                            ". Received: " + saved.describe() + ".");
-    }
+    LOCKSTEP_CHECK(saved.defined(), op, ": activation ", activation_name(activation), " needs ",
+                   activation == FusedActivation::gelu ? "pre_activation" : "y",
+                   ". Received: an undefined Tensor.");
+    LOCKSTEP_CHECK(saved.shape() == out_shape && saved.dtype() == dy.dtype(), op,
+                   ": expected the saved activation of shape ", out_shape, ", like dy ",
+                   dy.describe(), ". Received: ", saved.describe(), ".");
   }
   if (dx.defined()) check_buffer(dx, x.shape(), x.dtype(), op, "dx");
   if (dkernel.defined()) check_buffer(dkernel, kernel.shape(), kernel.dtype(), op, "dkernel");

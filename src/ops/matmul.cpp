@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "lockstep/core/check.h"
 #include "lockstep/ops/shape_ops.h"
 
 #include "internal.h"
@@ -36,18 +37,13 @@ MatmulDims check_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
   detail::check_floating(a, op, "a");
   detail::check_floating(b, op, "b");
   detail::check_same_dtype(a, b, op);
-  if (a.rank() != 2 || b.rank() != 2) {
-    throw InvalidArgument(std::string(op) + ": expected rank-2 operands. Received: " +
-                          a.describe() + " and " + b.describe() + ".");
-  }
+  LOCKSTEP_CHECK(a.rank() == 2 && b.rank() == 2, op,
+                 ": expected rank-2 operands. Received: ", a.describe(), " and ", b.describe(),
+                 ".");
   MatmulDims d{ta ? a.dim(1) : a.dim(0), ta ? a.dim(0) : a.dim(1), tb ? b.dim(0) : b.dim(1)};
   int64_t kb = tb ? b.dim(1) : b.dim(0);
-  if (d.k != kb) {
-    throw InvalidArgument(std::string(op) + ": shapes " + a.shape().to_string() + " and " +
-                          b.shape().to_string() + " cannot be multiplied" + flags(ta, tb) +
-                          ": op(a) has " + std::to_string(d.k) + " columns, op(b) has " +
-                          std::to_string(kb) + " rows.");
-  }
+  LOCKSTEP_CHECK(d.k == kb, op, ": shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied",
+                 flags(ta, tb), ": op(a) has ", d.k, " columns, op(b) has ", kb, " rows.");
   return d;
 }
 
@@ -55,11 +51,9 @@ void check_out(const Tensor& out, const Tensor& a, int64_t m, int64_t n, const c
   detail::check_defined(out, op, "out");
   bool dtype_ok =
       out.dtype() == a.dtype() || (a.dtype() == DType::bfloat16 && out.dtype() == DType::float32);
-  if (!(out.shape() == Shape{m, n}) || !dtype_ok) {
-    throw InvalidArgument(std::string(op) + ": expected out of shape " + Shape{m, n}.to_string() +
-                          " and dtype " + std::string(dtype_name(a.dtype())) +
-                          ". Received: " + out.describe() + ".");
-  }
+  const Shape expected{m, n};
+  LOCKSTEP_CHECK(out.shape() == expected && dtype_ok, op, ": expected out of shape ", expected,
+                 " and dtype ", a.dtype(), ". Received: ", out.describe(), ".");
 }
 
 dnnl::algorithm eltwise_algorithm(FusedActivation act) {
@@ -329,12 +323,11 @@ MatmulGrads matmul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, 
                             bool need_da, bool need_db) {
   MatmulDims d = check_matmul(a, b, ta, tb, "matmul_backward");
   detail::check_defined(dy, "matmul_backward", "dy");
-  if (!(dy.shape() == Shape{d.m, d.n}) || dy.dtype() != a.dtype()) {
-    throw InvalidArgument("matmul_backward: expected dy of shape " + Shape{d.m, d.n}.to_string() +
-                          " and dtype " + std::string(dtype_name(a.dtype())) + " for a " +
-                          a.describe() + " and b " + b.describe() + ". Received: " + dy.describe() +
-                          ".");
-  }
+  const Shape dy_shape{d.m, d.n};
+  LOCKSTEP_CHECK(dy.shape() == dy_shape && dy.dtype() == a.dtype(),
+                 "matmul_backward: expected dy of shape ", dy_shape, " and dtype ", a.dtype(),
+                 " for a ", a.describe(), " and b ", b.describe(), ". Received: ", dy.describe(),
+                 ".");
   MatmulGrads g;
   if (need_da) {
     g.da = Tensor(a.shape(), a.dtype());

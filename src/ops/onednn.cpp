@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::ops::onednn {
@@ -48,9 +49,8 @@ dnnl::memory::dims dims(const Shape& shape) {
 dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims, DType dtype) {
   using tag = dnnl::memory::format_tag;
   static constexpr tag kTags[] = {tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde, tag::abcdef};
-  if (dims.empty() || dims.size() > std::size(kTags)) {
-    throw Internal("onednn::plain_desc: rank " + std::to_string(dims.size()) + " unsupported.");
-  }
+  LOCKSTEP_CHECK_AS(Internal, !dims.empty() && dims.size() <= std::size(kTags),
+                    "onednn::plain_desc: rank ", dims.size(), " unsupported.");
   return dnnl::memory::desc(dims, data_type(dtype), kTags[dims.size() - 1]);
 }
 
@@ -65,7 +65,8 @@ Key::Key(std::string_view op_name) {
 }
 
 Key& Key::add(int64_t value) {
-  if (size_ == kCapacity) throw Internal("onednn::Key: more than 40 words; raise kCapacity.");
+  LOCKSTEP_CHECK_AS(Internal, size_ != kCapacity,
+                    "onednn::Key: more than 40 words; raise kCapacity.");
   words_[static_cast<size_t>(size_++)] = value;
   return *this;
 }
@@ -113,10 +114,8 @@ Primitive::Primitive(dnnl::primitive primitive,
 void Primitive::execute(std::initializer_list<std::pair<int, const void*>> buffers) {
   for (const auto& [arg, ptr] : buffers) {
     auto it = args_.find(arg);
-    if (it == args_.end()) {
-      throw Internal("onednn::Primitive::execute: argument " + std::to_string(arg) +
-                     " was not declared when the primitive was cached.");
-    }
+    LOCKSTEP_CHECK_AS(Internal, it != args_.end(), "onednn::Primitive::execute: argument ", arg,
+                      " was not declared when the primitive was cached.");
     it->second.set_data_handle(const_cast<void*>(ptr));
   }
   primitive_.execute(stream(), args_);

@@ -177,7 +177,8 @@ TEST_F(Recorder, AnInnerStepTraceAndADiscardedOneRecordNothing) {
   }
   stop();
   std::vector<int64_t> steps;
-  for (const Span& s : collect().at(0).spans)
+  const auto collected = collect();  // kept alive: a range-for would not extend the temporary
+  for (const Span& s : collected.at(0).spans)
     if (s.phase == Phase::step) steps.push_back(s.step);
   EXPECT_EQ(steps, (std::vector<int64_t>{3, 5, 6}));
 }

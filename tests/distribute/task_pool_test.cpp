@@ -9,6 +9,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include <cmath>
+
+#include "lockstep/core/denormals.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/distribute/task_pool.h"
@@ -143,6 +146,45 @@ TEST(TaskPool, ATaskErrorReachesTheCallerAndThePoolKeepsWorking) {
   pool.run(fine);
   for (int t = 0; t < 7; ++t) EXPECT_EQ(fine.commits_[static_cast<size_t>(t)].load(), 1);
   pool.wait_for_runs_before(UINT64_MAX);
+}
+
+// Each task multiplies 2^-100 by 2^-30 (2^-130, a subnormal unless flushed) on whichever thread
+// runs it.
+class SubnormalPhase : public TaskPhase {
+ public:
+  int num_tasks() const override { return 16; }
+  void* run(int task, int) override {
+    volatile float a = std::ldexp(1.0f, -100), b = std::ldexp(1.0f, -30);
+    products[static_cast<size_t>(task)] = a * b;
+    return nullptr;
+  }
+  void commit(int, void*) override {}
+  void discard(int, void*) override {}
+  std::vector<float> products = std::vector<float>(16, -1.0f);
+};
+
+TEST(TaskPool, TasksRunWithSubnormalsFlushedAndTheCallersModeIsKept) {
+#if defined(__x86_64__) || defined(__i386__)
+  ASSERT_TRUE(set_flush_denormal(true));
+#else
+  ASSERT_FALSE(set_flush_denormal(true));
+  GTEST_SKIP() << "no flush-to-zero mode handled on this CPU";
+#endif
+  volatile float a = std::ldexp(1.0f, -100), b = std::ldexp(1.0f, -30);
+  const float subnormal = std::ldexp(1.0f, -130);
+  for (int threads : {1, 3}) {
+    TaskPool pool({.num_threads = threads});
+    SubnormalPhase flushed;
+    pool.run(flushed);
+    for (float p : flushed.products) EXPECT_EQ(p, 0.0f) << threads << " threads";
+    EXPECT_EQ(a * b, subnormal) << "the caller's floating-point mode changed";
+
+    set_flush_denormal(false);
+    SubnormalPhase kept;
+    pool.run(kept);
+    set_flush_denormal(true);
+    for (float p : kept.products) EXPECT_EQ(p, subnormal) << threads << " threads, flushing off";
+  }
 }
 
 TEST(TaskPool, RejectsNoThreads) {

@@ -125,8 +125,8 @@ TEST(ReplicaScheduling, StreamedUpdateWritesTheSameBits) {
 // Holds the first task of the given kind (0: a replica's forward and backward, 1: a block of the
 // update) that a helper thread takes from the given step on, until the step's batch has ended
 // (on_train_batch_end): the step can only end through a backup run. The held run then goes on
-// and reads what the step has since written (the update's slots are written in place): it has
-// lost, and nothing it computes may reach the weights.
+// after its step has ended: it has lost, and nothing it computes may reach the weights or the
+// optimizer's slots.
 class StallOneThread : public callbacks::Callback {
  public:
   StallOneThread(distribute::TaskPool& pool, int from_step, int task_kind = 0)

@@ -20,7 +20,7 @@ class ElementwiseUpdate {
   // Binds the update to the step's variables, in the step's order (index i below is vars[i]).
   virtual void bind(const std::vector<Variable>& vars) = 0;
   // The per-element state kept for variable i (float32, shaped like it: Adam's m and v), in the
-  // order apply() receives them. The step updates these in place (see replicated_step.h).
+  // order apply() receives them. The step double-buffers these with the variable.
   virtual std::vector<Variable> slot_variables(size_t i) const = 0;
   // True when the rule needs each summed gradient's squared L2 norm first (clipping by norm).
   virtual bool wants_gradient_norms() const { return false; }

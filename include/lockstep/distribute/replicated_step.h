@@ -10,10 +10,10 @@
 //      ((g_0[i] + g_1[i]) + g_2[i]) + ... in replica order, chunk by chunk; across workers the
 //      local sums are then all-reduced (MPI). Each chunk's sum goes straight into the optimizer's
 //      elementwise rule (ElementwiseUpdate), computed into the running thread's scratch; the
-//      chunk's first run to finish copies the weights to the variables' *next* buffers
-//      (Variable::enable_next_buffer) and the optimizer's slots in place (only runs of the same
-//      chunk read them, and one that reads them after the copy has lost). When every chunk is
-//      written, the variables flip to their next buffers.
+//      chunk's first run to finish copies the weights and the optimizer's slots to their *next*
+//      buffers (Variable::enable_next_buffer): a chunk run twice computes the same bits, and only
+//      its first run writes. When every chunk is written, the variables flip to their next
+//      buffers.
 //   3. A step that only accumulates (gradient accumulation) adds the sum to an accumulator,
 //      double-buffered the same way; the step that applies adds the accumulator first.
 //
@@ -226,11 +226,12 @@ class ReplicatedStep {
   std::vector<std::pair<std::unique_ptr<ReplicaPhase>, uint64_t>> replica_phases_;
   std::unique_ptr<ChunkPhase> chunk_phases_[4];
   uint64_t step_first_phase_ = 0;  // TaskPool sequence before this step's first phase
-  // Per variable, set before each update: the current and next data of the variable, where its
-  // next bfloat16 rounding goes (nullptr: not in use), and its slots' data (updated in place).
+  // Per variable, set before each update: the current and next data of the variable and its
+  // slots, and where its next bfloat16 rounding goes (nullptr: not in use).
   std::vector<const float*> cur_w_;
   std::vector<float*> next_w_, next_r_;
-  std::vector<std::vector<float*>> slots_data_;
+  std::vector<std::vector<const float*>> cur_s_;
+  std::vector<std::vector<float*>> next_s_;
 
   Tensor accumulator_[2];
   int acc_current_ = 0;

@@ -58,12 +58,10 @@ int replicas_from_env(const Environment& env) {
         "Received: LOCKSTEP_DEVICES=\"" +
         *value + "\".");
   }
-  if (kind != DeviceKind::cpu) {
-    throw NotFound(
-        "LOCKSTEP_DEVICES=\"" + *value + "\" asks for " + kind_text +
-        " devices, but Lockstep has only a cpu backend today. Set LOCKSTEP_DEVICES=cpu:N "
-        "or unset it.");
-  }
+  LOCKSTEP_CHECK_AS(NotFound, kind == DeviceKind::cpu, "LOCKSTEP_DEVICES=\"", *value,
+                    "\" asks for ", kind_text,
+                    " devices, but Lockstep has only a cpu backend today. Set "
+                    "LOCKSTEP_DEVICES=cpu:N or unset it.");
   if (colon == std::string::npos) return 0;
   const std::string count = value->substr(colon + 1);
   int parsed = 0;
@@ -87,7 +85,8 @@ std::vector<DeviceSpec> make_local_devices(const std::vector<int>& cores,
   LOCKSTEP_CHECK(options.cores_per_replica >= 1,
                  "LocalDeviceOptions::cores_per_replica: expected >= 1. Received: ",
                  options.cores_per_replica, ".");
-  if (cores.empty()) throw Internal("make_local_devices: a worker must have at least one core");
+  LOCKSTEP_CHECK_AS(Internal, !cores.empty(),
+                    "make_local_devices: a worker must have at least one core");
   const int num_cores = static_cast<int>(cores.size());
   const int per_replica = options.cores_per_replica;
   int replicas = options.num_replicas;

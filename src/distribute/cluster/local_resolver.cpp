@@ -1,4 +1,5 @@
 #include "local_devices.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/cluster_resolver.h"
 
@@ -33,13 +34,11 @@ DeviceKind require_available_kind(const std::string& kind) {
         "\"tpu\". Received: kind=\"" +
         kind + "\".");
   }
-  if (parsed != DeviceKind::cpu) {
-    throw NotFound("No " + kind +
-                   " devices found on this host. Lockstep currently has a cpu backend only, which "
-                   "presents this host's cores as replicas. Fall back to get_strategy() (one "
-                   "replica), or use AcceleratorClusterResolver({.kind = \"auto\"}) to train on "
-                   "the cpu cores.");
-  }
+  LOCKSTEP_CHECK_AS(NotFound, parsed == DeviceKind::cpu, "No ", kind,
+                    " devices found on this host. Lockstep currently has a cpu backend only, "
+                    "which presents this host's cores as replicas. Fall back to get_strategy() "
+                    "(one replica), or use AcceleratorClusterResolver({.kind = \"auto\"}) to "
+                    "train on the cpu cores.");
   return parsed;
 }
 

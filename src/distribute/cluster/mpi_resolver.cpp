@@ -31,12 +31,10 @@ bool has_mpi_environment(const Environment& env) {
 
 MpiClusterResolver::MpiClusterResolver(const Environment& env, LocalDeviceOptions devices) {
   const auto rank = first_set(env, kRankVariables);
-  if (!rank) {
-    throw NotFound(
-        "No MPI launcher environment: none of OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK is set. "
-        "Start the program with `mpirun -np <N> ...` (or use resolve_cluster() to detect the "
-        "environment).");
-  }
+  LOCKSTEP_CHECK_AS(NotFound, rank,
+                    "No MPI launcher environment: none of OMPI_COMM_WORLD_RANK, PMI_RANK, "
+                    "PMIX_RANK is set. Start the program with `mpirun -np <N> ...` (or use "
+                    "resolve_cluster() to detect the environment).");
   const auto size = first_set(env, {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"});
   LOCKSTEP_CHECK(size, rank->name,
                  " is set but none of OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE is: the launcher "

@@ -30,11 +30,10 @@ TFConfigClusterResolver::TFConfigClusterResolver(const Environment& env, LocalDe
     : TFConfigClusterResolver(
           [&] {
             auto text = env.get("TF_CONFIG");
-            if (!text || text->empty()) {
-              throw NotFound(
-                  "TF_CONFIG is not set. Set it to the cluster's JSON description on every "
-                  "worker, or use resolve_cluster() to fall back to the local host.");
-            }
+            LOCKSTEP_CHECK_AS(NotFound, text && !text->empty(),
+                              "TF_CONFIG is not set. Set it to the cluster's JSON description on "
+                              "every worker, or use resolve_cluster() to fall back to the local "
+                              "host.");
             return *text;
           }(),
           env, std::move(devices)) {}

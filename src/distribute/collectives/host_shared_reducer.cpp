@@ -12,6 +12,7 @@
 
 #include "../sync/cpu_load.h"
 #include "../sync/futex.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "reduce_kernels.h"
@@ -157,9 +158,8 @@ void HostSharedReducer::barrier(const std::function<void()>& poll) {
 
 void HostSharedReducer::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op,
                                    const std::function<void()>& poll) {
-  if (dtype == DType::bfloat16) {
-    throw Internal("HostSharedReducer::all_reduce: bfloat16 must be widened by the caller");
-  }
+  LOCKSTEP_CHECK_AS(Internal, dtype != DType::bfloat16,
+                    "HostSharedReducer::all_reduce: bfloat16 must be widened by the caller");
   const size_t esize = dtype_size(dtype);
   const size_t pack = slot_bytes_ / esize;
   auto* bytes = static_cast<std::byte*>(buf);

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/cpu_dispatch.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
 #include "lockstep/core/task_cancellation.h"
@@ -53,6 +54,16 @@ void copy_next(float* dst, const float* src, size_t n, bool streaming) {
 }
 
 std::atomic<size_t> g_streaming_threshold{size_t{16} << 20};
+
+// The sum's loops, built for AVX-512 too (the library targets baseline x86-64): out = a + b in one
+// pass instead of a copy and an add, then out += c for each further replica.
+LOCKSTEP_TARGET_CLONES void add_two(float* __restrict out, const float* __restrict a,
+                                    const float* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+LOCKSTEP_TARGET_CLONES void add_one(float* __restrict out, const float* __restrict a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += a[i];
+}
 
 }  // namespace
 
@@ -208,7 +219,7 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
         break;
     }
     const size_t i = c.var;
-    const auto& cur_slots = s.slots_data_[i];
+    const auto& cur_slots = s.cur_s_[i];
     for (size_t k = 0; k < cur_slots.size(); ++k) {
       sc.slot_in[k] = cur_slots[k] + c.offset;
       sc.slot_ptrs[k] = sc.slots[k].data();
@@ -243,12 +254,8 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     const size_t n = static_cast<size_t>(c.n);
     const bool streaming = s.stream_next_;
     copy_next(s.next_w_[i] + c.offset, sc.w.data(), n, streaming);
-    // The slots in place: unlike the weights, which runs of this step's replica phase that lost
-    // may still be reading, only runs of this chunk read them, and a run that reads them after
-    // this commit has lost and is discarded; the next update waits for every run of this one.
-    // One buffer instead of two keeps the update's working set a third smaller.
-    for (size_t k = 0; k < s.slots_data_[i].size(); ++k)
-      copy_next(s.slots_data_[i][k] + c.offset, sc.slots[k].data(), n, streaming);
+    for (size_t k = 0; k < s.next_s_[i].size(); ++k)
+      copy_next(s.next_s_[i][k] + c.offset, sc.slots[k].data(), n, streaming);
     if (sc.has_rounded) std::memcpy(s.next_r_[i] + c.offset, sc.rounded.data(), bytes);
 #if defined(__x86_64__) || defined(__i386__)
     // Non-temporal stores are weakly ordered: they must be visible before the pool publishes the
@@ -290,6 +297,7 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
                        "' must be float32 shaped like it; it is " + sv.raw_value().describe() +
                        ".");
       }
+      sv.enable_next_buffer();
     }
     total_ += vars_[i].num_elements();
   }
@@ -329,7 +337,8 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
   cur_w_.resize(vars_.size());
   next_w_.resize(vars_.size());
   next_r_.resize(vars_.size());
-  slots_data_.resize(vars_.size());
+  cur_s_.resize(vars_.size());
+  next_s_.resize(vars_.size());
 }
 
 void ReplicatedStep::set_streaming_threshold(size_t bytes) {
@@ -594,23 +603,31 @@ const float* ReplicatedStep::sole_gradient(const Chunk& c, const ChunkInputs& in
 }
 
 void ReplicatedStep::sum_chunk(const Chunk& c, const ChunkInputs& in, float* out) const {
-  const size_t bytes = static_cast<size_t>(c.n) * sizeof(float);
-  bool first = true;
-  if (in.with_accumulator) {
-    std::memcpy(out, accumulator_[in.accumulator].data<float>() + c.flat, bytes);
-    first = false;
-  }
-  for (const Slot* s : committed_[in.parity]) {
-    if (!s->run.defined_[c.var]) continue;
-    const float* src = s->run.flat_.data<float>() + c.flat;
-    if (first) {
-      std::memcpy(out, src, bytes);
-      first = false;
+  // The terms in their fixed order, the accumulator first, then the replicas in order: the sum is
+  // ((t_0 + t_1) + t_2) + ... whatever thread runs it.
+  const float* first = nullptr;
+  bool summed = false;
+  auto term = [&](const float* t) {
+    if (summed) {
+      add_one(out, t, c.n);
+    } else if (first != nullptr) {
+      add_two(out, first, t, c.n);
+      summed = true;
     } else {
-      ops::add_into(out, src, c.n);
+      first = t;
     }
+  };
+  if (in.with_accumulator) term(accumulator_[in.accumulator].data<float>() + c.flat);
+  for (const Slot* s : committed_[in.parity]) {
+    if (s->run.defined_[c.var]) term(s->run.flat_.data<float>() + c.flat);
   }
-  if (first) std::memset(out, 0, bytes);
+  const size_t bytes = static_cast<size_t>(c.n) * sizeof(float);
+  if (summed) return;
+  if (first != nullptr) {
+    std::memcpy(out, first, bytes);
+  } else {
+    std::memset(out, 0, bytes);
+  }
 }
 
 void ReplicatedStep::run_chunks(ChunkMode mode) {
@@ -624,9 +641,11 @@ void ReplicatedStep::prepare_buffers() {
     cur_w_[i] = vars_[i].raw_value().data<float>();
     next_w_[i] = vars_[i].next_value().data<float>();
     next_r_[i] = update_.rounded_output(i);
-    slots_data_[i].clear();
+    cur_s_[i].clear();
+    next_s_[i].clear();
     for (const Variable& sv : slots_[i]) {
-      slots_data_[i].push_back(sv.raw_value().data<float>());
+      cur_s_[i].push_back(sv.raw_value().data<float>());
+      next_s_[i].push_back(sv.next_value().data<float>());
     }
   }
 }
@@ -724,7 +743,10 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
       update_.begin_update({});
       run_chunks(ChunkMode::apply);
     }
-    for (const Variable& v : vars_) v.flip_buffers();
+    for (size_t i = 0; i < vars_.size(); ++i) {
+      vars_[i].flip_buffers();
+      for (const Variable& sv : slots_[i]) sv.flip_buffers();
+    }
     update_.end_update();
     acc_valid_ = false;
   }

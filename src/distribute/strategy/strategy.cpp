@@ -10,6 +10,7 @@
 #include "../collectives/reduce_kernels.h"
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/core/cpu_cores.h"
+#include "lockstep/core/denormals.h"
 #include "lockstep/distribute/shared_memory_group.h"
 #include "lockstep/distribute/task_pool.h"
 #include "lockstep/ops/reduce.h"
@@ -106,6 +107,7 @@ void Strategy::run_on_replicas(const std::function<void(ReplicaContext&)>& fn) {
     auto comm = group_->communicator(r);
     ReplicaContext ctx(*this, r, comm.get(), cross);
     ReplicaContextScope guard(&ctx);
+    ScopedFlushDenormal flush;
     // Variables created while a replica runs belong to this strategy too.
     Scope scope(*this);
     fn(ctx);

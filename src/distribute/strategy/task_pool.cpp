@@ -10,6 +10,7 @@
 #include "../sync/cpu_load.h"
 #include "../sync/futex.h"
 #include "lockstep/core/cpu_cores.h"
+#include "lockstep/core/denormals.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/task_cancellation.h"
 
@@ -343,6 +344,7 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
     }
     if (hook) hook(rec.kind, task, thread, backup);
   }
+  ScopedFlushDenormal flush;
   profiler::BackupRunScope backup_run(backup);
   profiler::ScopedSpan trace;
   if (profiler::recording()) trace.open(rec.phase->trace_phase(), rec.phase->trace_replica(task));

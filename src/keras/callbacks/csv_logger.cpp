@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::callbacks {
@@ -52,9 +53,7 @@ void CSVLogger::on_train_begin(const Logs&) {
   }
   keys_.clear();
   file_.open(filename_, append_ ? std::ios::app : std::ios::trunc);
-  if (!file_) {
-    throw NotFound("CSVLogger: cannot open '" + filename_ + "' for writing.");
-  }
+  LOCKSTEP_CHECK_AS(NotFound, file_, "CSVLogger: cannot open '", filename_, "' for writing.");
 }
 
 void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {

@@ -44,10 +44,8 @@ nlohmann::json Metric::get_config() const {
 }
 
 Tensor Metric::prepare_weights(const Tensor& sample_weight, int64_t rows, int64_t samples) const {
-  if (rows % samples != 0) {
-    throw Internal("Metric '" + name() + "': " + std::to_string(rows) + " rows do not split into " +
-                   std::to_string(samples) + " samples.");
-  }
+  LOCKSTEP_CHECK_AS(Internal, rows % samples == 0, "Metric '", name(), "': ", rows,
+                    " rows do not split into ", samples, " samples.");
   if (!sample_weight.defined()) return {};
   const int64_t n = sample_weight.num_elements();
   LOCKSTEP_CHECK(n == 1 || n == samples || n == rows, "Metric '", name(),

@@ -3,16 +3,16 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::optimizers {
 
 Adagrad::Adagrad(AdagradOptions options) : OptimizerImpl(std::move(options)) {
-  if (!(o_.initial_accumulator_value >= 0.0)) {
-    throw InvalidArgument(
-        "Adagrad: expected initial_accumulator_value >= 0. Received: initial_accumulator_value=" +
-        std::to_string(o_.initial_accumulator_value));
-  }
+  LOCKSTEP_CHECK(o_.initial_accumulator_value >= 0.0,
+                 "Adagrad: expected initial_accumulator_value >= 0. Received: "
+                 "initial_accumulator_value=",
+                 o_.initial_accumulator_value);
 }
 
 float Adagrad::slot_initial_value(int) const {

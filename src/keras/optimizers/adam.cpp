@@ -1,6 +1,7 @@
 #include "lockstep/keras/optimizers/adam.h"
 #include "core/cpu_dispatch.h"
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/core/check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -159,12 +160,10 @@ nlohmann::json Adam::get_config() const {
 
 namespace {
 AdamOptions to_adam(const AdamWOptions& w) {
-  if (w.base.weight_decay) {
-    throw InvalidArgument(
-        "AdamW: expected weight_decay (AdamW's own option) and base.weight_decay unset. Received: "
-        "base.weight_decay=" +
-        std::to_string(*w.base.weight_decay));
-  }
+  LOCKSTEP_CHECK(!w.base.weight_decay,
+                 "AdamW: expected weight_decay (AdamW's own option) and base.weight_decay unset. "
+                 "Received: base.weight_decay=",
+                 *w.base.weight_decay);
   AdamOptions a{.learning_rate = w.learning_rate,
                 .beta_1 = w.beta_1,
                 .beta_2 = w.beta_2,

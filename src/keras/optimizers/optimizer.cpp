@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/keras/mixed_precision.h"
 
@@ -22,16 +23,8 @@ nlohmann::json optional_json(const std::optional<double>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
-std::string fmt(double v) {
-  std::string s = std::to_string(v);
-  return s;
-}
-
 void check_positive(const std::optional<double>& v, const char* what) {
-  if (v && !(*v > 0.0)) {
-    throw InvalidArgument(std::string("Optimizer: expected ") + what + " > 0. Received: " + what +
-                          "=" + fmt(*v));
-  }
+  LOCKSTEP_CHECK(!v || *v > 0.0, "Optimizer: expected ", what, " > 0. Received: ", what, "=", *v);
 }
 
 double squared_norm(const Tensor& g) {
@@ -51,27 +44,23 @@ nlohmann::json LearningRate::to_json() const {
 Optimizer::Optimizer(CommonOptions options) : options_(std::move(options)) {
   int clip_options = (options_.base.clipnorm ? 1 : 0) + (options_.base.clipvalue ? 1 : 0) +
                      (options_.base.global_clipnorm ? 1 : 0);
-  if (clip_options > 1) {
-    throw InvalidArgument(
-        "Optimizer: only one of clipnorm, clipvalue and global_clipnorm can be set. Received: "
-        "clipnorm=" +
-        optional_json(options_.base.clipnorm).dump() +
-        ", clipvalue=" + optional_json(options_.base.clipvalue).dump() +
-        ", global_clipnorm=" + optional_json(options_.base.global_clipnorm).dump());
-  }
-  if (options_.base.gradient_accumulation_steps && *options_.base.gradient_accumulation_steps < 1) {
-    throw InvalidArgument(
-        "Optimizer: expected gradient_accumulation_steps >= 1. Received: "
-        "gradient_accumulation_steps=" +
-        std::to_string(*options_.base.gradient_accumulation_steps));
-  }
+  LOCKSTEP_CHECK(clip_options <= 1,
+                 "Optimizer: only one of clipnorm, clipvalue and global_clipnorm can be set. "
+                 "Received: clipnorm=",
+                 optional_json(options_.base.clipnorm).dump(),
+                 ", clipvalue=", optional_json(options_.base.clipvalue).dump(),
+                 ", global_clipnorm=", optional_json(options_.base.global_clipnorm).dump());
+  LOCKSTEP_CHECK(
+      !options_.base.gradient_accumulation_steps || *options_.base.gradient_accumulation_steps >= 1,
+      "Optimizer: expected gradient_accumulation_steps >= 1. Received: "
+      "gradient_accumulation_steps=",
+      *options_.base.gradient_accumulation_steps);
   check_positive(options_.base.clipnorm, "clipnorm");
   check_positive(options_.base.clipvalue, "clipvalue");
   check_positive(options_.base.global_clipnorm, "global_clipnorm");
-  if (options_.base.weight_decay && !(*options_.base.weight_decay >= 0.0)) {
-    throw InvalidArgument("Optimizer: expected weight_decay >= 0. Received: weight_decay=" +
-                          fmt(*options_.base.weight_decay));
-  }
+  LOCKSTEP_CHECK(!options_.base.weight_decay || *options_.base.weight_decay >= 0.0,
+                 "Optimizer: expected weight_decay >= 0. Received: weight_decay=",
+                 *options_.base.weight_decay);
   iterations_ = Variable(Tensor::zeros({}, DType::int64), options_.name + "/iterations", false);
   if (!options_.learning_rate.is_schedule()) {
     learning_rate_ = Variable(Tensor::scalar(options_.learning_rate.value(), DType::float64),
@@ -84,30 +73,24 @@ Optimizer::~Optimizer() = default;
 void Optimizer::build(const std::vector<Variable>& vars) {
   if (built_) {
     for (const Variable& v : vars) {
-      if (index_of(v) < 0) {
-        throw FailedPrecondition("Optimizer '" + name() + "': build() was already called, and '" +
-                                 v.name() +
-                                 "' is not one of its variables. Build once with every variable "
-                                 "the optimizer will update.");
-      }
+      LOCKSTEP_CHECK_AS(FailedPrecondition, index_of(v) >= 0, "Optimizer '", name(),
+                        "': build() was already called, and '", v.name(),
+                        "' is not one of its variables. Build once with every variable the "
+                        "optimizer will update.");
     }
     return;
   }
   std::vector<std::string> names = slot_names();
-  if (names.size() > static_cast<size_t>(kMaxSlots)) {
-    throw Internal("Optimizer '" + name() + "': more than 4 slots per variable.");
-  }
+  LOCKSTEP_CHECK_AS(Internal, names.size() <= static_cast<size_t>(kMaxSlots), "Optimizer '", name(),
+                    "': more than 4 slots per variable.");
   for (size_t i = 0; i < vars.size(); ++i) {
     const Variable& v = vars[i];
-    if (v.dtype() != DType::float32) {
-      throw InvalidArgument("Optimizer '" + name() + "': expected float32 variables. Received: '" +
-                            v.name() + "' " + v.raw_value().describe() + ".");
-    }
+    LOCKSTEP_CHECK(v.dtype() == DType::float32, "Optimizer '", name(),
+                   "': expected float32 variables. Received: '", v.name(), "' ",
+                   v.raw_value().describe(), ".");
     for (size_t j = 0; j < i; ++j) {
-      if (vars[j].same_as(v)) {
-        throw InvalidArgument("Optimizer '" + name() + "': variable '" + v.name() +
-                              "' is listed twice.");
-      }
+      LOCKSTEP_CHECK(!vars[j].same_as(v), "Optimizer '", name(), "': variable '", v.name(),
+                     "' is listed twice.");
     }
   }
   for (const Variable& v : vars) {
@@ -148,11 +131,9 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
 void Optimizer::apply_gradients_range(const std::vector<Tensor>& grads,
                                       const std::vector<Variable>& vars, int64_t begin,
                                       int64_t end) {
-  if (!built_) {
-    throw FailedPrecondition("Optimizer '" + name() +
-                             "'.apply_gradients_range: call build(vars) first (the replicas "
-                             "must not race to create slots).");
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, built_, "Optimizer '", name(),
+                    "'.apply_gradients_range: call build(vars) first (the replicas must not "
+                    "race to create slots).");
   apply(grads, vars, begin, end, "apply_gradients_range");
 }
 
@@ -172,13 +153,12 @@ double Optimizer::learning_rate() const {
 }
 
 void Optimizer::set_learning_rate(double value) {
-  if (options_.learning_rate.is_schedule()) {
-    throw FailedPrecondition(
-        "Optimizer '" + name() +
-        "': this optimizer was created with a LearningRateSchedule as its learning_rate, hence "
-        "its learning rate is not settable. Received: learning_rate=" +
-        fmt(value));
-  }
+  LOCKSTEP_CHECK_AS(FailedPrecondition, !options_.learning_rate.is_schedule(), "Optimizer '",
+                    name(),
+                    "': this optimizer was created with a LearningRateSchedule as its "
+                    "learning_rate, hence its learning rate is not settable. Received: "
+                    "learning_rate=",
+                    value);
   learning_rate_.raw_value().data<double>()[0] = value;
 }
 
@@ -217,39 +197,28 @@ void Optimizer::update_step_rounded(float* var, const float* grad, std::span<flo
 
 void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                       int64_t begin, int64_t end, const char* caller) {
-  if (grads.size() != vars.size()) {
-    throw InvalidArgument(
-        "Optimizer '" + name() + "'." + caller +
-        ": expected one gradient per variable. Received: " + std::to_string(grads.size()) +
-        " gradients for " + std::to_string(vars.size()) + " variables.");
-  }
+  LOCKSTEP_CHECK(grads.size() == vars.size(), "Optimizer '", name(), "'.", caller,
+                 ": expected one gradient per variable. Received: ", grads.size(),
+                 " gradients for ", vars.size(), " variables.");
   bool same_order = vars.size() == vars_.size();
   for (size_t i = 0; same_order && i < vars.size(); ++i) same_order = vars[i].same_as(vars_[i]);
   int64_t total = 0;
   for (size_t i = 0; i < vars.size(); ++i) {
     const Variable& v = vars[i];
     total += v.num_elements();
-    if (!same_order && index_of(v) < 0) {
-      throw InvalidArgument("Optimizer '" + name() + "'." + caller + ": unknown variable '" +
-                            v.name() +
-                            "'. This optimizer can only be called for the variables it was built "
-                            "with; build() it with every variable first.");
-    }
+    LOCKSTEP_CHECK(same_order || index_of(v) >= 0, "Optimizer '", name(), "'.", caller,
+                   ": unknown variable '", v.name(),
+                   "'. This optimizer can only be called for the variables it was built with; "
+                   "build() it with every variable first.");
     const Tensor& g = grads[i];
     if (!g.defined()) continue;
-    if (g.dtype() != DType::float32 || !(g.shape() == v.shape())) {
-      throw InvalidArgument("Optimizer '" + name() + "'." + caller +
-                            ": expected a float32 gradient shaped like variable '" + v.name() +
-                            "' (" + v.raw_value().describe() + "). Received: " + g.describe() +
-                            ".");
-    }
+    LOCKSTEP_CHECK(g.dtype() == DType::float32 && g.shape() == v.shape(), "Optimizer '", name(),
+                   "'.", caller, ": expected a float32 gradient shaped like variable '", v.name(),
+                   "' (", v.raw_value().describe(), "). Received: ", g.describe(), ".");
   }
-  if (begin < 0 || end < begin || end > total) {
-    throw InvalidArgument("Optimizer '" + name() + "'." + caller +
-                          ": expected 0 <= begin <= end <= " + std::to_string(total) +
-                          " (the total number of elements). Received: begin=" +
-                          std::to_string(begin) + ", end=" + std::to_string(end));
-  }
+  LOCKSTEP_CHECK(begin >= 0 && begin <= end && end <= total, "Optimizer '", name(), "'.", caller,
+                 ": expected 0 <= begin <= end <= ", total,
+                 " (the total number of elements). Received: begin=", begin, ", end=", end);
 
   double global_scale = 1.0;
   if (options_.base.global_clipnorm) {
@@ -338,10 +307,8 @@ void Optimizer::bind(const std::vector<Variable>& vars) {
   bound_.clear();
   for (const Variable& v : vars) {
     const int k = index_of(v);
-    if (k < 0) {
-      throw InvalidArgument("Optimizer '" + name() + "': unknown variable '" + v.name() +
-                            "'. build() it with every variable it will update.");
-    }
+    LOCKSTEP_CHECK(k >= 0, "Optimizer '", name(), "': unknown variable '", v.name(),
+                   "'. build() it with every variable it will update.");
     bound_.push_back(k);
   }
 }
@@ -369,11 +336,9 @@ void Optimizer::begin_update(std::span<const double> squared_norms) {
   prepare_step(update_info_);
   bound_scale_.assign(bound_.size(), 1.0f);
   if (!wants_gradient_norms()) return;
-  if (squared_norms.size() != bound_.size()) {
-    throw Internal("Optimizer '" + name() + "'.begin_update: expected " +
-                   std::to_string(bound_.size()) + " squared norms. Received " +
-                   std::to_string(squared_norms.size()) + ".");
-  }
+  LOCKSTEP_CHECK_AS(Internal, squared_norms.size() == bound_.size(), "Optimizer '", name(),
+                    "'.begin_update: expected ", bound_.size(), " squared norms. Received ",
+                    squared_norms.size(), ".");
   if (options_.base.global_clipnorm) {
     double sq = 0.0;
     for (double v : squared_norms) sq += v;

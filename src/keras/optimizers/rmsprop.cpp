@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::optimizers {
@@ -45,10 +46,8 @@ void rmsprop_loop(float* __restrict w, const float* __restrict g, float* __restr
 }  // namespace
 
 RMSprop::RMSprop(RMSpropOptions options) : OptimizerImpl(std::move(options)) {
-  if (!(o_.momentum >= 0.0)) {
-    throw InvalidArgument("RMSprop: expected momentum >= 0. Received: momentum=" +
-                          std::to_string(o_.momentum));
-  }
+  LOCKSTEP_CHECK(o_.momentum >= 0.0,
+                 "RMSprop: expected momentum >= 0. Received: momentum=", o_.momentum);
 }
 
 std::vector<std::string> RMSprop::slot_names() const {

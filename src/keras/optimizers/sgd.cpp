@@ -2,15 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::keras::optimizers {
 
 SGD::SGD(SGDOptions options) : OptimizerImpl(std::move(options)) {
-  if (!(o_.momentum >= 0.0 && o_.momentum <= 1.0)) {
-    throw InvalidArgument("SGD: expected momentum in [0, 1]. Received: momentum=" +
-                          std::to_string(o_.momentum));
-  }
+  LOCKSTEP_CHECK(o_.momentum >= 0.0 && o_.momentum <= 1.0,
+                 "SGD: expected momentum in [0, 1]. Received: momentum=", o_.momentum);
 }
 
 std::vector<std::string> SGD::slot_names() const {
