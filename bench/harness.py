@@ -57,7 +57,7 @@ def configs_for(args, model):
     if args.baseline:
         out.append(peers.lockstep_config(args, model, 0, binary=args.baseline,
                                          label="Lockstep baseline"))
-    if model in ("mlp", "wide") and args.bf16:
+    if model in ("mlp", "wide", "vit") and args.bf16:
         out += [peers.lockstep_config(args, model, 0, "mixed_bfloat16"),
                 peers.lockstep_config(args, model, 1, "mixed_bfloat16")]
     if model == "mlp":
@@ -69,6 +69,10 @@ def configs_for(args, model):
                     peers.lockstep_config(args, model, n, input_pipeline="global")]
         if shutil.which("mpirun"):
             out.append(peers.lockstep_mpi_config(args, model, 2))
+    if model == "vit":
+        # One PyTorch peer, in Python (the C++ frontend peer has no ViT), tuned in float32 and in
+        # bfloat16 autocast, at the ViT's global batch.
+        return out + (peers.torch_vit_grid(args) if "python" in args.peers else [])
     for peer in peers.peers_of(args):
         out += peers.torch_grid(args, model, peer)
     if model == "mlp" and not args.lean:
@@ -226,7 +230,9 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--epochs", type=int, default=5,
                    help="epochs per seed-model run; the first is reported apart")
-    p.add_argument("--models", default="mlp,wide,conv")
+    p.add_argument("--models", default="mlp,wide,conv",
+                   help="comma-separated: mlp, wide, conv, vit (the vision transformer, float32 "
+                   "and mixed_bfloat16 against bench/pytorch_vit.py)")
     p.add_argument("--peers", default="python,cpp", help="PyTorch peers to tune: python, cpp")
     p.add_argument("--torch-threads", type=int_list, default=[1, 2])
     p.add_argument("--blas-threads", type=int_list, default=[1, 2])

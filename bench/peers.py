@@ -10,7 +10,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 PER_REPLICA_BATCH = 128
 # Steps per epoch and epochs of the larger models (a full epoch of the wide model takes minutes).
-SHORT_RUNS = {"wide": (40, 3), "conv": (60, 3)}
+SHORT_RUNS = {"wide": (40, 3), "conv": (60, 3), "vit": (30, 3)}
+# The vision transformer trains on global batches of 256 (apps/models/vit.cpp's setting, what
+# docs/keras-compat.md's accuracy runs use); its PyTorch peer (bench/pytorch_vit.py) takes the same.
+VIT_GLOBAL_BATCH = 256
 
 
 def lockstep_config(args, model, replicas, precision="float32", spe=None, input_pipeline=None,
@@ -97,6 +100,27 @@ def torch_config(args, model, peer, threads, blas, batch, mode="fast"):
             "cmd": cmd, "env": env, "kind": "torch", "mode": mode,
             "group": group if mode == "fast" else None,
             "tuning": tuning_name(threads, blas, batch)}
+
+
+def torch_vit_config(args, threads, blas, precision):
+    """One grid point of the ViT's PyTorch peer, bench/pytorch_vit.py (nn.MultiheadAttention;
+    bfloat16: torch.autocast), threads set as for torch_config."""
+    steps, epochs = SHORT_RUNS["vit"]
+    cmd = ["/usr/bin/python3", os.path.join(HERE, "pytorch_vit.py"), "--precision", precision,
+           "--threads", str(threads), "--global-batch", str(VIT_GLOBAL_BATCH), "--epochs",
+           str(epochs), "--steps-per-epoch", str(steps)]
+    group = "PyTorch" if precision == "float32" else "PyTorch bf16 autocast"
+    env = dict(args.torch_env, OPENBLAS_NUM_THREADS=str(blas), OMP_NUM_THREADS=str(threads))
+    tuning = tuning_name(threads, blas, VIT_GLOBAL_BATCH)
+    return {"name": "%s %s" % (group, tuning), "system": "PyTorch", "model": "vit",
+            "replicas": 1, "global_batch": VIT_GLOBAL_BATCH, "cmd": cmd, "env": env,
+            "kind": "torch", "mode": "fast", "group": group, "tuning": tuning,
+            "precision": "float32" if precision == "float32" else "mixed_bfloat16"}
+
+
+def torch_vit_grid(args):
+    return [torch_vit_config(args, t, b, precision) for precision in ("float32", "bfloat16")
+            for t in args.torch_threads for b in args.blas_threads]
 
 
 def torch_grid(args, model, peer):

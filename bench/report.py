@@ -78,7 +78,8 @@ def tuned_rows(configs, runs, meta):
                "name": "%s tuned (won: %s)" % (group, "; ".join(
                    "%s in %d/%d rounds" % (t, n, len(winners)) for t, n in won)),
                "system": "PyTorch", "model": model, "condition": condition, "replicas": 1,
-               "precision": "float32", "kind": "torch", "tuned": True, "group": group,
+               "precision": members[0].get("precision", "float32"), "kind": "torch",
+               "tuned": True, "group": group,
                "winner": won[0][0], "global_batch": mid[1]["global_batch"],
                "rounds": len(winners), "samples_per_s": median(rates),
                "best_samples_per_s": rates[-1],
@@ -249,6 +250,13 @@ def speed_checks(rows, meta):
         if a and torch_rss:
             checks.append(("%s: peak RSS ≤ PyTorch's (smallest PyTorch RSS / all-core Lockstep "
                            "RSS)" % model, min(torch_rss) / a["peak_rss_mb"], 1.0))
+    for precision, group in (("float32", "PyTorch"), ("mixed_bfloat16", "PyTorch bf16 autocast")):
+        vit = pick(rows, "vit", system="Lockstep", defaults=True, precision=precision)
+        t = pick(rows, "vit", tuned=True, group=group)
+        if vit and t:
+            checks.append(("vit: all-core %s ≥ 1.5x the tuned %s (%s)" % (
+                precision, group, t[0]["name"]), vit[0]["samples_per_s"] / t[0]["samples_per_s"],
+                1.5))
     a = fastest(all_core_f32(rows, "mlp"))
     if a and a.get("floor_fraction"):
         checks.append(("mlp: all-core float32 ≥ 75%% of the float32 floor (%s)" % a["name"],

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu_dispatch.h"
@@ -147,6 +148,8 @@ void set_dropped(A* scores, const Plan& p, int64_t b0, int64_t n, int64_t ld, A 
 // the baseline clone), passed by reference (by value they would change the baseline ABI).
 typedef float F16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
+typedef uint32_t U16 __attribute__((vector_size(64)));
+typedef uint16_t H16 __attribute__((vector_size(32)));
 
 inline void load16(F16& v, const float* p) {
   std::memcpy(&v, p, sizeof v);
@@ -174,11 +177,21 @@ inline void exp_nonpositive(F16& x) {
   x = (F16)((I16)(p * (F16)scale) & ~under);
 }
 
+// v rounded to bfloat16 values (kept in float32; round to nearest even, NaN stays a quiet NaN),
+// as round_to_bfloat16_value.
+[[gnu::always_inline]] inline void round_to_bfloat16_values16(F16& v) {
+  const U16 u = (U16)v;
+  const U16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const U16 quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+  v = (F16)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
 // Softmax over each column of `count` matrices [rows, ld] (ld a multiple of 16), in place: the
 // max, the exponentials and their sum run down the columns, 16 at a time, with no reduction
-// across lanes.
+// across lanes. With `rounded`, the probabilities rounded to bfloat16 values also go there (same
+// layout), in the same pass.
 LOCKSTEP_TARGET_CLONES void softmax_columns_f32(float* __restrict x, int64_t count, int64_t rows,
-                                                int64_t ld) {
+                                                int64_t ld, float* __restrict rounded) {
   F16 v, m, sum;
   for (int64_t c = 0; c < count; ++c, x += rows * ld) {
     for (int64_t j = 0; j < ld; j += 16) {
@@ -198,9 +211,15 @@ LOCKSTEP_TARGET_CLONES void softmax_columns_f32(float* __restrict x, int64_t cou
       const F16 inv = 1.0f / sum;
       for (int64_t r = 0; r < rows; ++r) {
         load16(v, x + r * ld + j);
-        store16(x + r * ld + j, v * inv);
+        v *= inv;
+        store16(x + r * ld + j, v);
+        if (rounded) {
+          round_to_bfloat16_values16(v);
+          store16(rounded + r * ld + j, v);
+        }
       }
     }
+    if (rounded) rounded += rows * ld;
   }
 }
 
@@ -224,6 +243,174 @@ LOCKSTEP_TARGET_CLONES void softmax_grad_columns_f32(const float* __restrict p,
       }
     }
   }
+}
+
+// The two products of attention for one (example, head), written for these shapes: a head is a
+// few dozen rows of a few dozen features (the ViT's are 49 x 16), where a general matmul spends
+// most of its time on set-up and packing. Operands are float32 or bfloat16 (read as their float32
+// values: the products of two bfloat16 values are exact in float32); both products accumulate in
+// float32, in the order of the sum's index, as a bfloat16 matmul accumulates. A bfloat16 result
+// is the float32 sum rounded once to nearest even.
+
+[[gnu::always_inline]] inline float value_of(float v) {
+  return v;
+}
+[[gnu::always_inline]] inline float value_of(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+[[gnu::always_inline]] inline void load16(F16& v, const uint16_t* p) {
+  H16 h;
+  std::memcpy(&h, p, sizeof h);
+  v = (F16)(__builtin_convertvector(h, U16) << 16);
+}
+// Rounds to bfloat16, nearest even; NaN stays a quiet NaN (as bfloat16(float)).
+[[gnu::always_inline]] inline void store16(uint16_t* p, const F16& v) {
+  const U16 u = (U16)v;
+  const U16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const U16 quiet_nan = (u >> 16) | 0x0040u;
+  const H16 h = __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded, H16);
+  std::memcpy(p, &h, sizeof h);
+}
+
+// NV vectors (16 queries each) of rows s and, with TWO, s + 1 of yt; see scores_kernel.
+template <int NV, bool TWO, typename T>
+[[gnu::always_inline]] inline void scores_rows(const T* __restrict a0, const T* __restrict a1,
+                                               const float* __restrict bt, int64_t D, int64_t ld,
+                                               float alpha, float* __restrict y0,
+                                               float* __restrict y1) {
+  F16 acc0[NV] = {}, acc1[NV] = {}, v;
+  for (int64_t dd = 0; dd < D; ++dd) {
+    const F16 x0 = value_of(a0[dd]) - F16{};  // a broadcast: a − 0 is a for every float
+    const F16 x1 = TWO ? value_of(a1[dd]) - F16{} : F16{};
+    for (int u = 0; u < NV; ++u) {
+      load16(v, bt + dd * ld + 16 * u);
+      acc0[u] += x0 * v;
+      if (TWO) acc1[u] += x1 * v;
+    }
+  }
+  for (int u = 0; u < NV; ++u) {
+    store16(y0 + 16 * u, acc0[u] * alpha);
+    if (TWO) store16(y1 + 16 * u, acc1[u] * alpha);
+  }
+}
+
+template <int NV, typename T>
+[[gnu::always_inline]] inline void scores_columns(const T* __restrict a, int64_t a_rs, int64_t S,
+                                                  const float* __restrict bt, int64_t D, int64_t ld,
+                                                  float alpha, float* __restrict yt) {
+  int64_t s = 0;
+  for (; s + 2 <= S; s += 2) {
+    scores_rows<NV, true>(a + s * a_rs, a + (s + 1) * a_rs, bt, D, ld, alpha, yt + s * ld,
+                          yt + (s + 1) * ld);
+  }
+  if (s < S) scores_rows<NV, false>(a + s * a_rs, a, bt, D, ld, alpha, yt + s * ld, yt);
+}
+
+// yt[s, t] = alpha · Σ_d a[s, d] · b[t, d] for s < S and t < ld (ld a multiple of 16, >= T): the
+// transposed scores as scores_t lays them out, float32. b is first transposed into bt [D, ld]
+// (float32 values, zero for t >= T, so the padding columns come out 0); then each row of yt is a
+// sum of the D rows of bt scaled by broadcast elements of a: up to 64 queries (four vectors) of
+// two rows at a time, held in registers.
+template <typename T>
+[[gnu::always_inline]] inline void scores_kernel(const T* __restrict a, int64_t a_rs, int64_t S,
+                                                 const T* __restrict b, int64_t b_rs, int64_t T_,
+                                                 int64_t D, int64_t ld, float alpha,
+                                                 float* __restrict bt, float* __restrict yt) {
+  for (int64_t dd = 0; dd < D; ++dd) {
+    for (int64_t t = 0; t < T_; ++t) bt[dd * ld + t] = value_of(b[t * b_rs + dd]);
+    for (int64_t t = T_; t < ld; ++t) bt[dd * ld + t] = 0.0f;
+  }
+  for (int64_t j = 0; j < ld; j += 64) {
+    switch (std::min<int64_t>(4, (ld - j) / 16)) {
+      case 4:
+        scores_columns<4>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        break;
+      case 3:
+        scores_columns<3>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        break;
+      case 2:
+        scores_columns<2>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        break;
+      default:
+        scores_columns<1>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        break;
+    }
+  }
+}
+LOCKSTEP_TARGET_CLONES void scores_f32(const float* a, int64_t a_rs, int64_t S, const float* b,
+                                       int64_t b_rs, int64_t T, int64_t D, int64_t ld, float alpha,
+                                       float* bt, float* yt) {
+  scores_kernel(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
+}
+LOCKSTEP_TARGET_CLONES void scores_bf16(const uint16_t* a, int64_t a_rs, int64_t S,
+                                        const uint16_t* b, int64_t b_rs, int64_t T, int64_t D,
+                                        int64_t ld, float alpha, float* bt, float* yt) {
+  scores_kernel(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
+}
+
+// R output rows [i, i + R) of weighted_rows, features [c, c + 16), in R registers.
+template <int R, typename T>
+[[gnu::always_inline]] inline void weighted_block(const float* __restrict w, int64_t wi, int64_t wj,
+                                                  int64_t J, const T* __restrict x, int64_t x_rs,
+                                                  float alpha, T* __restrict y, int64_t y_rs) {
+  F16 acc[R] = {}, v;
+  for (int64_t j = 0; j < J; ++j) {
+    load16(v, x + j * x_rs);
+    const float* wj0 = w + j * wj;
+    for (int u = 0; u < R; ++u) acc[u] += (wj0[u * wi] - F16{}) * v;  // a broadcast times v
+  }
+  for (int u = 0; u < R; ++u) store16(y + u * y_rs, acc[u] * alpha);
+}
+
+// y[i, c] = alpha · Σ_{j < J} w[i·wi + j·wj] · x[j, c] for i < I and c < D (w float32, x and y
+// float32 or bfloat16): a weighted sum of rows of x per output row (the weighted values P·V, and
+// the gradients dV, dQ, dK), 16 features per vector, eight output rows at a time (eight
+// independent sums keep the FMA units busy); features past the last multiple of 16 run as
+// scalars.
+template <typename T>
+[[gnu::always_inline]] inline void weighted_rows(const float* __restrict w, int64_t wi, int64_t wj,
+                                                 int64_t I, int64_t J, const T* __restrict x,
+                                                 int64_t x_rs, int64_t D, float alpha,
+                                                 T* __restrict y, int64_t y_rs) {
+  const int64_t dv = D / 16 * 16;
+  for (int64_t c = 0; c < dv; c += 16) {
+    int64_t i = 0;
+    for (; i + 8 <= I; i += 8) {
+      weighted_block<8>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+    }
+    if (i + 4 <= I) {
+      weighted_block<4>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+      i += 4;
+    }
+    for (; i < I; ++i) {
+      weighted_block<1>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+    }
+  }
+  for (int64_t c = dv; c < D; ++c) {
+    for (int64_t i = 0; i < I; ++i) {
+      float acc = 0;
+      for (int64_t j = 0; j < J; ++j) acc += w[i * wi + j * wj] * value_of(x[j * x_rs + c]);
+      acc *= alpha;
+      if constexpr (std::is_same_v<T, float>) {
+        y[i * y_rs + c] = acc;
+      } else {
+        y[i * y_rs + c] = bfloat16(acc).bits;
+      }
+    }
+  }
+}
+LOCKSTEP_TARGET_CLONES void weighted_rows_f32(const float* w, int64_t wi, int64_t wj, int64_t I,
+                                              int64_t J, const float* x, int64_t x_rs, int64_t D,
+                                              float alpha, float* y, int64_t y_rs) {
+  weighted_rows(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
+}
+LOCKSTEP_TARGET_CLONES void weighted_rows_bf16(const float* w, int64_t wi, int64_t wj, int64_t I,
+                                               int64_t J, const uint16_t* x, int64_t x_rs,
+                                               int64_t D, float alpha, uint16_t* y, int64_t y_rs) {
+  weighted_rows(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
 }
 
 template <bool GRAD>
@@ -254,11 +441,14 @@ void columns_f64(const double* p, double* x, int64_t count, int64_t rows, int64_
   }
 }
 
-void softmax_columns(const Tensor& scores, int64_t count, int64_t rows, int64_t ld) {
+// `rounded`: undefined, or float32 for the probabilities rounded to bfloat16 values.
+void softmax_columns(const Tensor& scores, int64_t count, int64_t rows, int64_t ld,
+                     const Tensor& rounded) {
   if (scores.dtype() == DType::float64) {
     columns_f64<false>(nullptr, scores.data<double>(), count, rows, ld);
   } else {
-    softmax_columns_f32(scores.data<float>(), count, rows, ld);
+    softmax_columns_f32(scores.data<float>(), count, rows, ld,
+                        rounded.defined() ? rounded.data<float>() : nullptr);
   }
 }
 
@@ -271,20 +461,88 @@ void softmax_grad_columns(const Tensor& probs, const Tensor& dprobs, int64_t cou
   }
 }
 
-// The block's float32 (or float64) buffer in the operands' dtype: itself, or rounded to bfloat16
-// into `low`.
+// The block's float32 (or float64) buffer as the matmuls with bfloat16 operands take it: itself,
+// or rounded to bfloat16 values (kept in float32) into `low`.
 const Tensor& in_operand_dtype(const Tensor& acc, const Tensor& low, int64_t count) {
   if (!low.defined()) return acc;
-  float_to_bfloat16(acc.data<float>(), low.data<bfloat16>(), static_cast<size_t>(count));
+  round_to_bfloat16_values(acc.data<float>(), low.data<float>(), static_cast<size_t>(count));
   return low;
 }
 
-// Probabilities of examples [b0, b0 + n), transposed, into `probs` ([n, H, S, ld], acc dtype).
-void block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_t b0, int64_t n,
-                         int64_t ld, const Tensor& probs) {
+// Element (b, 0, h, 0) of a [B, rows, H, D] tensor, as float or bfloat16 bits; its rows are H·D
+// apart.
+template <typename E>
+E* head_data(const Tensor& t, int64_t b, int64_t h) {
+  auto* base = static_cast<E*>(const_cast<void*>(t.raw_data()));
+  return base + (b * t.dim(1) * t.dim(2) + h) * t.dim(3);
+}
+int64_t row_stride(const Tensor& t) {
+  return t.dim(2) * t.dim(3);
+}
+
+// For examples [b0, b0 + n) and every head: yt = alpha · a · bᵀ into the block's transposed
+// scores ([S, ld] per head), with a [B, S, H, D] and b [B, T, H, D].
+void scores_product(const Tensor& a, const Tensor& b, int64_t b0, int64_t n, const Dims& d,
+                    int64_t ld, double alpha, const Tensor& yt) {
+  if (yt.dtype() == DType::float64) {
+    detail::batched_gemm(heads(a, b0, n, d.H), heads(b, b0, n, d.H).t(), scores_t(yt, n, d, ld),
+                         alpha);
+    return;
+  }
+  const int64_t D = a.dim(3);
+  const bool bf16 = a.dtype() == DType::bfloat16;
+  Tensor bt({std::max<int64_t>(1, D * ld)}, DType::float32);
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      float* y = yt.data<float>() + (e * d.H + h) * d.S * ld;
+      if (bf16) {
+        scores_bf16(head_data<uint16_t>(a, b0 + e, h), row_stride(a), d.S,
+                    head_data<uint16_t>(b, b0 + e, h), row_stride(b), d.T, D, ld,
+                    static_cast<float>(alpha), bt.data<float>(), y);
+      } else {
+        scores_f32(head_data<float>(a, b0 + e, h), row_stride(a), d.S,
+                   head_data<float>(b, b0 + e, h), row_stride(b), d.T, D, ld,
+                   static_cast<float>(alpha), bt.data<float>(), y);
+      }
+    }
+  }
+}
+
+// For examples [b0, b0 + n) and every head: y = alpha · W · x, W the head's [S, ld] block of
+// `wt` (the transposed probabilities or score gradients) as it is (W [S, T]: y [B, S, H, D] from
+// x [B, T, H, D]) or transposed (W [T, S]: y [B, T, H, D] from x [B, S, H, D]).
+void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t b0, int64_t n,
+                      const Dims& d, int64_t ld, double alpha, const Tensor& y) {
+  if (wt.dtype() == DType::float64) {
+    const StridedBatch w = transpose ? scores_t(wt, n, d, ld).t() : scores_t(wt, n, d, ld);
+    detail::batched_gemm(w, heads(x, b0, n, d.H), heads(y, b0, n, d.H), alpha);
+    return;
+  }
+  const int64_t I = transpose ? d.T : d.S, J = transpose ? d.S : d.T;
+  const int64_t wi = transpose ? 1 : ld, wj = transpose ? ld : 1;
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const float* w = wt.data<float>() + (e * d.H + h) * d.S * ld;
+      if (x.dtype() == DType::bfloat16) {
+        weighted_rows_bf16(w, wi, wj, I, J, head_data<uint16_t>(x, b0 + e, h), row_stride(x),
+                           x.dim(3), static_cast<float>(alpha), head_data<uint16_t>(y, b0 + e, h),
+                           row_stride(y));
+      } else {
+        weighted_rows_f32(w, wi, wj, I, J, head_data<float>(x, b0 + e, h), row_stride(x), x.dim(3),
+                          static_cast<float>(alpha), head_data<float>(y, b0 + e, h), row_stride(y));
+      }
+    }
+  }
+}
+
+// Probabilities of examples [b0, b0 + n), transposed, into `probs` ([n, H, S, ld], acc dtype) and,
+// when defined, rounded to bfloat16 values into `rounded` (the operand of the products with
+// bfloat16 values). Returns what those products take: `rounded` if defined, else `probs` (a
+// handle: the same storage).
+Tensor block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_t b0, int64_t n,
+                           int64_t ld, const Tensor& probs, const Tensor& rounded) {
   const Dims& d = p.d;
-  detail::batched_gemm(heads(k, b0, n, d.H), heads(q, b0, n, d.H).t(), scores_t(probs, n, d, ld),
-                       p.scale);
+  scores_product(k, q, b0, n, d, ld, p.scale, probs);
   if (masking(p)) {
     if (p.acc == DType::float64) {
       set_dropped(probs.data<double>(), p, b0, n, ld, kMaskedScore);
@@ -292,7 +550,8 @@ void block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_
       set_dropped(probs.data<float>(), p, b0, n, ld, static_cast<float>(kMaskedScore));
     }
   }
-  softmax_columns(probs, n * d.H, d.S, ld);
+  softmax_columns(probs, n * d.H, d.S, ld, rounded);
+  return rounded.defined() ? rounded : probs;
 }
 
 }  // namespace
@@ -318,15 +577,15 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
   if (out.num_elements() == 0) return out;
   if (d.S == 0) return Tensor::zeros(out.shape(), out.dtype());  // no keys: empty sums
   const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
+  const bool bf16 = p.dtype == DType::bfloat16;
+  const Tensor &q = query, &k = key, &v = value;
   // Zeros: the padding columns then hold finite values through the softmax.
   Tensor probs = Tensor::zeros({block * d.H * d.S * ld}, p.acc);
-  Tensor low = p.dtype == DType::bfloat16 ? Tensor(probs.shape(), DType::bfloat16) : Tensor();
+  Tensor low = bf16 ? Tensor(probs.shape(), DType::float32) : Tensor();
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
-    block_probabilities(p, query, key, b0, n, ld, probs);
-    const Tensor& pv = in_operand_dtype(probs, low, n * d.H * d.S * ld);
-    detail::batched_gemm(scores_t(pv, n, d, ld).t(), heads(value, b0, n, d.H),
-                         heads(out, b0, n, d.H));
+    const Tensor pv = block_probabilities(p, q, k, b0, n, ld, probs, low);
+    weighted_product(pv, true, v, b0, n, d, ld, 1.0, out);
   }
   return out;
 }
@@ -351,28 +610,27 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     return g;
   }
   // Every block writes its examples' rows of each gradient in full.
+  const bool bf16 = p.dtype == DType::bfloat16;
   if (need_dquery) g.dquery = Tensor(query.shape(), query.dtype());
   if (need_dkey) g.dkey = Tensor(key.shape(), key.dtype());
   if (need_dvalue) g.dvalue = Tensor(value.shape(), value.dtype());
+  const Tensor &q = query, &k = key, &v = value, &dout = doutput;
   const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
   const int64_t block_elems = block * d.H * d.S * ld;
   Tensor probs = Tensor::zeros({block_elems}, p.acc), dprobs = Tensor::zeros({block_elems}, p.acc);
-  const bool bf16 = p.dtype == DType::bfloat16;
-  Tensor low_p = bf16 ? Tensor({block_elems}, DType::bfloat16) : Tensor();
-  Tensor low_ds = bf16 ? Tensor({block_elems}, DType::bfloat16) : Tensor();
+  Tensor low_p = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
+  Tensor low_ds = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
     const int64_t count = n * d.H * d.S * ld;
-    block_probabilities(p, query, key, b0, n, ld, probs);
+    const Tensor pv =
+        block_probabilities(p, q, k, b0, n, ld, probs, need_dvalue ? low_p : Tensor());
     if (need_dvalue) {  // dV = Pᵀ · dO
-      const Tensor& pv = in_operand_dtype(probs, low_p, count);
-      detail::batched_gemm(scores_t(pv, n, d, ld), heads(doutput, b0, n, d.H),
-                           heads(g.dvalue, b0, n, d.H));
+      weighted_product(pv, false, dout, b0, n, d, ld, 1.0, g.dvalue);
     }
     if (!need_dquery && !need_dkey) continue;
     // dPᵀ = V · dOᵀ
-    detail::batched_gemm(heads(value, b0, n, d.H), heads(doutput, b0, n, d.H).t(),
-                         scores_t(dprobs, n, d, ld));
+    scores_product(v, dout, b0, n, d, ld, 1.0, dprobs);
     softmax_grad_columns(probs, dprobs, n * d.H, d.S, ld);
     if (masking(p)) {
       if (p.acc == DType::float64) {
@@ -383,12 +641,10 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     }
     const Tensor& ds = in_operand_dtype(dprobs, low_ds, count);
     if (need_dquery) {  // dQ = scale · dScores · K
-      detail::batched_gemm(scores_t(ds, n, d, ld).t(), heads(key, b0, n, d.H),
-                           heads(g.dquery, b0, n, d.H), p.scale);
+      weighted_product(ds, true, k, b0, n, d, ld, p.scale, g.dquery);
     }
     if (need_dkey) {  // dK = scale · dScoresᵀ · Q
-      detail::batched_gemm(scores_t(ds, n, d, ld), heads(query, b0, n, d.H),
-                           heads(g.dkey, b0, n, d.H), p.scale);
+      weighted_product(ds, false, q, b0, n, d, ld, p.scale, g.dkey);
     }
   }
   return g;

@@ -1,8 +1,11 @@
 #include "lockstep/ops/elementwise.h"
 #include "lockstep/core/check.h"
 
+#include <cstring>
 #include <string>
+#include <type_traits>
 
+#include "core/cpu_dispatch.h"
 #include "internal.h"
 #include "kernel_util.h"
 
@@ -26,10 +29,73 @@ inline C apply(Binary op, C a, C b) {
   return a;
 }
 
+// Contiguous operands of the training dtypes, built for AVX-512 as well (cpu_dispatch.h): the
+// residual adds of a transformer and the tape's gradient accumulation run here. y may be a (in
+// place). bfloat16 is widened to float, combined and rounded to nearest even without a branch
+// (NaN stays a quiet NaN): bit for bit what detail::store<bfloat16> gives.
+[[gnu::always_inline]] inline uint16_t round_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+[[gnu::always_inline]] inline float widen_bits(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+template <Binary OP>
+[[gnu::always_inline]] inline void contiguous_f32(const float* a, const float* b, float* y,
+                                                  int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = apply(OP, a[j], b[j]);
+}
+template <Binary OP>
+[[gnu::always_inline]] inline void contiguous_bf16(const uint16_t* a, const uint16_t* b,
+                                                   uint16_t* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    y[j] = round_to_bits(apply(OP, widen_bits(a[j]), widen_bits(b[j])));
+}
+LOCKSTEP_TARGET_CLONES void contiguous(Binary op, const float* a, const float* b, float* y,
+                                       int64_t n) {
+  switch (op) {
+    case Binary::add:
+      return contiguous_f32<Binary::add>(a, b, y, n);
+    case Binary::sub:
+      return contiguous_f32<Binary::sub>(a, b, y, n);
+    case Binary::mul:
+      return contiguous_f32<Binary::mul>(a, b, y, n);
+    case Binary::div:
+      return contiguous_f32<Binary::div>(a, b, y, n);
+  }
+}
+LOCKSTEP_TARGET_CLONES void contiguous(Binary op, const uint16_t* a, const uint16_t* b, uint16_t* y,
+                                       int64_t n) {
+  switch (op) {
+    case Binary::add:
+      return contiguous_bf16<Binary::add>(a, b, y, n);
+    case Binary::sub:
+      return contiguous_bf16<Binary::sub>(a, b, y, n);
+    case Binary::mul:
+      return contiguous_bf16<Binary::mul>(a, b, y, n);
+    case Binary::div:
+      return contiguous_bf16<Binary::div>(a, b, y, n);
+  }
+}
+
 // The innermost loop, specialised for the common stride patterns so that it vectorises.
 template <typename T, Binary OP>
 void run(const T* a, const T* b, T* y, int64_t sa, int64_t sb, int64_t n) {
   using C = detail::compute_t<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    if (sa == 1 && sb == 1) return contiguous(OP, a, b, y, n);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    if (sa == 1 && sb == 1) {
+      return contiguous(OP, reinterpret_cast<const uint16_t*>(a),
+                        reinterpret_cast<const uint16_t*>(b), reinterpret_cast<uint16_t*>(y), n);
+    }
+  }
   if (sa == 1 && sb == 1) {
     for (int64_t j = 0; j < n; ++j)
       y[j] = detail::store<T>(apply(OP, detail::load(a[j]), detail::load(b[j])));

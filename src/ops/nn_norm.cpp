@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernel_util.h"
@@ -252,9 +253,13 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
   Tensor y(x.shape(), x.dtype());
   detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    using C = detail::compute_t<T>;
     const T* px = x.data<T>();
     T* py = y.data<T>();
+    if constexpr (!std::is_same_v<T, double>) {
+      detail::layer_norm_rows(px, rows, features, g.data(), b.data(), epsilon, py, mean.data(),
+                              inv_std.data());
+      return;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = px + r * features;
       double mu = detail::row_sum(row, features) / static_cast<double>(features);
@@ -264,8 +269,8 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
       inv_std[static_cast<size_t>(r)] = rstd;
       for (int64_t d = 0; d < features; ++d) {
         size_t ud = static_cast<size_t>(d);
-        double v = (detail::load(row[d]) - mu) * rstd * g[ud] + b[ud];
-        py[r * features + d] = detail::store<T>(static_cast<C>(v));
+        py[r * features + d] = detail::store<T>(
+            static_cast<detail::compute_t<T>>((detail::load(row[d]) - mu) * rstd * g[ud] + b[ud]));
       }
     }
   });
@@ -306,6 +311,12 @@ NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const 
   detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using C = detail::compute_t<T>;
+    if constexpr (!std::is_same_v<T, double>) {
+      detail::layer_norm_rows_grad(grad_output.data<T>(), x.data<T>(), rows, features, g.data(),
+                                   mu.data(), rstd.data(), dgamma.data(), dbeta.data(),
+                                   dx.data<T>());
+      return;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const T* px = x.data<T>() + r * features;
       const T* pd = grad_output.data<T>() + r * features;

@@ -20,6 +20,25 @@ void row_gradient_sums(const float* dy, const float* x, const double* g, int64_t
 void row_gradient_sums(const bfloat16* dy, const bfloat16* x, const double* g, int64_t n, double mu,
                        double s, double& sum_g, double& sum_gx);
 
+// Layer normalization of `rows` rows of n features, whole tensors per call (the rows' loop runs
+// inside the AVX-512 clone, row_sums.cpp), in double like the sums above:
+//   forward:  mean = Σx / n,  inv_std = 1 / sqrt(Σ(x − mean)² / n + epsilon),
+//             y = (x − mean)·inv_std·g + b
+//   backward: xhat = (x − mean)·inv_std;  mean_g = Σ dy·g / n;  mean_gx = Σ dy·g·xhat / n;
+//             dgamma += dy·xhat;  dbeta += dy;  dx = inv_std·(dy·g − mean_g − xhat·mean_gx)
+// y and dx are stored through float (bfloat16: rounded to nearest even), as a scalar loop storing
+// static_cast<float>(v) does.
+void layer_norm_rows(const float* x, int64_t rows, int64_t n, const double* g, const double* b,
+                     double epsilon, float* y, double* mean, double* inv_std);
+void layer_norm_rows(const bfloat16* x, int64_t rows, int64_t n, const double* g, const double* b,
+                     double epsilon, bfloat16* y, double* mean, double* inv_std);
+void layer_norm_rows_grad(const float* dy, const float* x, int64_t rows, int64_t n, const double* g,
+                          const double* mean, const double* inv_std, double* dgamma, double* dbeta,
+                          float* dx);
+void layer_norm_rows_grad(const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
+                          const double* g, const double* mean, const double* inv_std,
+                          double* dgamma, double* dbeta, bfloat16* dx);
+
 inline double row_sum(const double* x, int64_t n) {
   double sum = 0;
   for (int64_t d = 0; d < n; ++d) sum += x[d];

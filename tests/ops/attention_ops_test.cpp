@@ -401,6 +401,48 @@ INSTANTIATE_TEST_SUITE_P(
              "_block" + std::to_string(std::get<2>(info.param));
     });
 
+// Shapes whose heads fill whole 16-float vectors (the ViT's: 49 tokens, key_dim 16), several
+// 64-query chunks (T = 70 pads to 80), and features past a multiple of 16 (17, 18), causal and not:
+// every path of the float32 head kernels against the float64 reference.
+class AttentionShapesTest
+    : public ::testing::TestWithParam<std::tuple<DType, AttentionCase, bool>> {};
+
+TEST_P(AttentionShapesTest, ForwardAndBackwardMatchTheDefinition) {
+  const auto [dtype, c, causal] = GetParam();
+  Generator gen(23);
+  Tensor q = random_f64(gen, {c.B, c.T, c.H, c.Dk}, -1, 1).to(dtype);
+  Tensor k = random_f64(gen, {c.B, c.S, c.H, c.Dk}, -1, 1).to(dtype);
+  Tensor v = random_f64(gen, {c.B, c.S, c.H, c.Dv}).to(dtype);
+  Tensor dout = random_f64(gen, {c.B, c.T, c.H, c.Dv}).to(dtype);
+  auto keep = [causal](int64_t, int64_t, int64_t t, int64_t s) { return !causal || s <= t; };
+  const double scale = 0.25;
+  Reference ref = reference_attention(c, seen(q), seen(k), seen(v), seen(dout), scale, keep);
+  AttentionOptions options{.is_causal = causal, .scale = scale};
+  Tensor out = dot_product_attention_forward(q, k, v, options);
+  ASSERT_EQ(out.shape(), (Shape{c.B, c.T, c.H, c.Dv}));
+  EXPECT_EQ(out.dtype(), dtype);
+  EXPECT_LT(relative_error(out, ref.out), tolerance(dtype));
+  AttentionGrads g = dot_product_attention_backward(dout, q, k, v, options);
+  const double grad_tol = dtype == DType::bfloat16 ? 4e-2 : tolerance(dtype);
+  EXPECT_LT(relative_error(g.dquery, ref.dq), grad_tol);
+  EXPECT_LT(relative_error(g.dkey, ref.dk), grad_tol);
+  EXPECT_LT(relative_error(g.dvalue, ref.dv), grad_tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(VectorShapes, AttentionShapesTest,
+                         ::testing::Combine(::testing::Values(DType::float32, DType::bfloat16),
+                                            ::testing::Values(AttentionCase{2, 49, 49, 4, 16, 16},
+                                                              AttentionCase{1, 70, 37, 2, 17, 18},
+                                                              AttentionCase{3, 1, 5, 1, 32, 16}),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           const AttentionCase& c = std::get<1>(info.param);
+                           return std::string(dtype_name(std::get<0>(info.param))) + "_T" +
+                                  std::to_string(c.T) + "_S" + std::to_string(c.S) + "_Dk" +
+                                  std::to_string(c.Dk) + "_Dv" + std::to_string(c.Dv) +
+                                  (std::get<2>(info.param) ? "_causal" : "");
+                         });
+
 TEST(Attention, DefaultScaleIsOneOverSqrtKeyDim) {
   Generator gen(18);
   Tensor q = random_f64(gen, {2, 3, 2, 9});
