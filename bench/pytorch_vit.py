@@ -94,12 +94,16 @@ def main():
     p.add_argument("--steps-per-epoch", type=int, default=0, help="0: a full pass")
     p.add_argument("--evaluate", action="store_true", help="test accuracy after training")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--keep-denormals", action="store_true",
+                   help="leave torch.set_flush_denormal off (PyTorch's default)")
     p.add_argument("--data-dir", default=DATA_DIR)
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
     import torch
     torch.set_num_threads(args.threads)
+    # Subnormals flushed as Lockstep flushes them (docs/keras-compat.md), as in torch_bench.py.
+    torch.set_flush_denormal(not args.keep_denormals)
     torch.manual_seed(args.seed)
     xu8, yu8 = load(args.data_dir, "train")
     x = torch.from_numpy(xu8.astype(np.float32) / 255.0)
