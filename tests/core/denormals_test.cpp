@@ -28,7 +28,9 @@ class FlushDenormal : public ::testing::Test {
     GTEST_SKIP() << "no flush-to-zero mode handled on this CPU";
 #endif
   }
-  void TearDown() override { set_flush_denormal(true); }
+  void TearDown() override {
+    set_flush_denormal(true);
+  }
 };
 
 TEST_F(FlushDenormal, SubnormalResultsAndInputsAreZeroInsideTheScope) {
