@@ -39,6 +39,14 @@ class ElementwiseUpdate {
   virtual void apply(size_t i, int64_t offset, const float* w, float* g,
                      std::span<const float* const> slots, float* w_out,
                      std::span<float* const> slots_out, size_t n, float* rounded) const = 0;
+  // apply() on the sum of two gradients, g = a + b element by element in float32 (the step's
+  // common case: two local replicas), for rules that can add as they read instead of summing into
+  // a buffer first. The same bits as writing a + b into g and calling apply(); g is n floats of
+  // scratch (the default does exactly that). a and b are not written.
+  virtual void apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a,
+                                const float* b, float* g, std::span<const float* const> slots,
+                                float* w_out, std::span<float* const> slots_out, size_t n,
+                                float* rounded) const;
   // Once per update, after every apply() and after the step has made the variables' next buffers
   // current, on one thread (e.g. iterations += 1).
   virtual void end_update() = 0;

@@ -202,6 +202,9 @@ class ReplicatedStep {
   // The gradient of the only replica that has one for this chunk, when the sum is just that and
   // the update does not write it; else nullptr.
   const float* sole_gradient(const Chunk& c, const ChunkInputs& in) const;
+  // The chunk's terms of the sum in their fixed order (the accumulator first, then the replicas
+  // that have a gradient for it); returns how many there are, writing at most two to `terms`.
+  int chunk_terms(const Chunk& c, const ChunkInputs& in, const float* terms[2]) const;
   void all_reduce_across_workers();
 
   Strategy& strategy_;

@@ -209,13 +209,6 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
         std::memcpy(g, s.summed_.data<float>() + c.flat, n * sizeof(float));
         break;
       case ChunkMode::apply:
-        if (const float* only = s.sole_gradient(c, in); only != nullptr) {
-          // One replica's gradient is the sum: read it where it is (apply() does not write it).
-          g = const_cast<float*>(only);
-        } else {
-          profiler::ScopedSpan sum(profiler::Phase::local_reduce);
-          s.sum_chunk(c, in, g);
-        }
         break;
     }
     const size_t i = c.var;
@@ -227,10 +220,29 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     sc.has_rounded = s.next_r_[i] != nullptr;
     // Out of place, into this thread's scratch: the current values stay as they were, so a
     // second run of this chunk computes the same bits.
-    s.update_.apply(i, c.offset, s.cur_w_[i] + c.offset, g,
-                    std::span<const float* const>(sc.slot_in.data(), cur_slots.size()), sc.w.data(),
-                    std::span<float* const>(sc.slot_ptrs.data(), cur_slots.size()), n,
-                    sc.has_rounded ? sc.rounded.data() : nullptr);
+    const float* w = s.cur_w_[i] + c.offset;
+    const std::span<const float* const> slots_in(sc.slot_in.data(), cur_slots.size());
+    const std::span<float* const> slots_out(sc.slot_ptrs.data(), cur_slots.size());
+    float* rounded = sc.has_rounded ? sc.rounded.data() : nullptr;
+    if (mode_ == ChunkMode::apply) {
+      const float* terms[2];
+      const int count = s.chunk_terms(c, in, terms);
+      if (count == 2) {
+        // Two terms (two local replicas, or one and the accumulator): the rule adds them as it
+        // reads them, one pass instead of a sum pass and an update pass.
+        s.update_.apply_sum_of_two(i, c.offset, w, terms[0], terms[1], g, slots_in, sc.w.data(),
+                                   slots_out, n, rounded);
+        return &sc;
+      }
+      if (const float* only = s.sole_gradient(c, in); only != nullptr) {
+        // One replica's gradient is the sum: read it where it is (apply() does not write it).
+        g = const_cast<float*>(only);
+      } else {
+        profiler::ScopedSpan sum(profiler::Phase::local_reduce);
+        s.sum_chunk(c, in, g);
+      }
+    }
+    s.update_.apply(i, c.offset, w, g, slots_in, sc.w.data(), slots_out, n, rounded);
     return &sc;
   }
 
@@ -600,6 +612,20 @@ const float* ReplicatedStep::sole_gradient(const Chunk& c, const ChunkInputs& in
     only = s->run.flat_.data<float>() + c.flat;
   }
   return only;
+}
+
+int ReplicatedStep::chunk_terms(const Chunk& c, const ChunkInputs& in,
+                                const float* terms[2]) const {
+  int count = 0;
+  auto term = [&](const float* t) {
+    if (count < 2) terms[count] = t;
+    ++count;
+  };
+  if (in.with_accumulator) term(accumulator_[in.accumulator].data<float>() + c.flat);
+  for (const Slot* s : committed_[in.parity]) {
+    if (s->run.defined_[c.var]) term(s->run.flat_.data<float>() + c.flat);
+  }
+  return count;
 }
 
 void ReplicatedStep::sum_chunk(const Chunk& c, const ChunkInputs& in, float* out) const {

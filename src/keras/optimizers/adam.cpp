@@ -39,18 +39,25 @@ namespace {
 // The update of every step, one pass over the weights: built for AVX-512 and for the baseline, the
 // right one picked at load time (the library itself targets baseline x86-64). Same arithmetic in
 // both, element by element (no FMA contraction), so results depend neither on the CPU nor on
-// where a replica's range starts.
+// where a replica's range starts. Every loop below is this element's rule; they differ only in
+// where they read and write.
+struct AdamRule {
+  float alpha, one_minus_b1, one_minus_b2, eps;
+  // The new weight; the new moments go to m_out and v_out.
+  [[gnu::always_inline, gnu::optimize("fp-contract=off")]] float operator()(float w, float g,
+                                                                            float m, float v,
+                                                                            float& m_out,
+                                                                            float& v_out) const {
+    m_out = m + (g - m) * one_minus_b1;
+    v_out = v + (g * g - v) * one_minus_b2;
+    return w - m_out * alpha / (std::sqrt(v_out) + eps);
+  }
+};
+
 LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update(
     float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-    size_t n, float alpha, float one_minus_b1, float one_minus_b2, float eps) {
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float mi = m[i] + (gi - m[i]) * one_minus_b1;
-    const float vi = v[i] + (gi * gi - v[i]) * one_minus_b2;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] -= mi * alpha / (std::sqrt(vi) + eps);
-  }
+    size_t n, AdamRule rule) {
+  for (size_t i = 0; i < n; ++i) w[i] = rule(w[i], g[i], m[i], v[i], m[i], v[i]);
 }
 
 // adam_update that also writes the new weights' bfloat16 rounding
@@ -58,46 +65,41 @@ LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_up
 // second pass over the weights.
 LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update_rounded(
     float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-    float* __restrict rounded, size_t n, float alpha, float one_minus_b1, float one_minus_b2,
-    float eps) {
+    float* __restrict rounded, size_t n, AdamRule rule) {
   for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float mi = m[i] + (gi - m[i]) * one_minus_b1;
-    const float vi = v[i] + (gi * gi - v[i]) * one_minus_b2;
-    m[i] = mi;
-    v[i] = vi;
-    const float wi = w[i] - mi * alpha / (std::sqrt(vi) + eps);
-    w[i] = wi;
-    rounded[i] = round_to_bfloat16_value(wi);
+    w[i] = rule(w[i], g[i], m[i], v[i], m[i], v[i]);
+    rounded[i] = round_to_bfloat16_value(w[i]);
   }
 }
+
 // adam_update reading (w, m, v) and writing (wo, mo, vo): the training step's out-of-place form
-// (the old values stay readable by a concurrent run of the same chunk). wo may be w.
+// (the old values stay readable by a concurrent run of the same chunk). The gradient is g0[i],
+// or g0[i] + g1[i] when g1 is not nullptr (the sum of two replicas', added as it is read: the
+// same bits as a separate sum pass). wo may be w.
 LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update_out(
-    const float* w, const float* __restrict g, const float* __restrict m, const float* __restrict v,
-    float* wo, float* __restrict mo, float* __restrict vo, float* rounded, size_t n, float alpha,
-    float one_minus_b1, float one_minus_b2, float eps) {
-  if (rounded == nullptr) {
+    const float* w, const float* __restrict g0, const float* __restrict g1,
+    const float* __restrict m, const float* __restrict v, float* wo, float* __restrict mo,
+    float* __restrict vo, float* __restrict rounded, size_t n, AdamRule rule) {
+  if (g1 == nullptr && rounded == nullptr) {
+    for (size_t i = 0; i < n; ++i) wo[i] = rule(w[i], g0[i], m[i], v[i], mo[i], vo[i]);
+  } else if (g1 == nullptr) {
     for (size_t i = 0; i < n; ++i) {
-      const float gi = g[i];
-      const float mi = m[i] + (gi - m[i]) * one_minus_b1;
-      const float vi = v[i] + (gi * gi - v[i]) * one_minus_b2;
-      mo[i] = mi;
-      vo[i] = vi;
-      wo[i] = w[i] - mi * alpha / (std::sqrt(vi) + eps);
+      wo[i] = rule(w[i], g0[i], m[i], v[i], mo[i], vo[i]);
+      rounded[i] = round_to_bfloat16_value(wo[i]);
     }
-    return;
+  } else if (rounded == nullptr) {
+    for (size_t i = 0; i < n; ++i) wo[i] = rule(w[i], g0[i] + g1[i], m[i], v[i], mo[i], vo[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      wo[i] = rule(w[i], g0[i] + g1[i], m[i], v[i], mo[i], vo[i]);
+      rounded[i] = round_to_bfloat16_value(wo[i]);
+    }
   }
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float mi = m[i] + (gi - m[i]) * one_minus_b1;
-    const float vi = v[i] + (gi * gi - v[i]) * one_minus_b2;
-    mo[i] = mi;
-    vo[i] = vi;
-    const float wi = w[i] - mi * alpha / (std::sqrt(vi) + eps);
-    wo[i] = wi;
-    rounded[i] = round_to_bfloat16_value(wi);
-  }
+}
+
+AdamRule rule_of(const StepInfo& info) {
+  const auto k = info.constants<AdamConstants>();
+  return {k.alpha, k.one_minus_beta_1, k.one_minus_beta_2, k.epsilon};
 }
 }  // namespace
 
@@ -108,9 +110,21 @@ void Adam::update_step_out(const float* w, const float* g, std::span<const float
     Optimizer::update_step_out(w, g, slots, w_out, slots_out, n, info, rounded);
     return;
   }
-  const auto k = info.constants<AdamConstants>();
-  adam_update_out(w, g, slots[0], slots[1], w_out, slots_out[0], slots_out[1], rounded, n, k.alpha,
-                  k.one_minus_beta_1, k.one_minus_beta_2, k.epsilon);
+  adam_update_out(w, g, nullptr, slots[0], slots[1], w_out, slots_out[0], slots_out[1], rounded, n,
+                  rule_of(info));
+}
+
+void Adam::update_step_sum_out(const float* w, const float* grad_a, const float* grad_b,
+                               float* scratch, std::span<const float* const> slots, float* w_out,
+                               std::span<float* const> slots_out, size_t n, const StepInfo& info,
+                               float* rounded) const {
+  if (o_.amsgrad) {
+    Optimizer::update_step_sum_out(w, grad_a, grad_b, scratch, slots, w_out, slots_out, n, info,
+                                   rounded);
+    return;
+  }
+  adam_update_out(w, grad_a, grad_b, slots[0], slots[1], w_out, slots_out[0], slots_out[1], rounded,
+                  n, rule_of(info));
 }
 
 void Adam::update_step_rounded(float* __restrict w, const float* __restrict g,
@@ -120,22 +134,20 @@ void Adam::update_step_rounded(float* __restrict w, const float* __restrict g,
     Optimizer::update_step_rounded(w, g, slots, n, info, rounded);
     return;
   }
-  const auto k = info.constants<AdamConstants>();
-  adam_update_rounded(w, g, slots[0], slots[1], rounded, n, k.alpha, k.one_minus_beta_1,
-                      k.one_minus_beta_2, k.epsilon);
+  adam_update_rounded(w, g, slots[0], slots[1], rounded, n, rule_of(info));
 }
 
 void Adam::update_step(float* __restrict w, const float* __restrict g,
                        std::span<float* const> slots, size_t n, const StepInfo& info) const {
   float* __restrict m = slots[0];
   float* __restrict v = slots[1];
+  if (!o_.amsgrad) {
+    adam_update(w, g, m, v, n, rule_of(info));
+    return;
+  }
   const auto k = info.constants<AdamConstants>();
   const float alpha = k.alpha, one_minus_b1 = k.one_minus_beta_1, one_minus_b2 = k.one_minus_beta_2,
               eps = k.epsilon;
-  if (!o_.amsgrad) {
-    adam_update(w, g, m, v, n, alpha, one_minus_b1, one_minus_b2, eps);
-    return;
-  }
   float* __restrict vhat = slots[2];
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i];

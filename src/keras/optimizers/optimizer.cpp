@@ -365,6 +365,28 @@ void Optimizer::update_step_out(const float* var, const float* grad,
   }
 }
 
+void Optimizer::update_step_sum_out(const float* var, const float* grad_a, const float* grad_b,
+                                    float* scratch, std::span<const float* const> slots,
+                                    float* var_out, std::span<float* const> slots_out, size_t n,
+                                    const StepInfo& info, float* rounded) const {
+  for (size_t j = 0; j < n; ++j) scratch[j] = grad_a[j] + grad_b[j];
+  update_step_out(var, scratch, slots, var_out, slots_out, n, info, rounded);
+}
+
+void Optimizer::apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a,
+                                 const float* b, float* g, std::span<const float* const> slots,
+                                 float* w_out, std::span<float* const> slots_out, size_t n,
+                                 float* rounded) const {
+  // Clipping, scaling and weight decay act on the summed gradient or the weights before the rule:
+  // those take the sum-then-apply path.
+  if (options_.base.clipvalue || bound_scale_[i] != 1.0f ||
+      decay_[static_cast<size_t>(bound_[i])] != 0) {
+    ElementwiseUpdate::apply_sum_of_two(i, offset, w, a, b, g, slots, w_out, slots_out, n, rounded);
+    return;
+  }
+  update_step_sum_out(w, a, b, g, slots, w_out, slots_out, n, update_info_, rounded);
+}
+
 void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
                       std::span<const float* const> slots, float* w_out,
                       std::span<float* const> slots_out, size_t n, float* rounded) const {

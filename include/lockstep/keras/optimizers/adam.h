@@ -38,6 +38,10 @@ class Adam : public OptimizerImpl<Adam, AdamOptions> {
   void update_step_out(const float* var, const float* grad, std::span<const float* const> slots,
                        float* var_out, std::span<float* const> slots_out, size_t n,
                        const StepInfo& info, float* rounded) const override;
+  void update_step_sum_out(const float* var, const float* grad_a, const float* grad_b,
+                           float* scratch, std::span<const float* const> slots, float* var_out,
+                           std::span<float* const> slots_out, size_t n, const StepInfo& info,
+                           float* rounded) const override;
 };
 
 }  // namespace lockstep::keras::optimizers

@@ -174,6 +174,9 @@ class Optimizer : public distribute::ElementwiseUpdate {
   void apply(size_t i, int64_t offset, const float* w, float* g,
              std::span<const float* const> slots, float* w_out, std::span<float* const> slots_out,
              size_t n, float* rounded) const override;
+  void apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a, const float* b,
+                        float* g, std::span<const float* const> slots, float* w_out,
+                        std::span<float* const> slots_out, size_t n, float* rounded) const override;
   void end_update() override { finish_step(); }
   // The variable's bfloat16-rounded copy (mixed_precision::next_rounded_weights_data) when the
   // policy keeps one, so that the update rewrites it instead of the next forward pass.
@@ -206,6 +209,13 @@ class Optimizer : public distribute::ElementwiseUpdate {
                                std::span<const float* const> slots, float* var_out,
                                std::span<float* const> slots_out, size_t n, const StepInfo& info,
                                float* rounded) const;
+  // update_step_out on grad = grad_a + grad_b (float32, element by element), for a rule that adds
+  // the two as it reads them: the same bits as summing first. `scratch` is n floats the default
+  // sums into before calling update_step_out.
+  virtual void update_step_sum_out(const float* var, const float* grad_a, const float* grad_b,
+                                   float* scratch, std::span<const float* const> slots,
+                                   float* var_out, std::span<float* const> slots_out, size_t n,
+                                   const StepInfo& info, float* rounded) const;
 
   const CommonOptions& common() const { return options_; }
 

@@ -1,0 +1,143 @@
+// The training step's fused path: ElementwiseUpdate::apply_sum_of_two(a, b) must write exactly
+// the bits of apply() on g = a + b (summed here, element by element in float32), for every
+// optimizer and for the options that take the sum-then-apply path (clipping, weight decay).
+// The step relies on it: N replicas on any number of threads give the same weights only if the
+// path a chunk takes does not change its bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lockstep/core/bfloat16.h"
+#include "lockstep/keras/optimizers.h"
+
+namespace lockstep::keras::optimizers {
+namespace {
+
+struct Case {
+  std::string name;
+  std::function<std::unique_ptr<Optimizer>()> make;
+};
+
+std::vector<Case> cases() {
+  return {
+      {"adam", [] { return std::make_unique<Adam>(); }},
+      {"adam_amsgrad", [] { return std::make_unique<Adam>(AdamOptions{.amsgrad = true}); }},
+      {"adam_clipvalue",
+       [] { return std::make_unique<Adam>(AdamOptions{.base = {.clipvalue = 0.01}}); }},
+      {"adamw", [] { return std::make_unique<AdamW>(AdamWOptions{.weight_decay = 0.01}); }},
+      {"sgd_momentum", [] { return std::make_unique<SGD>(SGDOptions{.momentum = 0.9}); }},
+      {"rmsprop", [] { return std::make_unique<RMSprop>(); }},
+      {"adagrad", [] { return std::make_unique<Adagrad>(); }},
+  };
+}
+
+std::vector<float> random_values(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// One update of n elements through apply() on a summed gradient, or through apply_sum_of_two().
+struct Outputs {
+  std::vector<float> w;
+  std::vector<std::vector<float>> slots;
+  std::vector<float> rounded;
+};
+
+Outputs run_update(const Case& c, size_t n, bool fused, bool with_rounded) {
+  std::unique_ptr<Optimizer> opt = c.make();
+  Variable v(Tensor::from_vector(random_values(n, 1.0f, 1), {static_cast<int64_t>(n)}), "w");
+  opt->bind({v});
+  const std::vector<Variable> slot_vars = opt->slot_variables(0);
+  // Slots away from their initial values, as after some steps (Adam's v must stay positive).
+  std::vector<std::vector<float>> slots_in;
+  for (size_t k = 0; k < slot_vars.size(); ++k) {
+    std::vector<float> s = random_values(n, 0.01f, 10 + static_cast<uint32_t>(k));
+    for (float& x : s) x = std::abs(x);
+    slots_in.push_back(s);
+  }
+  const std::vector<float> w = random_values(n, 1.0f, 2);
+  const std::vector<float> a = random_values(n, 0.1f, 3);
+  const std::vector<float> b = random_values(n, 0.1f, 4);
+  opt->begin_update({});
+  Outputs out{std::vector<float>(n), std::vector<std::vector<float>>(slot_vars.size()),
+              std::vector<float>(n)};
+  std::vector<const float*> in_ptrs;
+  std::vector<float*> out_ptrs;
+  for (size_t k = 0; k < slot_vars.size(); ++k) {
+    out.slots[k].resize(n);
+    in_ptrs.push_back(slots_in[k].data());
+    out_ptrs.push_back(out.slots[k].data());
+  }
+  std::vector<float> g(n);
+  float* rounded = with_rounded ? out.rounded.data() : nullptr;
+  if (fused) {
+    opt->apply_sum_of_two(0, 0, w.data(), a.data(), b.data(), g.data(), in_ptrs, out.w.data(),
+                          out_ptrs, n, rounded);
+  } else {
+    for (size_t j = 0; j < n; ++j) g[j] = a[j] + b[j];
+    opt->apply(0, 0, w.data(), g.data(), in_ptrs, out.w.data(), out_ptrs, n, rounded);
+  }
+  opt->end_update();
+  return out;
+}
+
+TEST(OptimizerSumOfTwo, WritesTheBitsOfApplyOnTheSum) {
+  for (const Case& c : cases()) {
+    for (size_t n : {size_t{1}, size_t{13}, size_t{314}, size_t{2049}}) {
+      for (bool with_rounded : {false, true}) {
+        SCOPED_TRACE(c.name + " n=" + std::to_string(n) +
+                     (with_rounded ? " with rounded copy" : ""));
+        const Outputs fused = run_update(c, n, true, with_rounded);
+        const Outputs unfused = run_update(c, n, false, with_rounded);
+        EXPECT_TRUE(same_bits(fused.w, unfused.w));
+        ASSERT_EQ(fused.slots.size(), unfused.slots.size());
+        for (size_t k = 0; k < fused.slots.size(); ++k) {
+          EXPECT_TRUE(same_bits(fused.slots[k], unfused.slots[k])) << "slot " << k;
+        }
+        if (with_rounded) {
+          EXPECT_TRUE(same_bits(fused.rounded, unfused.rounded));
+        }
+      }
+    }
+  }
+}
+
+// The fused result is the rule on the sum: a float64 Adam step on a + b, written here, agrees to
+// float32 rounding (a step on one term alone would miss by ~lr).
+TEST(OptimizerSumOfTwo, AdamFollowsTheRuleOnTheSum) {
+  const size_t n = 257;
+  const Outputs fused = run_update(cases()[0], n, true, false);
+  const std::vector<float> w = random_values(n, 1.0f, 2);
+  const std::vector<float> a = random_values(n, 0.1f, 3);
+  const std::vector<float> b = random_values(n, 0.1f, 4);
+  std::vector<float> m0 = random_values(n, 0.01f, 10), v0 = random_values(n, 0.01f, 11);
+  for (float& x : m0) x = std::abs(x);
+  for (float& x : v0) x = std::abs(x);
+  const double lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-7;
+  const double alpha = lr * std::sqrt(1.0 - b2) / (1.0 - b1);  // step 1
+  for (size_t j = 0; j < n; ++j) {
+    const double g = static_cast<double>(a[j]) + b[j];
+    const double m = m0[j] + (g - m0[j]) * (1.0 - b1);
+    const double v = v0[j] + (g * g - v0[j]) * (1.0 - b2);
+    const double expected = w[j] - m * alpha / (std::sqrt(v) + eps);
+    ASSERT_NEAR(fused.w[j], expected, 1e-6 * (1.0 + std::abs(expected))) << "element " << j;
+    ASSERT_NEAR(fused.slots[0][j], m, 1e-6) << "element " << j;
+    ASSERT_NEAR(fused.slots[1][j], v, 1e-7) << "element " << j;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::keras::optimizers
