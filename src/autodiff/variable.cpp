@@ -148,6 +148,12 @@ const Tensor& Variable::next_value() const {
   return t;
 }
 
+void Variable::swap_next_storage(Tensor& spare) const {
+  next_value();
+  State& s = *state_;
+  s.values[1 - s.cur()].swap_storage(spare);
+}
+
 void Variable::flip_buffers() const {
   next_value();
   State& s = *state_;

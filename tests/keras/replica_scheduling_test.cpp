@@ -58,7 +58,8 @@ std::string bytes_of(const std::vector<Variable>& vars) {
 // Fits 3 epochs of Adam on `strategy` from fixed weights and returns the weights' bytes; `setup`
 // may install hooks (run before fit, with the model's callbacks list to extend).
 std::string fit_bytes(distribute::Strategy& strategy,
-                      std::vector<std::shared_ptr<callbacks::Callback>> cbs = {}) {
+                      std::vector<std::shared_ptr<callbacks::Callback>> cbs = {},
+                      distribute::SyncStats* stats = nullptr) {
   testing::ClassificationData data =
       testing::random_classification(kExamples, kInputs, kClasses, 5);
   Dataset ds = Dataset::from_tensor_slices({data.x, data.y}).batch(kGlobalBatch);
@@ -72,6 +73,7 @@ std::string fit_bytes(distribute::Strategy& strategy,
                  .metrics = {metrics::CategoricalAccuracy()}});
   model.fit(ds, {.epochs = 3, .verbose = 0, .callbacks = cbs});
   EXPECT_EQ(model.optimizer().iterations(), 3 * 4);
+  if (stats != nullptr) *stats = model.gradient_sync_stats();
   return bytes_of(ws);
 }
 
@@ -205,10 +207,15 @@ TEST(ReplicaScheduling, AStalledUpdateBlockIsBackedUpAndItsLateRunChangesNothing
     distribute::Strategy strategy(config(n, 2));
     auto stall = std::make_shared<StallOneThread>(strategy.task_pool(), /*from_step=*/1,
                                                   /*task_kind=*/1);
-    const std::string got = fit_bytes(strategy, {stall});
+    distribute::SyncStats stats;
+    const std::string got = fit_bytes(strategy, {stall}, &stats);
     ASSERT_TRUE(stall->stalled()) << "the helper thread never took a block of the update";
     EXPECT_EQ(stall->released_after_step(), stall->stalled_at_step());
     EXPECT_GE(strategy.task_pool().stats().backup_wins, 1u);
+    // The held run is the block's first run, which writes the next buffers directly: the backup's
+    // result went through the step's spare buffers, and the late first run wrote into the storage
+    // those buffers gave up.
+    EXPECT_GE(stats.backup_publishes, 1u);
     EXPECT_TRUE(got == reference) << n << " replicas: a late run of an update block changed the "
                                   << "weights or the optimizer's slots";
   }

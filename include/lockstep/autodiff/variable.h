@@ -98,6 +98,10 @@ class Variable {
   const Tensor& next_value() const;
   // Makes the next buffer current (and tells the companion).
   void flip_buffers() const;
+  // Exchanges the next buffer's storage with `spare`'s (same shape and dtype): publishes a next
+  // value assembled in `spare` while a late writer may still hold the old next storage, which
+  // `spare` then refers to. FailedPrecondition without enable_next_buffer().
+  void swap_next_storage(Tensor& spare) const;
 
  private:
   struct State;

@@ -55,6 +55,8 @@ struct SyncStats {
                                     // several, else the float32 local buffer
   uint64_t backup_runs = 0;         // backup task runs started (TaskPool), all steps
   uint64_t backup_wins = 0;         // tasks finished first by their backup run
+  uint64_t backup_publishes = 0;    // updates a backup run won a chunk of, published through the
+                                    // step's spare buffers (the first run may still be writing)
 };
 
 // What a replica's run carries besides its gradients (the trainer's loss sums and metrics).
@@ -206,6 +208,11 @@ class ReplicatedStep {
   // that have a gradient for it); returns how many there are, writing at most two to `terms`.
   int chunk_terms(const Chunk& c, const ChunkInputs& in, const float* terms[2]) const;
   void all_reduce_across_workers();
+  // The spare buffers of variable i (allocated on first use) that take a winning backup run's
+  // update; fills `slots` with the slots' spares and returns the weights' spare.
+  float* spare_for_backup(size_t i, std::vector<float*>& slots);
+  // After an update: makes the spares of every variable a backup won a chunk of its next buffers.
+  void publish_backup_updates();
 
   Strategy& strategy_;
   std::vector<Variable> vars_;
@@ -252,6 +259,12 @@ class ReplicatedStep {
   Tensor summed_;                     // the all-reduced sum (several workers, or norms needed)
   std::vector<bfloat16> summed_bf16_;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // per pool thread
+  // Update chunks whose backup run won this update (written by commit, read after the phase),
+  // and per variable the spare weights and slots such a run's result goes to.
+  std::vector<char> won_by_backup_;
+  std::vector<Tensor> spare_w_;
+  std::vector<std::vector<Tensor>> spare_s_;
+  std::mutex spare_mu_;
   size_t max_slots_ = 0;
   bool stream_next_ = false;  // see set_streaming_threshold()
   int64_t chunk_ = kMinChunk;

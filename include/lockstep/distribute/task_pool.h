@@ -108,6 +108,11 @@ class TaskPool {
 
   TaskPoolStats stats() const;
 
+  // True while the calling thread executes a backup run (inside TaskPhase::run). A phase may let a
+  // task's first run write its result straight to a shared destination and give backups private
+  // state, so that the common case — no backup — copies nothing.
+  static bool in_backup_run();
+
  private:
   struct TaskState;
   struct Record;

@@ -144,6 +144,7 @@ struct ReplicatedStep::Scratch {
   std::vector<const float*> slot_in;
   const Chunk* chunk = nullptr;
   bool has_rounded = false;
+  bool direct = false;  // this run wrote the weights and slots straight to the next buffers
 };
 
 class ReplicatedStep::ReplicaPhase : public TaskPhase {
@@ -218,8 +219,19 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
       sc.slot_ptrs[k] = sc.slots[k].data();
     }
     sc.has_rounded = s.next_r_[i] != nullptr;
-    // Out of place, into this thread's scratch: the current values stay as they were, so a
-    // second run of this chunk computes the same bits.
+    // Out of place: the current values stay as they were, so a second run of this chunk computes
+    // the same bits. A task's first run writes the weights and slots straight to their next
+    // buffers; a backup run writes them to this thread's scratch, and if it wins, commit()
+    // publishes them through the step's spare buffers (publish_backup_updates), because the first
+    // run may still be writing the next buffers. The bfloat16 rounding always goes to scratch and
+    // is copied by the winner: it is a quarter of the bytes and keeps that copy single-writer.
+    // Models larger than the caches write through scratch and non-temporal copies instead
+    // (set_streaming_threshold).
+    sc.direct = !s.stream_next_ && !TaskPool::in_backup_run();
+    float* w_out = sc.direct ? s.next_w_[i] + c.offset : sc.w.data();
+    if (sc.direct) {
+      for (size_t k = 0; k < cur_slots.size(); ++k) sc.slot_ptrs[k] = s.next_s_[i][k] + c.offset;
+    }
     const float* w = s.cur_w_[i] + c.offset;
     const std::span<const float* const> slots_in(sc.slot_in.data(), cur_slots.size());
     const std::span<float* const> slots_out(sc.slot_ptrs.data(), cur_slots.size());
@@ -230,7 +242,7 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
       if (count == 2) {
         // Two terms (two local replicas, or one and the accumulator): the rule adds them as it
         // reads them, one pass instead of a sum pass and an update pass.
-        s.update_.apply_sum_of_two(i, c.offset, w, terms[0], terms[1], g, slots_in, sc.w.data(),
+        s.update_.apply_sum_of_two(i, c.offset, w, terms[0], terms[1], g, slots_in, w_out,
                                    slots_out, n, rounded);
         return &sc;
       }
@@ -242,11 +254,11 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
         s.sum_chunk(c, in, g);
       }
     }
-    s.update_.apply(i, c.offset, w, g, slots_in, sc.w.data(), slots_out, n, rounded);
+    s.update_.apply(i, c.offset, w, g, slots_in, w_out, slots_out, n, rounded);
     return &sc;
   }
 
-  void commit(int, void* result) override {
+  void commit(int task, void* result) override {
     ReplicatedStep& s = step_;
     const Scratch& sc = *static_cast<Scratch*>(result);
     const Chunk& c = *sc.chunk;
@@ -264,11 +276,19 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     }
     const size_t i = c.var;
     const size_t n = static_cast<size_t>(c.n);
-    const bool streaming = s.stream_next_;
-    copy_next(s.next_w_[i] + c.offset, sc.w.data(), n, streaming);
-    for (size_t k = 0; k < s.next_s_[i].size(); ++k)
-      copy_next(s.next_s_[i][k] + c.offset, sc.slots[k].data(), n, streaming);
     if (sc.has_rounded) std::memcpy(s.next_r_[i] + c.offset, sc.rounded.data(), bytes);
+    if (sc.direct) return;  // the weights and slots are in place already
+    const bool streaming = s.stream_next_;
+    float* w_dst = s.next_w_[i];
+    std::vector<float*> slot_dst = s.next_s_[i];
+    if (!streaming) {
+      // A backup won: the chunk's first run may still be writing the next buffers.
+      w_dst = s.spare_for_backup(i, slot_dst);
+      s.won_by_backup_[static_cast<size_t>(task)] = 1;
+    }
+    copy_next(w_dst + c.offset, sc.w.data(), n, streaming);
+    for (size_t k = 0; k < slot_dst.size(); ++k)
+      copy_next(slot_dst[k] + c.offset, sc.slots[k].data(), n, streaming);
 #if defined(__x86_64__) || defined(__i386__)
     // Non-temporal stores are weakly ordered: they must be visible before the pool publishes the
     // commit (a release) and another thread reads the next buffers.
@@ -327,6 +347,9 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
     const size_t written = static_cast<size_t>(total_) * sizeof(float) * (1 + max_slots_);
     stream_next_ = written > streaming_threshold();
   }
+  won_by_backup_.assign(chunks_.size(), 0);
+  spare_w_.resize(vars_.size());
+  spare_s_.resize(vars_.size());
   accumulator_[0] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
   accumulator_[1] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
   make_buckets();
@@ -614,6 +637,46 @@ const float* ReplicatedStep::sole_gradient(const Chunk& c, const ChunkInputs& in
   return only;
 }
 
+float* ReplicatedStep::spare_for_backup(size_t i, std::vector<float*>& slots) {
+  std::lock_guard lock(spare_mu_);
+  if (!spare_w_[i].defined()) {
+    spare_w_[i] = Tensor(vars_[i].shape(), DType::float32);
+    for (const Variable& sv : slots_[i]) spare_s_[i].emplace_back(sv.shape(), DType::float32);
+  }
+  for (size_t k = 0; k < slots.size(); ++k) slots[k] = spare_s_[i][k].data<float>();
+  return spare_w_[i].data<float>();
+}
+
+void ReplicatedStep::publish_backup_updates() {
+  if (std::find(won_by_backup_.begin(), won_by_backup_.end(), 1) == won_by_backup_.end()) return;
+  // Per variable with a chunk a backup won: its spare buffers get the chunks the first runs
+  // wrote (complete: each committed), then become the next buffers; the old next storage, where a
+  // losing first run may still be writing, becomes the spare. It is written again only after
+  // that run has ended (run() waits for the runs of earlier steps before any update).
+  const size_t bytes_per = sizeof(float);
+  for (size_t c = 0; c < chunks_.size();) {
+    const size_t i = chunks_[c].var;
+    size_t end = c;
+    bool won = false;
+    for (; end < chunks_.size() && chunks_[end].var == i; ++end) won = won || won_by_backup_[end];
+    if (won) {
+      for (size_t k = c; k < end; ++k) {
+        if (won_by_backup_[k]) continue;
+        const Chunk& ck = chunks_[k];
+        const size_t bytes = static_cast<size_t>(ck.n) * bytes_per;
+        std::memcpy(spare_w_[i].data<float>() + ck.offset, next_w_[i] + ck.offset, bytes);
+        for (size_t j = 0; j < next_s_[i].size(); ++j)
+          std::memcpy(spare_s_[i][j].data<float>() + ck.offset, next_s_[i][j] + ck.offset, bytes);
+      }
+      vars_[i].swap_next_storage(spare_w_[i]);
+      for (size_t j = 0; j < slots_[i].size(); ++j) slots_[i][j].swap_next_storage(spare_s_[i][j]);
+    }
+    c = end;
+  }
+  std::fill(won_by_backup_.begin(), won_by_backup_.end(), 0);
+  ++stats_.backup_publishes;
+}
+
 int ReplicatedStep::chunk_terms(const Chunk& c, const ChunkInputs& in,
                                 const float* terms[2]) const {
   int count = 0;
@@ -769,6 +832,7 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
       update_.begin_update({});
       run_chunks(ChunkMode::apply);
     }
+    publish_backup_updates();
     for (size_t i = 0; i < vars_.size(); ++i) {
       vars_[i].flip_buffers();
       for (const Variable& sv : slots_[i]) sv.flip_buffers();
