@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,14 +20,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Large hosts have more cpus than a static cpu_set_t holds (1024), so grow until the kernel
-// accepts the size.
-std::vector<int> thread_affinity() {
+// The affinity mask of thread `tid` (0: the caller). Large hosts have more cpus than a static
+// cpu_set_t holds (1024), so grow until the kernel accepts the size.
+std::vector<int> thread_affinity(pid_t tid = 0) {
   for (int ncpus = 1024; ncpus <= (1 << 20); ncpus *= 2) {
     cpu_set_t* set = CPU_ALLOC(ncpus);
     const size_t bytes = CPU_ALLOC_SIZE(ncpus);
     CPU_ZERO_S(bytes, set);
-    if (sched_getaffinity(0, bytes, set) == 0) {
+    if (sched_getaffinity(tid, bytes, set) == 0) {
       std::vector<int> cores;
       for (int cpu = 0; cpu < ncpus; ++cpu) {
         if (CPU_ISSET_S(cpu, bytes, set)) cores.push_back(cpu);
@@ -189,6 +190,10 @@ bool pin_current_thread(const std::vector<int>& cores) {
     return false;
   }
   return true;
+}
+
+bool use_process_cores() {
+  return pin_current_thread(thread_affinity(getpid()));
 }
 
 }  // namespace lockstep

@@ -60,6 +60,25 @@ TEST(PinCurrentThread, RestrictsTheThreadAndAvailableCoresFollows) {
   EXPECT_EQ(seen, std::vector<int>{last_core});
 }
 
+TEST(UseProcessCores, UnpinsAThreadStartedFromAPinnedOne) {
+  const std::vector<int> process = available_cores();
+  std::vector<int> inherited, after;
+  bool unpinned = false;
+  std::thread([&] {
+    ASSERT_TRUE(pin_current_thread({process.front()}));
+    // A thread started here inherits the one-core mask, as a communication thread started from a
+    // pinned replica thread would.
+    std::thread([&] {
+      inherited = available_cores();
+      unpinned = use_process_cores();
+      after = available_cores();
+    }).join();
+  }).join();
+  EXPECT_EQ(inherited, std::vector<int>{process.front()});
+  EXPECT_TRUE(unpinned);
+  EXPECT_EQ(after, process);
+}
+
 TEST(PinCurrentThread, WarnsInsteadOfFailingOnAnImpossibleMask) {
   bool pinned = true;
   testing::internal::CaptureStderr();

@@ -3,7 +3,7 @@
 // affinity mask cut by a CPU quota), and pinning a thread to some of them. Cluster resolvers size
 // the replica set with available_cores(); the strategy's thread pools, the shared-memory
 // collectives and parallel map size themselves with available_core_count(); pool threads pin
-// themselves with pin_current_thread().
+// themselves with pin_current_thread(), and helper threads unpin with use_process_cores().
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -32,5 +32,10 @@ std::optional<int> cgroup_cpu_limit(const std::filesystem::path& cgroup_root = k
 // Failure (an id outside the mask the OS allows) prints a warning to stderr and returns false:
 // an unpinned replica is slower, not wrong.
 bool pin_current_thread(const std::vector<int>& cores);
+
+// Lets the calling thread run on every cpu the process may use (the main thread's mask, whose id
+// is the pid): for a helper thread started from a pinned thread, which would otherwise inherit
+// that one core and compete with the work it should overlap. False as pin_current_thread.
+bool use_process_cores();
 
 }  // namespace lockstep

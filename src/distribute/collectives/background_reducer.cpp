@@ -1,28 +1,11 @@
 #include "lockstep/distribute/background_reducer.h"
 
-#include <pthread.h>
-#include <sched.h>
-#include <unistd.h>
-
 #include "lockstep/core/check.h"
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
 
 namespace lockstep::distribute {
-namespace {
-
-// The caller is often a replica thread pinned to one core; the communication thread would
-// inherit that mask and then compete with the very computation it should overlap. Give it the
-// process's mask (the main thread's, whose id is the pid) instead.
-void use_process_affinity() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(getpid(), sizeof set, &set) == 0) {
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-  }
-}
-
-}  // namespace
 
 BackgroundReducer::BackgroundReducer(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {
   LOCKSTEP_CHECK(comm_, "BackgroundReducer: the communicator is null");
@@ -67,7 +50,9 @@ uint64_t BackgroundReducer::completed() const {
 }
 
 void BackgroundReducer::loop() {
-  use_process_affinity();
+  // Started from a thread that may be pinned to one core: without this it would inherit that
+  // core and compete with the very computation it overlaps.
+  use_process_cores();
   profiler::set_thread_label("communication");
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
