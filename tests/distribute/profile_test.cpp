@@ -347,7 +347,7 @@ TEST(ProfileTaskPool, MarksBackupRunsAndTheCallersWait) {
   std::mutex mu;
   std::condition_variable cv;
   bool helper_stalled = false, release = false;
-  pool.set_run_hook([&](int, int, int thread, bool backup) {
+  pool.set_run_hook([&](int, int, int thread, bool backup, uint64_t) {
     std::unique_lock lock(mu);
     if (backup) return;
     if (thread != 0 && !helper_stalled) {

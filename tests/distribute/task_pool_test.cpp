@@ -82,7 +82,7 @@ TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
   std::condition_variable cv;
   bool helper_stalled = false, release = false;
   int stalled_task = -1;
-  pool.set_run_hook([&](int, int task, int thread, bool backup) {
+  pool.set_run_hook([&](int, int task, int thread, bool backup, uint64_t) {
     std::unique_lock lock(mu);
     if (backup) return;
     if (thread != 0 && stalled_task < 0) {

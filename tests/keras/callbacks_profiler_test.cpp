@@ -168,7 +168,7 @@ std::map<std::pair<int, int>, std::string> thread_names(const nlohmann::json& tr
 class OneReplicaPerThread {
  public:
   explicit OneReplicaPerThread(distribute::TaskPool& pool) : pool_(pool) {
-    pool_.set_run_hook([this](int kind, int, int, bool backup) {
+    pool_.set_run_hook([this](int kind, int, int, bool backup, uint64_t) {
       if (kind != 0 || backup) return;
       std::unique_lock lock(mu_);
       const int64_t round = arrived_++ / 3;

@@ -131,7 +131,7 @@ TEST_P(PerReplicaInput, InfinitePipelinesPulledOnTheReplicasMatchOneReplica) {
   pulled_on.clear();
   // The threads that run replica tasks (the training step's pool, the calling thread included).
   std::set<std::thread::id> task_threads;
-  many.task_pool().set_run_hook([&](int kind, int, int, bool) {
+  many.task_pool().set_run_hook([&](int kind, int, int, bool, uint64_t) {
     std::lock_guard lock(mu);
     if (kind == 0) task_threads.insert(std::this_thread::get_id());
   });

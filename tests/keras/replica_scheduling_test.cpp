@@ -133,9 +133,14 @@ class StallOneThread : public callbacks::Callback {
  public:
   StallOneThread(distribute::TaskPool& pool, int from_step, int task_kind = 0)
       : pool_(pool), from_step_(from_step) {
-    pool_.set_run_hook([this, task_kind](int kind, int, int thread, bool backup) {
+    pool_.set_run_hook([this, task_kind](int kind, int, int thread, bool backup, uint64_t phase) {
       std::unique_lock lock(mu_);
-      if (kind != task_kind || backup || stalled_ || step_ < from_step_) return;
+      // Only a run of the current step's phases: a thread that reaches a task of an earlier step
+      // late (its phase finished by a backup) must not be held, or the next step, which waits for
+      // such runs before its update, would wait for the release at its own end.
+      if (kind != task_kind || backup || stalled_ || step_ < from_step_ ||
+          phase < step_first_phase_)
+        return;
       if (thread == 0) {
         // The calling thread waits until a helper holds a task of this kind and step, so that
         // one is held whatever the order in which the threads woke up.
@@ -152,6 +157,7 @@ class StallOneThread : public callbacks::Callback {
   void on_train_batch_begin(int64_t batch, const callbacks::Logs&) override {
     std::lock_guard lock(mu_);
     step_ = batch;
+    step_first_phase_ = pool_.stats().phases + 1;  // read on the thread that runs the phases
   }
   void on_train_batch_end(int64_t, const callbacks::Logs&) override {
     std::lock_guard lock(mu_);
@@ -180,6 +186,7 @@ class StallOneThread : public callbacks::Callback {
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t step_ = -1, stalled_at_step_ = -1, released_after_step_ = -1;
+  uint64_t step_first_phase_ = 0;
   bool stalled_ = false, released_ = false;
 };
 

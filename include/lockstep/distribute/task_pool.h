@@ -101,9 +101,12 @@ class TaskPool {
   void wait_for_runs_before(uint64_t sequence);
 
   // Test hook, called at the start of every run before any of its work, on the running thread:
-  // hook(kind, task, thread, is_backup). A hook may block (e.g. to stall one thread at a chosen
-  // task and show that the phase completes through the backup); it must not call run().
-  using RunHook = std::function<void(int kind, int task, int thread, bool backup)>;
+  // hook(kind, task, thread, is_backup, phase), `phase` being the sequence number run() returns
+  // for the task's phase. A hook may block (e.g. to stall one thread at a chosen task and show
+  // that the phase completes through the backup); it must not call run(). A thread can reach the
+  // hook late — after its task's phase was completed by a backup and later phases began — so a
+  // hook that stalls "from step k on" must compare `phase`, not the step the caller is in.
+  using RunHook = std::function<void(int kind, int task, int thread, bool backup, uint64_t phase)>;
   void set_run_hook(RunHook hook);
 
   TaskPoolStats stats() const;

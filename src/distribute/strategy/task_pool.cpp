@@ -361,7 +361,7 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
       std::lock_guard lock(hook_mu_);
       hook = hook_;
     }
-    if (hook) hook(rec.kind, task, thread, backup);
+    if (hook) hook(rec.kind, task, thread, backup, rec.sequence.load(std::memory_order_acquire));
   }
   ScopedFlushDenormal flush;
   profiler::BackupRunScope backup_run(backup);
