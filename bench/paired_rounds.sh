@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Paired rounds of two `lockstep` binaries (or one binary against itself), alternated A B A B ...
+# so that the machine's drift hits both alike: prints each round's median µs per step over the
+# steady epochs (2..E) and the per-round ratio A/B; the median of those ratios is the figure
+# (B faster when > 1). Extra arguments go to `lockstep train`.
+#   bench/paired_rounds.sh ROUNDS EPOCHS OLD_LOCKSTEP NEW_LOCKSTEP [train args...]
+set -euo pipefail
+(($# >= 4)) || { echo "usage: $0 ROUNDS EPOCHS BINARY_A BINARY_B [train args...]" >&2; exit 2; }
+rounds=$1 epochs=$2 a=$3 b=$4
+shift 4
+step_us() {
+  "$1" train --epochs "$epochs" --verbose 2 "${@:2}" 2>&1 | grep -oE "[0-9]+(us|ms)/step" |
+    tail -n +2 | awk '/ms/ {sub("ms/step", ""); print $1 * 1000; next} {sub("us/step", ""); print $1}' |
+    sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+}
+for ((r = 1; r <= rounds; ++r)); do
+  echo "$r $(step_us "$a" "$@") $(step_us "$b" "$@")"
+done | awk '{r = $2 / $3; printf "round %d: A %s us/step, B %s us/step, A/B %.3f\n", $1, $2, $3, r; x[NR] = r}
+  END {for (i = 1; i <= NR; ++i) for (j = i + 1; j <= NR; ++j) if (x[j] < x[i]) {t = x[i]; x[i] = x[j]; x[j] = t}
+       m = (NR % 2) ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2
+       printf "median A/B over %d rounds: %.3f (B faster when > 1)\n", NR, m}'
