@@ -184,6 +184,16 @@ Tensor div_forward(const Tensor& a, const Tensor& b) {
   return binary<Binary::div>(a, b, "div");
 }
 
+LOCKSTEP_TARGET_CLONES void add_into(float* __restrict dst, const float* __restrict src,
+                                     int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+LOCKSTEP_TARGET_CLONES void sum_into(float* __restrict out, const float* __restrict a,
+                                     const float* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
 void add_into(const Tensor& dst, const Tensor& src) {
   in_place<Binary::add>(dst, src, "add_into");
 }

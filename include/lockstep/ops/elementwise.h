@@ -53,9 +53,12 @@ Tensor scale(const Tensor& x, double c);
 // one elementwise add-into of the library: other code calls these instead of writing the loop.
 void add_into(const Tensor& dst, const Tensor& src);
 void sub_into(const Tensor& dst, const Tensor& src);
-// The float32 loop itself, for callers that hold raw buffers (the training step's chunk sums).
-inline void add_into(float* __restrict dst, const float* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
+// The float32 loops themselves, for callers that hold raw buffers (the training step's chunk
+// sums, an optimizer's sum of two gradients): dst[i] += src[i], and out[i] = a[i] + b[i]. Built for
+// AVX-512 and the baseline; one float32 add per element either way, so the bits do not depend on
+// the CPU.
+void add_into(float* __restrict dst, const float* __restrict src, int64_t n);
+void sum_into(float* __restrict out, const float* __restrict a, const float* __restrict b,
+              int64_t n);
 
 }  // namespace lockstep::ops

@@ -55,16 +55,6 @@ void copy_next(float* dst, const float* src, size_t n, bool streaming) {
 
 std::atomic<size_t> g_streaming_threshold{size_t{16} << 20};
 
-// The sum's loops, built for AVX-512 too (the library targets baseline x86-64): out = a + b in one
-// pass instead of a copy and an add, then out += c for each further replica.
-LOCKSTEP_TARGET_CLONES void add_two(float* __restrict out, const float* __restrict a,
-                                    const float* __restrict b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-}
-LOCKSTEP_TARGET_CLONES void add_one(float* __restrict out, const float* __restrict a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] += a[i];
-}
-
 }  // namespace
 
 // ---- ReplicaRun
@@ -698,9 +688,9 @@ void ReplicatedStep::sum_chunk(const Chunk& c, const ChunkInputs& in, float* out
   bool summed = false;
   auto term = [&](const float* t) {
     if (summed) {
-      add_one(out, t, c.n);
+      ops::add_into(out, t, c.n);
     } else if (first != nullptr) {
-      add_two(out, first, t, c.n);
+      ops::sum_into(out, first, t, c.n);
       summed = true;
     } else {
       first = t;

@@ -9,6 +9,7 @@
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/keras/mixed_precision.h"
+#include "lockstep/ops/elementwise.h"
 
 namespace lockstep::keras::optimizers {
 
@@ -369,7 +370,7 @@ void Optimizer::update_step_sum_out(const float* var, const float* grad_a, const
                                     float* scratch, std::span<const float* const> slots,
                                     float* var_out, std::span<float* const> slots_out, size_t n,
                                     const StepInfo& info, float* rounded) const {
-  for (size_t j = 0; j < n; ++j) scratch[j] = grad_a[j] + grad_b[j];
+  ops::sum_into(scratch, grad_a, grad_b, static_cast<int64_t>(n));
   update_step_out(var, scratch, slots, var_out, slots_out, n, info, rounded);
 }
 
