@@ -208,9 +208,9 @@ class ReplicatedStep {
   // that have a gradient for it); returns how many there are, writing at most two to `terms`.
   int chunk_terms(const Chunk& c, const ChunkInputs& in, const float* terms[2]) const;
   void all_reduce_across_workers();
-  // The spare buffers of variable i (allocated on first use) that take a winning backup run's
-  // update; fills `slots` with the slots' spares and returns the weights' spare.
-  float* spare_for_backup(size_t i, std::vector<float*>& slots);
+  // Allocates variable i's spare buffers (weights and slots), which take a winning backup run's
+  // update, unless they exist; safe from concurrent commits.
+  void allocate_spares(size_t i);
   // After an update: makes the spares of every variable a backup won a chunk of its next buffers.
   void publish_backup_updates();
 

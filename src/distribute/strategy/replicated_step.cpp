@@ -269,16 +269,19 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
     if (sc.has_rounded) std::memcpy(s.next_r_[i] + c.offset, sc.rounded.data(), bytes);
     if (sc.direct) return;  // the weights and slots are in place already
     const bool streaming = s.stream_next_;
-    float* w_dst = s.next_w_[i];
-    std::vector<float*> slot_dst = s.next_s_[i];
-    if (!streaming) {
-      // A backup won: the chunk's first run may still be writing the next buffers.
-      w_dst = s.spare_for_backup(i, slot_dst);
+    // Without streaming only a backup writes scratch, and it won: the chunk's first run may still
+    // be writing the next buffers, so the result goes to the spares.
+    const bool to_spare = !streaming;
+    if (to_spare) {
+      s.allocate_spares(i);
       s.won_by_backup_[static_cast<size_t>(task)] = 1;
     }
+    float* w_dst = to_spare ? s.spare_w_[i].data<float>() : s.next_w_[i];
     copy_next(w_dst + c.offset, sc.w.data(), n, streaming);
-    for (size_t k = 0; k < slot_dst.size(); ++k)
-      copy_next(slot_dst[k] + c.offset, sc.slots[k].data(), n, streaming);
+    for (size_t k = 0; k < s.next_s_[i].size(); ++k) {
+      float* dst = to_spare ? s.spare_s_[i][k].data<float>() : s.next_s_[i][k];
+      copy_next(dst + c.offset, sc.slots[k].data(), n, streaming);
+    }
 #if defined(__x86_64__) || defined(__i386__)
     // Non-temporal stores are weakly ordered: they must be visible before the pool publishes the
     // commit (a release) and another thread reads the next buffers.
@@ -627,14 +630,11 @@ const float* ReplicatedStep::sole_gradient(const Chunk& c, const ChunkInputs& in
   return only;
 }
 
-float* ReplicatedStep::spare_for_backup(size_t i, std::vector<float*>& slots) {
+void ReplicatedStep::allocate_spares(size_t i) {
   std::lock_guard lock(spare_mu_);
-  if (!spare_w_[i].defined()) {
-    spare_w_[i] = Tensor(vars_[i].shape(), DType::float32);
-    for (const Variable& sv : slots_[i]) spare_s_[i].emplace_back(sv.shape(), DType::float32);
-  }
-  for (size_t k = 0; k < slots.size(); ++k) slots[k] = spare_s_[i][k].data<float>();
-  return spare_w_[i].data<float>();
+  if (spare_w_[i].defined()) return;
+  spare_w_[i] = Tensor(vars_[i].shape(), DType::float32);
+  for (const Variable& sv : slots_[i]) spare_s_[i].emplace_back(sv.shape(), DType::float32);
 }
 
 void ReplicatedStep::publish_backup_updates() {
@@ -643,7 +643,6 @@ void ReplicatedStep::publish_backup_updates() {
   // wrote (complete: each committed), then become the next buffers; the old next storage, where a
   // losing first run may still be writing, becomes the spare. It is written again only after
   // that run has ended (run() waits for the runs of earlier steps before any update).
-  const size_t bytes_per = sizeof(float);
   for (size_t c = 0; c < chunks_.size();) {
     const size_t i = chunks_[c].var;
     size_t end = c;
@@ -653,7 +652,7 @@ void ReplicatedStep::publish_backup_updates() {
       for (size_t k = c; k < end; ++k) {
         if (won_by_backup_[k]) continue;
         const Chunk& ck = chunks_[k];
-        const size_t bytes = static_cast<size_t>(ck.n) * bytes_per;
+        const size_t bytes = static_cast<size_t>(ck.n) * sizeof(float);
         std::memcpy(spare_w_[i].data<float>() + ck.offset, next_w_[i] + ck.offset, bytes);
         for (size_t j = 0; j < next_s_[i].size(); ++j)
           std::memcpy(spare_s_[i][j].data<float>() + ck.offset, next_s_[i][j] + ck.offset, bytes);
