@@ -38,7 +38,7 @@ const std::vector<ModelChoice>& model_choices() {
       {"mlp", "the seed model, 784-128-10", mlp},
       {"wide", "784-2048-2048-10", wide},
       {"conv", "a small convnet", conv},
-      {"vit", "a vision transformer: 4x4 patches, width 64, 4 heads, 4 blocks", vit},
+      {"vit", "a vision transformer: 4x4 patches, width 64, 4 heads, 4 blocks", vit, "cosine"},
   };
   return choices;
 }
@@ -59,18 +59,22 @@ std::string model_help() {
   return out;
 }
 
-std::vector<keras::LayerArg> build_model_layers(const std::string& name) {
+const ModelChoice& model_choice(const std::string& name) {
   for (const ModelChoice& m : model_choices()) {
-    if (m.name != name) continue;
-    std::vector<keras::LayerArg> layers = {keras::Input({784}, DType::uint8),
-                                           keras::layers::Rescaling(1.0 / 255)};
-    for (keras::LayerArg& layer : m.hidden_layers()) layers.push_back(std::move(layer));
-    // The output layer stays float32 under mixed precision (Keras' idiom for softmax outputs).
-    layers.push_back(
-        keras::layers::Dense({.units = 10, .activation = "softmax", .dtype = "float32"}));
-    return layers;
+    if (m.name == name) return m;
   }
   throw InvalidArgument("--model: expected " + model_help() + ". Received: '" + name + "'.");
+}
+
+std::vector<keras::LayerArg> build_model_layers(const std::string& name) {
+  const ModelChoice& m = model_choice(name);
+  std::vector<keras::LayerArg> layers = {keras::Input({784}, DType::uint8),
+                                         keras::layers::Rescaling(1.0 / 255)};
+  for (keras::LayerArg& layer : m.hidden_layers()) layers.push_back(std::move(layer));
+  // The output layer stays float32 under mixed precision (Keras' idiom for softmax outputs).
+  layers.push_back(
+      keras::layers::Dense({.units = 10, .activation = "softmax", .dtype = "float32"}));
+  return layers;
 }
 
 }  // namespace lockstep::apps

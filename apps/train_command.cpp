@@ -35,6 +35,8 @@ struct TrainArgs {
   int replicas = 0;
   int steps_per_execution = 1;
   std::string model = "mlp";
+  double learning_rate = 0.001;            // Adam's default
+  std::string learning_rate_schedule;      // constant or cosine; empty: the model's (models.h)
   std::string gradient_dtype = "float32";  // across workers (MPI); replicas of one process: float32
   int64_t bytes_per_pack = 0;              // gradient bucket size across workers; 0: 25 MiB
   std::string input_pipeline = "auto";     // global, per-replica, or auto (see add_train_command)
@@ -189,10 +191,27 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
               << " thread(s); a task held by a slow thread is re-run on an idle one\n";
   }
 
+  // The schedule runs over every step of this run: a run resumed by BackupAndRestore continues on
+  // the same curve, since a schedule reads the optimizer's restored iteration count.
+  const std::string schedule = a.learning_rate_schedule.empty()
+                                   ? model_choice(a.model).learning_rate_schedule
+                                   : a.learning_rate_schedule;
+  keras::optimizers::LearningRate learning_rate = a.learning_rate;
+  if (schedule == "cosine") {
+    learning_rate = std::make_shared<keras::optimizers::schedules::CosineDecay>(
+        keras::optimizers::schedules::CosineDecayOptions{.initial_learning_rate = a.learning_rate,
+                                                         .decay_steps = steps * a.epochs});
+  }
+  if (a.verbose > 0) {
+    std::cout << "optimizer: Adam, learning rate " << a.learning_rate;
+    if (schedule == "cosine") std::cout << " decayed to 0 over " << steps * a.epochs << " steps";
+    std::cout << "\n";
+  }
+
   auto scope = strategy.scope();
   keras::Sequential model(build_model_layers(a.model));
   if (!a.load_weights.empty()) model.load_weights(a.load_weights);
-  model.compile({.optimizer = keras::optimizers::Adam(),
+  model.compile({.optimizer = keras::optimizers::Adam({.learning_rate = learning_rate}),
                  .loss = keras::losses::CategoricalCrossentropy(),
                  .metrics = {keras::metrics::CategoricalAccuracy()},
                  .steps_per_execution = a.steps_per_execution});
@@ -298,6 +317,12 @@ std::function<int()> add_train_command(CLI::App& app) {
   add_integer_option(*cmd, "--steps-per-execution", a->steps_per_execution,
                      "Steps each replica runs per dispatch", 1);
   cmd->add_option("--model", a->model, model_help())->check(CLI::IsMember(model_names()));
+  cmd->add_option("--learning-rate", a->learning_rate, "Adam's (initial) learning rate")
+      ->check(number_at_least("--learning-rate", 0));
+  cmd->add_option("--learning-rate-schedule", a->learning_rate_schedule,
+                  "constant, or cosine (CosineDecay to 0 over all the steps of the run); "
+                  "default: cosine for vit, constant for the other models")
+      ->check(CLI::IsMember({"constant", "cosine"}));
   cmd->add_option("--gradient-dtype", a->gradient_dtype,
                   "Multi-worker: dtype gradients cross workers in; bfloat16 halves the bytes "
                   "(docs/distributed.md)")

@@ -42,6 +42,7 @@ expect_line "lockstep: --timeout must be ≥ 0, got -1" train --timeout -1
 expect_line "lockstep: --timeout must be a number ≥ 0, got 'soon'" train --timeout soon
 expect_line "lockstep: --timeout must be a number ≥ 0, got 'nan'" train --timeout nan
 expect_line "lockstep: --seed must be ≥ 0, got -1" train --seed -1
+expect_line "lockstep: --learning-rate must be ≥ 0, got -0.1" train --learning-rate -0.1
 expect_line "lockstep: --seed must be ≤ 18446744073709551615, got 18446744073709551616" \
   train --seed 18446744073709551616
 

@@ -69,5 +69,27 @@ for pipeline in global per-replica; do
 done
 expect_error "input-pipeline" train --input-pipeline sideways --verbose 0
 
+# --learning-rate-schedule: cosine decays over every step of the run (it says so), and changes the
+# trained weights against a constant rate from the same start; vit takes cosine unless told.
+checks=$((checks + 1))
+for schedule in constant cosine; do
+  "$lockstep" train --epochs 2 --steps-per-epoch 3 --replicas 2 --learning-rate 0.01 \
+    --learning-rate-schedule "$schedule" --save-weights "$tmp/$schedule.safetensors" \
+    >"$tmp/$schedule.out" 2>&1 || fail "--learning-rate-schedule $schedule exited non-zero"
+done
+grep -qF "optimizer: Adam, learning rate 0.01 decayed to 0 over 6 steps" "$tmp/cosine.out" ||
+  fail "cosine: the run does not name its schedule: $(grep optimizer "$tmp/cosine.out")"
+grep -qxF "optimizer: Adam, learning rate 0.01" "$tmp/constant.out" ||
+  fail "constant: the run does not name its rate: $(grep optimizer "$tmp/constant.out")"
+if cmp -s "$tmp/constant.safetensors" "$tmp/cosine.safetensors"; then
+  fail "the cosine schedule trained the same weights as a constant rate"
+fi
+checks=$((checks + 1))
+"$lockstep" train --model vit --epochs 1 --steps-per-epoch 2 --global-batch-size 16 \
+  >"$tmp/vit.out" 2>&1 || fail "vit exited non-zero: $(tail -3 "$tmp/vit.out")"
+grep -qF "decayed to 0 over 2 steps" "$tmp/vit.out" ||
+  fail "vit does not default to the cosine schedule: $(grep optimizer "$tmp/vit.out")"
+expect_error "--learning-rate-schedule" train --learning-rate-schedule linear --verbose 0
+
 echo "$((checks - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]
