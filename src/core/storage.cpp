@@ -1,6 +1,7 @@
 #include "lockstep/core/storage.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -10,13 +11,25 @@
 namespace lockstep {
 namespace {
 
-// Past this many cached bytes, freed blocks go back to the system instead of the pool.
+// Past this many cached bytes (the shared pool and every thread's cache), freed blocks go back to
+// the system instead of a cache.
 constexpr size_t kMaxCachedBytes = size_t{2} << 30;
+// Each thread keeps up to this many bytes of the blocks it freed, in blocks of at most
+// kMaxThreadBlockBytes, for its own next allocations (see ThreadCache).
+constexpr size_t kMaxThreadCacheBytes = size_t{64} << 20;
+constexpr size_t kMaxThreadBlockBytes = size_t{16} << 20;
+
+using FreeLists = std::unordered_map<size_t, std::vector<void*>>;
+
+struct Stats {
+  std::atomic<uint64_t> system_allocations{0}, pool_hits{0};
+  std::atomic<size_t> cached_bytes{0}, live_bytes{0}, peak_live_bytes{0};
+};
 
 struct Pool {
   std::mutex mu;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;
-  StoragePoolStats stats;
+  FreeLists free_blocks;  // guarded by mu
+  Stats stats;
 };
 
 Pool& pool() {
@@ -25,67 +38,133 @@ Pool& pool() {
   return *p;
 }
 
+// A thread's own free blocks, taken before the shared pool's. A training step allocates the same
+// sizes on every thread at once (each replica's activations and gradients); from one shared list a
+// thread would often get a block another core wrote last, whose lines sit modified in that core's
+// cache, and every write to it would first fetch them across. From its own list a thread gets
+// back what it freed itself, still in its own cache, without the shared lock.
+struct ThreadCache {
+  FreeLists free_blocks;
+  size_t bytes = 0;
+  ~ThreadCache();
+};
+
+// The cache's life on this thread: a thread that frees tensors while its thread_local objects are
+// destroyed must not touch the cache after its destructor ran. Trivially destructible, so it can
+// still be read then.
+enum class CacheState : unsigned char { unused, alive, destroyed };
+thread_local CacheState t_cache_state = CacheState::unused;
+
+ThreadCache* thread_cache() {
+  if (t_cache_state == CacheState::destroyed) return nullptr;
+  thread_local ThreadCache cache;
+  t_cache_state = CacheState::alive;
+  return &cache;
+}
+
+ThreadCache::~ThreadCache() {
+  t_cache_state = CacheState::destroyed;
+  Pool& p = pool();
+  std::lock_guard lock(p.mu);
+  for (auto& [bytes, blocks] : free_blocks) {
+    auto& shared = p.free_blocks[bytes];
+    shared.insert(shared.end(), blocks.begin(), blocks.end());
+  }
+}
+
+void* take(FreeLists& lists, size_t bytes) {
+  auto it = lists.find(bytes);
+  if (it == lists.end() || it->second.empty()) return nullptr;
+  void* block = it->second.back();
+  it->second.pop_back();
+  return block;
+}
+
 size_t block_bytes(size_t nbytes) {
   size_t payload = (nbytes + Storage::kAlignment - 1) / Storage::kAlignment * Storage::kAlignment;
   return payload + Storage::kAlignment;
 }
 
+void add_live(Stats& s, size_t nbytes) {
+  const size_t live = s.live_bytes.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+  size_t peak = s.peak_live_bytes.load(std::memory_order_relaxed);
+  while (live > peak &&
+         !s.peak_live_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+// Reserves `bytes` of the cache budget; false when the caches are full.
+bool reserve_cache(Stats& s, size_t bytes) {
+  size_t cached = s.cached_bytes.load(std::memory_order_relaxed);
+  do {
+    if (cached + bytes > kMaxCachedBytes) return false;
+  } while (
+      !s.cached_bytes.compare_exchange_weak(cached, cached + bytes, std::memory_order_relaxed));
+  return true;
+}
+
 }  // namespace
 
 Storage* Storage::allocate(size_t nbytes) {
-  size_t bytes = block_bytes(nbytes);
+  const size_t bytes = block_bytes(nbytes);
+  Pool& p = pool();
   void* block = nullptr;
-  {
-    Pool& p = pool();
-    std::lock_guard lock(p.mu);
-    auto it = p.free_blocks.find(bytes);
-    if (it != p.free_blocks.end() && !it->second.empty()) {
-      block = it->second.back();
-      it->second.pop_back();
-      p.stats.cached_bytes -= bytes;
-      ++p.stats.pool_hits;
-    } else {
-      ++p.stats.system_allocations;
-    }
-    p.stats.live_bytes += nbytes;
-    p.stats.peak_live_bytes = std::max(p.stats.peak_live_bytes, p.stats.live_bytes);
+  if (ThreadCache* cache = thread_cache()) {
+    block = take(cache->free_blocks, bytes);
+    if (block) cache->bytes -= bytes;
   }
   if (!block) {
+    std::lock_guard lock(p.mu);
+    block = take(p.free_blocks, bytes);
+  }
+  if (block) {
+    p.stats.cached_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    p.stats.pool_hits.fetch_add(1, std::memory_order_relaxed);
+  } else {
     block = std::aligned_alloc(kAlignment, bytes);
     if (!block) throw std::bad_alloc();
+    p.stats.system_allocations.fetch_add(1, std::memory_order_relaxed);
   }
+  add_live(p.stats, nbytes);
   return new (block) Storage(nbytes);
 }
 
 void Storage::release() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   const size_t requested = nbytes_;
-  size_t bytes = block_bytes(nbytes_);
+  const size_t bytes = block_bytes(nbytes_);
   this->~Storage();
   void* block = this;
   Pool& p = pool();
-  {
-    std::lock_guard lock(p.mu);
-    p.stats.live_bytes -= requested;
-    if (p.stats.cached_bytes + bytes <= kMaxCachedBytes) {
-      p.free_blocks[bytes].push_back(block);
-      p.stats.cached_bytes += bytes;
-      return;
-    }
+  p.stats.live_bytes.fetch_sub(requested, std::memory_order_relaxed);
+  if (!reserve_cache(p.stats, bytes)) {
+    std::free(block);
+    return;
   }
-  std::free(block);
+  ThreadCache* cache = bytes <= kMaxThreadBlockBytes ? thread_cache() : nullptr;
+  if (cache && cache->bytes + bytes <= kMaxThreadCacheBytes) {
+    cache->free_blocks[bytes].push_back(block);
+    cache->bytes += bytes;
+    return;
+  }
+  std::lock_guard lock(p.mu);
+  p.free_blocks[bytes].push_back(block);
 }
 
 StoragePoolStats storage_pool_stats() {
-  Pool& p = pool();
-  std::lock_guard lock(p.mu);
-  return p.stats;
+  const Stats& s = pool().stats;
+  StoragePoolStats out;
+  out.system_allocations = s.system_allocations.load(std::memory_order_relaxed);
+  out.pool_hits = s.pool_hits.load(std::memory_order_relaxed);
+  out.cached_bytes = s.cached_bytes.load(std::memory_order_relaxed);
+  out.live_bytes = s.live_bytes.load(std::memory_order_relaxed);
+  out.peak_live_bytes = s.peak_live_bytes.load(std::memory_order_relaxed);
+  return out;
 }
 
 void storage_pool_reset_peak() {
-  Pool& p = pool();
-  std::lock_guard lock(p.mu);
-  p.stats.peak_live_bytes = p.stats.live_bytes;
+  Stats& s = pool().stats;
+  s.peak_live_bytes.store(s.live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 }  // namespace lockstep
