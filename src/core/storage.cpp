@@ -15,9 +15,15 @@ namespace {
 // the system instead of a cache.
 constexpr size_t kMaxCachedBytes = size_t{2} << 30;
 // Each thread keeps up to this many bytes of the blocks it freed, in blocks of at most
-// kMaxThreadBlockBytes, for its own next allocations (see ThreadCache).
-constexpr size_t kMaxThreadCacheBytes = size_t{64} << 20;
-constexpr size_t kMaxThreadBlockBytes = size_t{16} << 20;
+// kMaxThreadBlockBytes and at most kMaxThreadBlocksPerSize of one size, for its own next
+// allocations (see ThreadCache). The count bound matters where one thread frees what another
+// allocates (a prefetch thread's batches, consumed and freed by the training loop): the consumer
+// keeps a few and the rest go back to the shared pool, where the producer finds them.
+// Larger blocks gain nothing from it: a block of more than half a core's L2 is mostly out of that
+// cache by the time it is reused, and keeping it per thread would only hold more memory.
+constexpr size_t kMaxThreadCacheBytes = size_t{16} << 20;
+constexpr size_t kMaxThreadBlockBytes = size_t{1} << 20;
+constexpr size_t kMaxThreadBlocksPerSize = 16;
 
 using FreeLists = std::unordered_map<size_t, std::vector<void*>>;
 
@@ -143,9 +149,12 @@ void Storage::release() {
   }
   ThreadCache* cache = bytes <= kMaxThreadBlockBytes ? thread_cache() : nullptr;
   if (cache && cache->bytes + bytes <= kMaxThreadCacheBytes) {
-    cache->free_blocks[bytes].push_back(block);
-    cache->bytes += bytes;
-    return;
+    std::vector<void*>& same_size = cache->free_blocks[bytes];
+    if (same_size.size() < kMaxThreadBlocksPerSize) {
+      same_size.push_back(block);
+      cache->bytes += bytes;
+      return;
+    }
   }
   std::lock_guard lock(p.mu);
   p.free_blocks[bytes].push_back(block);

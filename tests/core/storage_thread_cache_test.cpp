@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <vector>
 
 #include "lockstep/core/tensor.h"
 
@@ -16,7 +17,7 @@ const void* block_of(const Tensor& t) {
 
 // Sizes no other test allocates, so the pool holds no block of them unless these tests put it
 // there.
-constexpr int64_t kOwnSize = 12347, kExitSize = 12351, kLateSize = 12353;
+constexpr int64_t kOwnSize = 12347, kExitSize = 12351, kLateSize = 12353, kManySize = 12361;
 
 TEST(StorageThreadCache, AThreadReusesItsOwnFreedBlockAndOthersDoNot) {
   const void* first = nullptr;
@@ -61,6 +62,24 @@ TEST(StorageThreadCache, ATensorFreedAfterTheThreadCacheIsDestroyedGoesToTheShar
   std::thread([&] { reused = block_of(Tensor({kLateSize})); }).join();
   EXPECT_EQ(reused, late);
   EXPECT_EQ(storage_pool_stats().system_allocations, before.system_allocations);
+}
+
+// One thread frees many blocks of one size that another allocated (a prefetch thread's batches,
+// freed by the training loop): it keeps a few, the rest go where other threads find them.
+TEST(StorageThreadCache, AThreadKeepsAFewBlocksOfOneSizeAndSharesTheRest) {
+  constexpr int kBlocks = 40, kKept = 16;
+  std::vector<Tensor> made;
+  for (int i = 0; i < kBlocks; ++i) made.push_back(Tensor({kManySize}));
+  std::thread consumer([&] {
+    made.clear();
+    const auto before = storage_pool_stats();
+    std::thread([] {
+      std::vector<Tensor> again;
+      for (int i = 0; i < kBlocks - kKept; ++i) again.push_back(Tensor({kManySize}));
+    }).join();
+    EXPECT_EQ(storage_pool_stats().system_allocations, before.system_allocations);
+  });
+  consumer.join();
 }
 
 TEST(StorageThreadCache, LiveBytesCountBlocksFreedOnAnotherThread) {
