@@ -120,6 +120,49 @@ TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
   pool.set_run_hook({});
 }
 
+// A holder that gets no CPU (here: blocked in the hook, as a thread whose core the OS gave to
+// another process) is backed up as soon as an idle thread sees its CPU clock stand still, long
+// before the deadline — which this pool sets out of reach. Were it not, the held run would wait
+// in the hook for a minute and then commit the task itself, and the check below would fail.
+TEST(TaskPool, ADescheduledHolderIsBackedUpBeforeTheDeadline) {
+  TaskPool pool({.num_threads = 2,
+                 .backup_factor = 1e9,
+                 .backup_slack = std::chrono::hours(1),
+                 .stall_window = std::chrono::microseconds(50)});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool helper_stalled = false, release = false;
+  int stalled_task = -1;
+  pool.set_run_hook([&](int, int task, int thread, bool backup, uint64_t) {
+    std::unique_lock lock(mu);
+    if (backup) return;
+    if (thread != 0 && stalled_task < 0) {
+      stalled_task = task;
+      helper_stalled = true;
+      cv.notify_all();
+      cv.wait_for(lock, std::chrono::minutes(1), [&] { return release; });
+    } else if (thread == 0 && !helper_stalled) {
+      cv.wait(lock, [&] { return helper_stalled; });
+    }
+  });
+  CountingPhase phase(2);
+  pool.run(phase);
+  {
+    std::lock_guard lock(mu);
+    ASSERT_GE(stalled_task, 0);
+    for (const auto& [task, thread] : phase.committed_by_.v) {
+      if (task == stalled_task) {
+        EXPECT_EQ(thread, 0) << "committed by the backup";
+      }
+    }
+    release = true;
+    cv.notify_all();
+  }
+  pool.wait_for_runs_before(UINT64_MAX);
+  EXPECT_EQ(pool.stats().backup_wins, 1u);
+  pool.set_run_hook({});
+}
+
 class FailingPhase : public TaskPhase {
  public:
   int num_tasks() const override { return 6; }

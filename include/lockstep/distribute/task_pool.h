@@ -11,7 +11,10 @@
 //
 // Backup tasks. When no task is left to take but one is still held by another thread past a
 // deadline (backup_factor x the typical run time of the phase's tasks, plus backup_slack), an idle
-// thread runs it again — a backup, as MapReduce does for stragglers. Both runs compute the same
+// thread runs it again — a backup, as MapReduce does for stragglers. It does not wait for the
+// deadline when the holder is descheduled: an idle thread samples the holder's CPU clock, and a
+// holder that got less than a quarter of a core over the last stall_window (the OS gave its core
+// to another process, or it blocks) is backed up at once. Both runs compute the same
 // bits into state private to the run; the first to finish commits its result, the other's is
 // discarded (it stops early at its next check_task_cancelled()). A phase is done when every task
 // has committed, whatever the losing runs are still doing: they never write shared state, and
@@ -70,6 +73,9 @@ struct TaskPoolOptions {
   std::chrono::microseconds backup_slack{100};
   // Spin this long before sleeping, when the machine has a spare core (see the top).
   std::chrono::microseconds spin{300};
+  // A held task whose holder used less than a quarter of this much CPU time over this much wall
+  // time gets its backup before the deadline (see the top); zero turns the check off.
+  std::chrono::microseconds stall_window{50};
 };
 
 struct TaskPoolStats {
@@ -121,10 +127,16 @@ class TaskPool {
   struct Record;
   void helper(int thread);
   // Takes and runs tasks of `rec` until none is left to take or back up (returns false when the
-  // phase is complete, true when this thread should wait for deadlines or completion).
-  bool work_on(Record& rec, int thread);
+  // phase is complete, true when this thread should wait for deadlines or completion; `wake_ns`
+  // is then the steady-clock time at which a backup may become due).
+  bool work_on(Record& rec, int thread, int64_t& wake_ns);
   void execute(Record& rec, int task, int thread, bool backup);
-  void wait_for_progress(Record& rec, int thread);
+  void wait_for_progress(Record& rec, int thread, int64_t wake_ns);
+  // Whether the holder of `task` has been descheduled: see stall_window. May set `wake_ns` earlier,
+  // to when it can tell.
+  bool holder_descheduled(TaskState& task, int64_t now, int64_t& wake_ns);
+  // The calling thread's CPU clock, for holder_descheduled (thread: its index in the pool).
+  void register_cpu_clock(int thread);
   bool spinning_allowed();
 
   TaskPoolOptions options_;
@@ -137,6 +149,8 @@ class TaskPool {
   std::atomic<bool> spin_ok_{false};
   std::chrono::steady_clock::time_point spin_checked_{};
   std::atomic<int> awake_{0};  // pool threads not asleep in a futex
+  // Per thread index: its CPU clock (clockid_t), or kNoClock; the caller's is set by each run().
+  std::unique_ptr<std::atomic<int>[]> cpu_clocks_;
   RunHook hook_;
   std::mutex hook_mu_;
   std::atomic<bool> has_hook_{false};

@@ -1,6 +1,8 @@
 #include "lockstep/distribute/task_pool.h"
 
 #include <omp.h>
+#include <pthread.h>
+#include <time.h>
 
 #include <algorithm>
 #include <climits>
@@ -26,12 +28,25 @@ int64_t now_ns() {
       .count();
 }
 
+constexpr int kNoClock = -1;
+
+// CPU time consumed so far by the thread whose clock is `clock`, or -1 if it cannot be read.
+int64_t cpu_ns(int clock) {
+  if (clock == kNoClock) return -1;
+  timespec ts{};
+  if (clock_gettime(static_cast<clockid_t>(clock), &ts) != 0) return -1;
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
 }  // namespace
 
 struct TaskPool::TaskState {
   std::atomic<uint32_t> done{0};  // also the runs' cancellation flag
   std::atomic<uint32_t> runners{0};
   std::atomic<int64_t> started_ns{0};
+  std::atomic<int> holder{-1};  // thread index of the first run
+  // The last sample of the holder's CPU clock by an idle thread (wall 0: none yet).
+  std::atomic<int64_t> sample_wall_ns{0}, sample_cpu_ns{0};
 };
 
 struct TaskPool::Record {
@@ -92,7 +107,13 @@ TaskPool::TaskPool(TaskPoolOptions options) : options_(std::move(options)) {
     throw InvalidArgument("TaskPool: expected backup_factor >= 1. Received: " +
                           std::to_string(options_.backup_factor) + ".");
   }
+  if (options_.stall_window.count() < 0) {
+    throw InvalidArgument("TaskPool: expected stall_window >= 0. Received: " +
+                          std::to_string(options_.stall_window.count()) + " us.");
+  }
   for (auto& t : typical_ns_) t.store(0, std::memory_order_relaxed);
+  cpu_clocks_ = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(options_.num_threads));
+  for (int t = 0; t < options_.num_threads; ++t) cpu_clocks_[t].store(kNoClock);
   for (size_t i = 0; i < kRing; ++i) {
     ring_.push_back(std::make_unique<Record>());
     ring_.back()->cursors =
@@ -152,7 +173,10 @@ uint64_t TaskPool::run(TaskPhase& phase) {
     rec.tasks[i].done.store(0, std::memory_order_relaxed);
     rec.tasks[i].runners.store(0, std::memory_order_relaxed);
     rec.tasks[i].started_ns.store(0, std::memory_order_relaxed);
+    rec.tasks[i].holder.store(-1, std::memory_order_relaxed);
+    rec.tasks[i].sample_wall_ns.store(0, std::memory_order_relaxed);
   }
+  register_cpu_clock(0);
   rec.phase = &phase;
   rec.num_tasks = n;
   rec.kind = std::clamp(phase.kind(), 0, kMaxKinds - 1);
@@ -183,7 +207,7 @@ uint64_t TaskPool::run(TaskPhase& phase) {
   // The caller runs tasks too; its kernels must stay single-threaded like the pool's.
   const int saved_omp = omp_get_max_threads();
   if (saved_omp != 1) omp_set_num_threads(1);
-  while (work_on(rec, 0)) wait_for_progress(rec, 0);
+  for (int64_t wake = 0; work_on(rec, 0, wake);) wait_for_progress(rec, 0, wake);
   if (saved_omp != 1) omp_set_num_threads(saved_omp);
   rec.leave();
   if (rec.failed.load(std::memory_order_acquire)) {
@@ -209,6 +233,7 @@ void TaskPool::helper(int thread) {
   if (thread < static_cast<int>(options_.pin_cores.size()))
     pin_current_thread(options_.pin_cores[static_cast<size_t>(thread)]);
   omp_set_num_threads(1);
+  register_cpu_clock(thread);
   profiler::set_thread_label("pool thread", thread);
   uint64_t seen = 0;
   while (!stopping_.load(std::memory_order_acquire)) {
@@ -221,7 +246,7 @@ void TaskPool::helper(int thread) {
         rec.leave();  // late: that phase is long over and its record reused
         continue;
       }
-      while (work_on(rec, thread)) wait_for_progress(rec, thread);
+      for (int64_t wake = 0; work_on(rec, thread, wake);) wait_for_progress(rec, thread, wake);
       rec.leave();
       continue;
     }
@@ -243,7 +268,46 @@ void TaskPool::helper(int thread) {
   }
 }
 
-bool TaskPool::work_on(Record& rec, int thread) {
+void TaskPool::register_cpu_clock(int thread) {
+  clockid_t clock{};
+  const bool ok =
+      options_.stall_window.count() > 0 && pthread_getcpuclockid(pthread_self(), &clock) == 0;
+  cpu_clocks_[static_cast<size_t>(thread)].store(ok ? static_cast<int>(clock) : kNoClock,
+                                                 std::memory_order_release);
+}
+
+bool TaskPool::holder_descheduled(TaskState& ts, int64_t now, int64_t& wake_ns) {
+  const int64_t window =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.stall_window).count();
+  const int holder = ts.holder.load(std::memory_order_acquire);
+  if (window <= 0 || holder < 0) return false;
+  // A task younger than the window is left alone: most finish before anyone needs to look.
+  const int64_t started = ts.started_ns.load(std::memory_order_acquire);
+  if (now - started < window) {
+    wake_ns = std::min(wake_ns, started + window);
+    return false;
+  }
+  const int64_t cpu =
+      cpu_ns(cpu_clocks_[static_cast<size_t>(holder)].load(std::memory_order_acquire));
+  if (cpu < 0) return false;
+  const int64_t wall0 = ts.sample_wall_ns.load(std::memory_order_acquire);
+  const int64_t cpu0 = ts.sample_cpu_ns.load(std::memory_order_acquire);
+  if (wall0 != 0 && now - wall0 < window) {
+    wake_ns = std::min(wake_ns, wall0 + window);
+    return false;
+  }
+  // Idle threads may sample at once; any of their samples will do.
+  ts.sample_cpu_ns.store(cpu, std::memory_order_relaxed);
+  ts.sample_wall_ns.store(now, std::memory_order_release);
+  if (wall0 == 0) {
+    wake_ns = std::min(wake_ns, now + window);
+    return false;
+  }
+  return (cpu - cpu0) * 4 < now - wall0;
+}
+
+bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
+  wake_ns = INT64_MAX;
   const int n = rec.num_tasks;
   const int threads = options_.num_threads;
   for (;;) {
@@ -259,12 +323,13 @@ bool TaskPool::work_on(Record& rec, int thread) {
     if (claimed >= 0) {
       TaskState& ts = rec.tasks[claimed];
       ts.runners.store(1, std::memory_order_relaxed);
+      ts.holder.store(thread, std::memory_order_relaxed);
       ts.started_ns.store(now_ns(), std::memory_order_release);
       execute(rec, claimed, thread, false);
       continue;
     }
     if (rec.complete()) return false;
-    // Nothing left to take: back up the task whose deadline passed first.
+    // Nothing left to take: back up a task whose deadline passed or whose holder is descheduled.
     const int64_t typical = typical_ns_[rec.kind].load(std::memory_order_relaxed);
     const int64_t threshold =
         static_cast<int64_t>(options_.backup_factor * static_cast<double>(typical)) +
@@ -279,7 +344,7 @@ bool TaskPool::work_on(Record& rec, int thread) {
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
       if (started == 0) continue;
       const int64_t deadline = started + threshold;
-      if (now < deadline) {
+      if (now < deadline && !holder_descheduled(ts, now, wake_ns)) {
         earliest = std::min(earliest, deadline);
         continue;
       }
@@ -290,11 +355,12 @@ bool TaskPool::work_on(Record& rec, int thread) {
       }
     }
     if (ran) continue;
+    wake_ns = std::min(wake_ns, earliest);
     return !rec.complete();
   }
 }
 
-void TaskPool::wait_for_progress(Record& rec, int /*thread*/) {
+void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
   profiler::ScopedSpan wait(profiler::Phase::wait);
   // The wait at the end of a phase is usually for one task on another thread that is about to
   // commit: with a spare core, watching for it costs nothing and saves a futex wake-up (tens of
@@ -312,23 +378,26 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/) {
   rec.waiters.fetch_add(1, std::memory_order_seq_cst);
   const uint32_t p = rec.progress.load(std::memory_order_seq_cst);
   if (!rec.complete()) {
-    // Sleep until a commit (or failure), or until the next backup deadline.
+    // Sleep until a commit (or failure), or until a backup may be due: work_on's wake_ns, or the
+    // deadline of a task claimed since its scan (a task claimed but not yet stamped: look again
+    // soon).
     const int64_t typical = typical_ns_[rec.kind].load(std::memory_order_relaxed);
     const int64_t threshold =
         static_cast<int64_t>(options_.backup_factor * static_cast<double>(typical)) +
         std::chrono::duration_cast<std::chrono::nanoseconds>(options_.backup_slack).count();
-    int64_t earliest = INT64_MAX;
+    const int64_t now = now_ns();
     for (int j = 0; j < rec.num_tasks; ++j) {
       TaskState& ts = rec.tasks[j];
       if (ts.done.load(std::memory_order_acquire) != 0) continue;
       if (ts.runners.load(std::memory_order_acquire) != 1) continue;
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
-      if (started != 0) earliest = std::min(earliest, started + threshold);
+      wake_ns = std::min(wake_ns, started != 0 ? started + threshold : now + 50000);
     }
-    if (earliest == INT64_MAX) {
+    if (wake_ns == INT64_MAX) {
       detail::futex_wait(&rec.progress, p);
     } else {
-      detail::futex_wait_for(&rec.progress, p, std::chrono::nanoseconds(earliest - now_ns()));
+      detail::futex_wait_for(&rec.progress, p,
+                             std::chrono::nanoseconds(std::max<int64_t>(wake_ns - now_ns(), 0)));
     }
   }
   rec.waiters.fetch_sub(1, std::memory_order_seq_cst);
