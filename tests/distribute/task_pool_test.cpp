@@ -76,40 +76,52 @@ TEST(TaskPool, CommitsEveryTaskExactlyOnceOnAnyNumberOfThreads) {
   }
 }
 
-TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
-  TaskPool pool({.num_threads = 2, .backup_slack = std::chrono::microseconds(100)});
-  std::mutex mu;
-  std::condition_variable cv;
-  bool helper_stalled = false, release = false;
-  int stalled_task = -1;
-  pool.set_run_hook([&](int, int task, int thread, bool backup, uint64_t) {
-    std::unique_lock lock(mu);
-    if (backup) return;
-    if (thread != 0 && stalled_task < 0) {
-      // The helper's first primary run stops here until the test lets it go.
-      stalled_task = task;
-      helper_stalled = true;
-      cv.notify_all();
-      cv.wait(lock, [&] { return release; });
-    } else if (thread == 0 && !helper_stalled) {
-      // The caller waits until the helper holds the other task, so that one of them is stalled.
-      cv.wait(lock, [&] { return helper_stalled; });
-    }
-  });
-  CountingPhase phase(2);
-  pool.run(phase);  // returns although the helper is still held: the backup committed its task
-  {
-    std::lock_guard lock(mu);
-    ASSERT_TRUE(helper_stalled);
-    ASSERT_GE(stalled_task, 0);
+// Holds the helper thread's first primary run in the pool's run hook until release() (or, should
+// the phase never complete without it, a minute — then the test's checks fail instead of hanging);
+// the caller's first run waits until the helper holds its task, so that one task is held.
+class HeldHelperRun {
+ public:
+  explicit HeldHelperRun(TaskPool& pool) : pool_(pool) {
+    pool.set_run_hook([this](int, int task, int thread, bool backup, uint64_t) {
+      std::unique_lock lock(mu_);
+      if (backup) return;
+      if (thread != 0 && held_task_ < 0) {
+        held_task_ = task;
+        cv_.notify_all();
+        cv_.wait_for(lock, std::chrono::minutes(1), [&] { return released_; });
+      } else if (thread == 0 && held_task_ < 0) {
+        cv_.wait(lock, [&] { return held_task_ >= 0; });
+      }
+    });
+  }
+  ~HeldHelperRun() { pool_.set_run_hook({}); }
+  // Checks that the held task was committed by the caller's backup run, then lets the held run go.
+  void expect_backup_committed_and_release(const CountingPhase& phase) {
+    std::lock_guard lock(mu_);
+    EXPECT_GE(held_task_, 0);
     for (const auto& [task, thread] : phase.committed_by_.v) {
-      if (task == stalled_task) {
-        EXPECT_EQ(thread, 0) << "the stalled task was committed by its backup";
+      if (task == held_task_) {
+        EXPECT_EQ(thread, 0) << "the held task was committed by its backup";
       }
     }
-    release = true;
-    cv.notify_all();
+    released_ = true;
+    cv_.notify_all();
   }
+
+ private:
+  TaskPool& pool_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int held_task_ = -1;
+  bool released_ = false;
+};
+
+TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
+  TaskPool pool({.num_threads = 2, .backup_slack = std::chrono::microseconds(100)});
+  HeldHelperRun held(pool);
+  CountingPhase phase(2);
+  pool.run(phase);  // returns although the helper is still held: the backup committed its task
+  held.expect_backup_committed_and_release(phase);
   pool.wait_for_runs_before(UINT64_MAX);
   EXPECT_EQ(phase.commits_[0].load(), 1);
   EXPECT_EQ(phase.commits_[1].load(), 1);
@@ -117,50 +129,23 @@ TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
   EXPECT_EQ(s.backup_wins, 1u);
   // The stalled run, released, found its task done: cancelled at its first check.
   EXPECT_EQ(s.cancelled + static_cast<uint64_t>(phase.discards_.load()), 1u);
-  pool.set_run_hook({});
 }
 
 // A holder that gets no CPU (here: blocked in the hook, as a thread whose core the OS gave to
 // another process) is backed up as soon as an idle thread sees its CPU clock stand still, long
 // before the deadline — which this pool sets out of reach. Were it not, the held run would wait
-// in the hook for a minute and then commit the task itself, and the check below would fail.
+// in the hook for a minute and then commit the task itself, and the check would fail.
 TEST(TaskPool, ADescheduledHolderIsBackedUpBeforeTheDeadline) {
   TaskPool pool({.num_threads = 2,
                  .backup_factor = 1e9,
                  .backup_slack = std::chrono::hours(1),
                  .stall_window = std::chrono::microseconds(50)});
-  std::mutex mu;
-  std::condition_variable cv;
-  bool helper_stalled = false, release = false;
-  int stalled_task = -1;
-  pool.set_run_hook([&](int, int task, int thread, bool backup, uint64_t) {
-    std::unique_lock lock(mu);
-    if (backup) return;
-    if (thread != 0 && stalled_task < 0) {
-      stalled_task = task;
-      helper_stalled = true;
-      cv.notify_all();
-      cv.wait_for(lock, std::chrono::minutes(1), [&] { return release; });
-    } else if (thread == 0 && !helper_stalled) {
-      cv.wait(lock, [&] { return helper_stalled; });
-    }
-  });
+  HeldHelperRun held(pool);
   CountingPhase phase(2);
   pool.run(phase);
-  {
-    std::lock_guard lock(mu);
-    ASSERT_GE(stalled_task, 0);
-    for (const auto& [task, thread] : phase.committed_by_.v) {
-      if (task == stalled_task) {
-        EXPECT_EQ(thread, 0) << "committed by the backup";
-      }
-    }
-    release = true;
-    cv.notify_all();
-  }
+  held.expect_backup_committed_and_release(phase);
   pool.wait_for_runs_before(UINT64_MAX);
   EXPECT_EQ(pool.stats().backup_wins, 1u);
-  pool.set_run_hook({});
 }
 
 class FailingPhase : public TaskPhase {
