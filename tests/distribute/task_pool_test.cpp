@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -146,6 +147,53 @@ TEST(TaskPool, ADescheduledHolderIsBackedUpBeforeTheDeadline) {
   held.expect_backup_committed_and_release(phase);
   pool.wait_for_runs_before(UINT64_MAX);
   EXPECT_EQ(pool.stats().backup_wins, 1u);
+}
+
+// The busy-machine extra thread (index 2 here) takes part only while the machine is busy: never
+// while it is quiet, and while busy it takes a task of its own (the two others wait in the run
+// hook until it has started one, so it cannot be left without).
+TEST(TaskPool, BusyMachineExtrasTakeTasksOnlyWhileTheMachineIsBusy) {
+  std::atomic<bool> busy{false};
+  TaskPool pool(
+      {.num_threads = 2, .busy_extra_threads = 1, .machine_busy = [&] { return busy.load(); }});
+  ASSERT_EQ(pool.total_threads(), 3);
+  auto threads_that_committed = [](const CountingPhase& phase) {
+    std::set<int> threads;
+    for (const auto& [task, thread] : phase.committed_by_.v) threads.insert(thread);
+    return threads;
+  };
+  for (int round = 0; round < 10; ++round) {
+    CountingPhase quiet(7);
+    pool.run(quiet);
+    pool.wait_for_runs_before(UINT64_MAX);
+    EXPECT_EQ(threads_that_committed(quiet).count(2), 0u) << "quiet round " << round;
+  }
+  busy = true;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool extra_started = false;
+  pool.set_run_hook([&](int, int, int thread, bool, uint64_t) {
+    std::unique_lock lock(mu);
+    if (thread == 2) {
+      extra_started = true;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return extra_started; });
+    }
+  });
+  CountingPhase shared(3);
+  pool.run(shared);
+  pool.wait_for_runs_before(UINT64_MAX);
+  pool.set_run_hook({});
+  EXPECT_EQ(threads_that_committed(shared).count(2), 1u);
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(shared.commits_[static_cast<size_t>(t)].load(), 1);
+  busy = false;
+  for (int round = 0; round < 10; ++round) {
+    CountingPhase quiet(7);
+    pool.run(quiet);
+    pool.wait_for_runs_before(UINT64_MAX);
+    EXPECT_EQ(threads_that_committed(quiet).count(2), 0u) << "quiet again, round " << round;
+  }
 }
 
 class FailingPhase : public TaskPhase {

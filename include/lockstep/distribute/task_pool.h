@@ -76,6 +76,16 @@ struct TaskPoolOptions {
   // A held task whose holder used less than a quarter of this much CPU time over this much wall
   // time gets its backup before the deadline (see the top); zero turns the check off.
   std::chrono::microseconds stall_window{50};
+  // Threads beyond num_threads that take tasks only while another process is runnable on the
+  // machine (sampled with the spinning decision, every 20 ms). A busy machine's scheduler shares
+  // its cores per runnable thread, so one more thread gets the job a larger share (beside one busy
+  // process on two cores: 3/4 instead of 2/3), and a descheduled thread's task finds another to
+  // back it up; on a quiet machine they sleep, since there they would only take cores from the
+  // others. Their thread indices are num_threads .. num_threads + busy_extra_threads - 1.
+  int busy_extra_threads = 0;
+  // Test hook: when set, decides whether another process is runnable instead of /proc/stat, and
+  // is asked at every run().
+  std::function<bool()> machine_busy;
 };
 
 struct TaskPoolStats {
@@ -96,6 +106,9 @@ class TaskPool {
   TaskPool& operator=(const TaskPool&) = delete;
 
   int num_threads() const { return options_.num_threads; }
+  // Threads that may run tasks: num_threads() and the busy-machine extras (TaskPhase::run's
+  // `thread` is below this).
+  int total_threads() const { return options_.num_threads + options_.busy_extra_threads; }
 
   // Runs every task of `phase` and returns once each has committed; returns the phase's sequence
   // number (1, 2, ...). Runs that lost may still be executing afterwards. Not reentrant: one
@@ -149,6 +162,12 @@ class TaskPool {
   std::atomic<bool> spin_ok_{false};
   std::chrono::steady_clock::time_point spin_checked_{};
   std::atomic<int> awake_{0};  // pool threads not asleep in a futex
+  // Threads that take part in the phases announced from now on: num_threads, or total_threads()
+  // while the machine is busy. Extras beyond it sleep on `standby_` (a futex word bumped when it
+  // changes).
+  std::atomic<int> phase_threads_{1};
+  std::atomic<uint32_t> standby_{0};
+  int busy_streak_ = 0, quiet_streak_ = 0;  // the caller's samples: see spinning_allowed()
   // Per thread index: its CPU clock (clockid_t), or kNoClock; the caller's is set by each run().
   std::unique_ptr<std::atomic<int>[]> cpu_clocks_;
   RunHook hook_;

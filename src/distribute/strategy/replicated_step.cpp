@@ -346,7 +346,8 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
   accumulator_[0] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
   accumulator_[1] = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
   make_buckets();
-  for (int t = 0; t < threads; ++t) {
+  // One scratch per thread that may run a chunk task, the busy-machine extras included.
+  for (int t = 0, runners = strategy_.task_pool().total_threads(); t < runners; ++t) {
     auto sc = std::make_unique<Scratch>();
     const size_t chunk = static_cast<size_t>(chunk_);
     sc->g.resize(chunk);

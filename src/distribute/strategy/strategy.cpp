@@ -75,6 +75,9 @@ TaskPool& Strategy::task_pool() {
   if (!tasks_) {
     TaskPoolOptions o;
     o.num_threads = num_threads_;
+    // One thread for every core: on a busy machine one more gets the job a larger share of the
+    // cores (TaskPoolOptions::busy_extra_threads). Pinned threads keep to their cores.
+    if (!config_.pin_threads && num_threads_ >= available_core_count()) o.busy_extra_threads = 1;
     if (config_.pin_threads) {
       // Thread 0 is the caller (never pinned); helper t takes replica t's cores.
       o.pin_cores.resize(static_cast<size_t>(num_threads_));

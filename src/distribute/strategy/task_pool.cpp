@@ -54,6 +54,7 @@ struct TaskPool::Record {
   TaskPhase* phase = nullptr;
   int num_tasks = 0;
   int kind = 0;
+  int threads = 1;  // threads taking part (TaskPool::phase_threads_ when announced)
   std::unique_ptr<TaskState[]> tasks;
   int capacity = 0;
   // Tasks are dealt out in one contiguous range per thread, each with its own cursor, and a thread
@@ -112,21 +113,28 @@ TaskPool::TaskPool(TaskPoolOptions options) : options_(std::move(options)) {
                           std::to_string(options_.stall_window.count()) + " us.");
   }
   for (auto& t : typical_ns_) t.store(0, std::memory_order_relaxed);
-  cpu_clocks_ = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(options_.num_threads));
-  for (int t = 0; t < options_.num_threads; ++t) cpu_clocks_[t].store(kNoClock);
+  if (options_.busy_extra_threads < 0) {
+    throw InvalidArgument("TaskPool: expected busy_extra_threads >= 0. Received: " +
+                          std::to_string(options_.busy_extra_threads) + ".");
+  }
+  const int total = total_threads();
+  cpu_clocks_ = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(total));
+  for (int t = 0; t < total; ++t) cpu_clocks_[t].store(kNoClock);
+  phase_threads_.store(options_.num_threads);
   for (size_t i = 0; i < kRing; ++i) {
     ring_.push_back(std::make_unique<Record>());
-    ring_.back()->cursors =
-        std::make_unique<Record::Cursor[]>(static_cast<size_t>(options_.num_threads));
+    ring_.back()->cursors = std::make_unique<Record::Cursor[]>(static_cast<size_t>(total));
   }
-  awake_.store(options_.num_threads - 1);
-  for (int t = 1; t < options_.num_threads; ++t) threads_.emplace_back(&TaskPool::helper, this, t);
+  awake_.store(total - 1);
+  for (int t = 1; t < total; ++t) threads_.emplace_back(&TaskPool::helper, this, t);
 }
 
 TaskPool::~TaskPool() {
   stopping_.store(true, std::memory_order_release);
   announced_.fetch_add(1, std::memory_order_release);
   detail::futex_wake_all(&announced_);
+  standby_.fetch_add(1, std::memory_order_release);
+  detail::futex_wake_all(&standby_);
   for (auto& t : threads_) t.join();
 }
 
@@ -144,13 +152,32 @@ bool TaskPool::spinning_allowed() {
   // Sampled by the caller every 20 ms: spinning pays only when every thread of ours has a core
   // of its own; with anything else runnable it steals the time a descheduled thread needs.
   auto now = Clock::now();
-  if (now - spin_checked_ > std::chrono::milliseconds(20)) {
+  if (now - spin_checked_ > std::chrono::milliseconds(20) || options_.machine_busy) {
     spin_checked_ = now;
     static const int cpus = available_core_count();
     int running = detail::procs_running();
     int ours = 1 + awake_.load(std::memory_order_relaxed);
     int others = running < 0 ? 0 : std::max(0, running - ours);
-    spin_ok_.store(others + options_.num_threads <= cpus, std::memory_order_relaxed);
+    bool busy;
+    if (options_.machine_busy) {
+      busy = options_.machine_busy();
+    } else {
+      // procs_running is one instant. A quiet machine shows short blips (a kernel thread), which
+      // must not wake the extras: busy takes two busy samples in a row. A busy one can look quiet
+      // for a sample (the other process between two runs, ours counted awake while falling
+      // asleep): it stays busy until ten quiet samples in a row.
+      busy_streak_ = others > 0 ? busy_streak_ + 1 : 0;
+      quiet_streak_ = others > 0 ? 0 : quiet_streak_ + 1;
+      const bool was = phase_threads_.load(std::memory_order_relaxed) > options_.num_threads;
+      busy = was ? quiet_streak_ < 10 : busy_streak_ >= 2;
+    }
+    const int active = busy ? total_threads() : options_.num_threads;
+    if (active != phase_threads_.load(std::memory_order_relaxed)) {
+      phase_threads_.store(active, std::memory_order_seq_cst);
+      standby_.fetch_add(1, std::memory_order_seq_cst);
+      detail::futex_wake_all(&standby_);
+    }
+    spin_ok_.store(others + active <= cpus, std::memory_order_relaxed);
   }
   return spin_ok_.load(std::memory_order_relaxed);
 }
@@ -180,7 +207,9 @@ uint64_t TaskPool::run(TaskPhase& phase) {
   rec.phase = &phase;
   rec.num_tasks = n;
   rec.kind = std::clamp(phase.kind(), 0, kMaxKinds - 1);
-  for (int t = 0, threads = options_.num_threads; t < threads; ++t) {
+  if (!threads_.empty()) spinning_allowed();
+  rec.threads = phase_threads_.load(std::memory_order_relaxed);
+  for (int t = 0, threads = rec.threads; t < threads; ++t) {
     rec.cursors[t].next.store(static_cast<int>(int64_t{n} * t / threads),
                               std::memory_order_relaxed);
     rec.cursors[t].end = static_cast<int>(int64_t{n} * (t + 1) / threads);
@@ -197,7 +226,6 @@ uint64_t TaskPool::run(TaskPhase& phase) {
     return seq;
   }
   if (!threads_.empty()) {
-    spinning_allowed();
     current_.store(seq, std::memory_order_seq_cst);
     announced_.store(static_cast<uint32_t>(seq), std::memory_order_seq_cst);
     if (awake_.load(std::memory_order_seq_cst) < static_cast<int>(threads_.size()))
@@ -237,13 +265,23 @@ void TaskPool::helper(int thread) {
   profiler::set_thread_label("pool thread", thread);
   uint64_t seen = 0;
   while (!stopping_.load(std::memory_order_acquire)) {
+    if (thread >= phase_threads_.load(std::memory_order_seq_cst)) {
+      // A busy-machine extra on a quiet machine: sleep until the pool wants it.
+      const uint32_t w = standby_.load(std::memory_order_seq_cst);
+      if (thread >= phase_threads_.load(std::memory_order_seq_cst) && !stopping_.load()) {
+        awake_.fetch_sub(1, std::memory_order_seq_cst);
+        detail::futex_wait(&standby_, w);
+        awake_.fetch_add(1, std::memory_order_seq_cst);
+      }
+      continue;
+    }
     const uint64_t cur = current_.load(std::memory_order_seq_cst);
     if (cur != 0 && cur != seen) {
       seen = cur;
       Record& rec = *ring_[cur % kRing];
       rec.active.fetch_add(1, std::memory_order_seq_cst);
-      if (rec.sequence.load(std::memory_order_seq_cst) != cur) {
-        rec.leave();  // late: that phase is long over and its record reused
+      if (rec.sequence.load(std::memory_order_seq_cst) != cur || thread >= rec.threads) {
+        rec.leave();  // late (that phase is long over and its record reused), or not wanted
         continue;
       }
       for (int64_t wake = 0; work_on(rec, thread, wake);) wait_for_progress(rec, thread, wake);
@@ -309,7 +347,7 @@ bool TaskPool::holder_descheduled(TaskState& ts, int64_t now, int64_t& wake_ns) 
 bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
   wake_ns = INT64_MAX;
   const int n = rec.num_tasks;
-  const int threads = options_.num_threads;
+  const int threads = rec.threads;
   for (;;) {
     // This thread's own range first, then the others' in turn.
     int claimed = -1;
