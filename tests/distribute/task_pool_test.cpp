@@ -178,7 +178,8 @@ TEST(TaskPool, BusyMachineExtrasTakeTasksOnlyWhileTheMachineIsBusy) {
       extra_started = true;
       cv.notify_all();
     } else {
-      cv.wait(lock, [&] { return extra_started; });
+      // At most a minute: an extra that never joins fails the check below instead of hanging.
+      cv.wait_for(lock, std::chrono::minutes(1), [&] { return extra_started; });
     }
   });
   CountingPhase shared(3);

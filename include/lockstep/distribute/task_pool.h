@@ -148,6 +148,8 @@ class TaskPool {
   // Whether the holder of `task` has been descheduled: see stall_window. May set `wake_ns` earlier,
   // to when it can tell.
   bool holder_descheduled(TaskState& task, int64_t now, int64_t& wake_ns);
+  // How long a task of `kind` may run before an idle thread backs it up.
+  int64_t backup_threshold_ns(int kind) const;
   // The calling thread's CPU clock, for holder_descheduled (thread: its index in the pool).
   void register_cpu_clock(int thread);
   bool spinning_allowed();
@@ -161,7 +163,8 @@ class TaskPool {
   std::atomic<int64_t> typical_ns_[kMaxKinds];
   std::atomic<bool> spin_ok_{false};
   std::chrono::steady_clock::time_point spin_checked_{};
-  std::atomic<int> awake_{0};  // pool threads not asleep in a futex
+  std::atomic<int> awake_{0};   // pool threads not asleep on the announced_ futex
+  std::atomic<int> parked_{0};  // busy-machine extras asleep on standby_ (counted in awake_)
   // Threads that take part in the phases announced from now on: num_threads, or total_threads()
   // while the machine is busy. Extras beyond it sleep on `standby_` (a futex word bumped when it
   // changes).

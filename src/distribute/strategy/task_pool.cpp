@@ -156,7 +156,7 @@ bool TaskPool::spinning_allowed() {
     spin_checked_ = now;
     static const int cpus = available_core_count();
     int running = detail::procs_running();
-    int ours = 1 + awake_.load(std::memory_order_relaxed);
+    int ours = 1 + awake_.load(std::memory_order_relaxed) - parked_.load(std::memory_order_relaxed);
     int others = running < 0 ? 0 : std::max(0, running - ours);
     bool busy;
     if (options_.machine_busy) {
@@ -269,9 +269,11 @@ void TaskPool::helper(int thread) {
       // A busy-machine extra on a quiet machine: sleep until the pool wants it.
       const uint32_t w = standby_.load(std::memory_order_seq_cst);
       if (thread >= phase_threads_.load(std::memory_order_seq_cst) && !stopping_.load()) {
-        awake_.fetch_sub(1, std::memory_order_seq_cst);
+        // Parked, it stays counted in awake_: run() wakes the announced_ futex only when a
+        // helper sleeps there.
+        parked_.fetch_add(1, std::memory_order_seq_cst);
         detail::futex_wait(&standby_, w);
-        awake_.fetch_add(1, std::memory_order_seq_cst);
+        parked_.fetch_sub(1, std::memory_order_seq_cst);
       }
       continue;
     }
@@ -304,6 +306,12 @@ void TaskPool::helper(int thread) {
       detail::futex_wait(&announced_, static_cast<uint32_t>(seen));
     awake_.fetch_add(1, std::memory_order_seq_cst);
   }
+}
+
+int64_t TaskPool::backup_threshold_ns(int kind) const {
+  const int64_t typical = typical_ns_[kind].load(std::memory_order_relaxed);
+  return static_cast<int64_t>(options_.backup_factor * static_cast<double>(typical)) +
+         std::chrono::duration_cast<std::chrono::nanoseconds>(options_.backup_slack).count();
 }
 
 void TaskPool::register_cpu_clock(int thread) {
@@ -368,10 +376,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
     }
     if (rec.complete()) return false;
     // Nothing left to take: back up a task whose deadline passed or whose holder is descheduled.
-    const int64_t typical = typical_ns_[rec.kind].load(std::memory_order_relaxed);
-    const int64_t threshold =
-        static_cast<int64_t>(options_.backup_factor * static_cast<double>(typical)) +
-        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.backup_slack).count();
+    const int64_t threshold = backup_threshold_ns(rec.kind);
     const int64_t now = now_ns();
     int64_t earliest = INT64_MAX;
     bool ran = false;
@@ -419,10 +424,7 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
     // Sleep until a commit (or failure), or until a backup may be due: work_on's wake_ns, or the
     // deadline of a task claimed since its scan (a task claimed but not yet stamped: look again
     // soon).
-    const int64_t typical = typical_ns_[rec.kind].load(std::memory_order_relaxed);
-    const int64_t threshold =
-        static_cast<int64_t>(options_.backup_factor * static_cast<double>(typical)) +
-        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.backup_slack).count();
+    const int64_t threshold = backup_threshold_ns(rec.kind);
     const int64_t now = now_ns();
     for (int j = 0; j < rec.num_tasks; ++j) {
       TaskState& ts = rec.tasks[j];
