@@ -105,17 +105,29 @@ def with_conditions(args, configs):
     return out
 
 
+# Where the co-runner runs relative to the measured run. Linux with autogroups (Debian's default,
+# /proc/sys/kernel/sched_autogroup_enabled) shares the CPUs first between sessions, then between
+# the threads of a session: a co-runner in another session than the run gets half of a two-core
+# machine whatever either runs, so every multi-threaded run is held to one core and a one-thread run
+# loses nothing. "same" (the default) keeps both in the harness's session, where the kernel shares
+# per runnable thread — as between a host program's own threads, or jobs of one terminal, service
+# or container; "own" gives the co-runner a session of its own (--co-runner-session).
+CO_RUNNER_SESSION = "same"
+
+
 def start_co_runner(condition):
     if condition == "quiet":
         return None
     cmd = SPIN if condition == "co-runner" else (
         ["taskset", "-c", str(min(os.sched_getaffinity(0)))] + SPIN)
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL,
+                            start_new_session=CO_RUNNER_SESSION == "own")
 
 
 def run_one(config, timeout):
-    """Runs one configuration (beside its co-runner, if any) in a process group of its own; returns
+    """Runs one configuration (beside its co-runner, if any) in a process group of its own (in the
+    harness's session: see CO_RUNNER_SESSION); returns
     its result with the peak RSS of the process tree, or an error. A run longer than `timeout`
     seconds is stopped (its whole process group) and reported as timed out: on a busy machine
     oversubscribed thread pools (torch's OpenMP spinning against OpenBLAS threads, a co-runner)
@@ -130,7 +142,7 @@ def run_one(config, timeout):
         try:
             with tempfile.TemporaryFile() as err:
                 proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err,
-                                        start_new_session=True)
+                                        process_group=0)
                 timer = threading.Timer(timeout, lambda: (timed_out.set(),
                                                           os.killpg(proc.pid, signal.SIGKILL)))
                 timer.start()
@@ -240,6 +252,10 @@ def parse_args():
     p.add_argument("--co-runner", action="store_true",
                    help="also run the contention rows beside a spinning co-runner, unpinned and "
                    "pinned to one core")
+    p.add_argument("--co-runner-session", choices=["same", "own"], default="same",
+                   help="same: the co-runner shares the run's session, and the kernel shares the "
+                   "cores per thread; own: a session of its own, and with autogroups the kernel "
+                   "gives each session half the machine (see CO_RUNNER_SESSION)")
     p.add_argument("--lean", action="store_true",
                    help="leave out the secondary rows (spe=8, global input, DDP, DataLoader)")
     p.add_argument("--quick", action="store_true",
@@ -279,7 +295,9 @@ def parse_args():
 
 
 def main():
+    global CO_RUNNER_SESSION
     args = parse_args()
+    CO_RUNNER_SESSION = args.co_runner_session
     os.makedirs(args.out, exist_ok=True)
     if args.render:
         data = json.load(open(args.render))
@@ -301,6 +319,7 @@ def main():
             "machine": machine(), "command": " ".join(sys.argv), "commit": git_commit(),
             "cores": args.cores, "bf16": args.bf16, "torch_env": TORCH_ENV,
             "rounds": args.rounds, "epochs": args.epochs, "co_runner": args.co_runner,
+            "co_runner_session": args.co_runner_session,
             "load_before": loadavg(), "floors": {"float32": [], "bfloat16": []},
             "failures": []}
     runs = {c["id"]: [] for c in configs}

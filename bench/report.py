@@ -156,14 +156,19 @@ def grid_table(rows):
     return out
 
 
-def co_runner_table(rows):
+def co_runner_table(rows, meta):
     noisy = [r for r in rows if r["condition"] in CO_RUNNERS]
     if not noisy:
         return []
-    out = ["Beside one spinning co-runner (`sh -c 'while :; do :; done'`), unpinned and pinned to "
-           "one core (`taskset -c 0`), each run right after its quiet run; fraction = the rate "
+    session = ("in the run's session: the kernel shares the cores per thread"
+               if meta.get("co_runner_session", "own") == "same" else
+               "in another session than the run's: with autogroups the kernel gives each "
+               "session half the machine")
+    out = ["Beside one spinning co-runner (`sh -c 'while :; do :; done'`, %s), unpinned and "
+           "pinned to one core (`taskset -c 0`), each run right after its quiet run; fraction = "
+           "the rate "
            "under the co-runner / the same row's quiet rate, same run (tuned PyTorch re-tuned "
-           "under the co-runner):", "",
+           "under the co-runner):" % session, "",
            "| model | configuration | quiet samples/s | co-runner | of quiet | co-runner pinned "
            "| of quiet |", "|---|---|---:|---:|---:|---:|---:|"]
     keys = []
@@ -347,7 +352,7 @@ def failures(meta):
 
 def render(meta, rows):
     out = header(meta) + [""] + comparison_table(rows)
-    for part in (grid_table(rows), co_runner_table(rows), allreduce_table(rows),
+    for part in (grid_table(rows), co_runner_table(rows, meta), allreduce_table(rows),
                  checks_table("Speed targets (medians of this run):", speed_checks(rows, meta)),
                  checks_table("Co-runner targets (medians of this run):", co_runner_checks(rows)),
                  failures(meta)):
