@@ -76,7 +76,9 @@ for r in 0 1 2; do
   [ -n "$code" ] || code="none (killed by the job abort)"
   echo "survivor world rank $r exit code: $code"
   [ "$code" = 0 ] && { echo "FAIL: survivor world rank $r exited 0"; fail=1; }
-  pattern="^lockstep: fatal \(world rank $r\): Unavailable: .*world rank $VICTIM \(pid $VICTIM_PID on host $HOST\) stopped answering: it did not join [a-z_]+ #[0-9]+ .* within $TIMEOUT s; it is stopped \(process state T"
+  # A collective with operands says them in parentheses ("all_reduce #95 (float32[101770], SUM)");
+  # a barrier has none, and the victim may be stopped in either.
+  pattern="^lockstep: fatal \(world rank $r\): Unavailable: .*world rank $VICTIM \(pid $VICTIM_PID on host $HOST\) stopped answering: it did not join [a-z_]+ #[0-9]+( \(.*\))? within $TIMEOUT s; it is stopped \(process state T"
   if ! grep -Eq "$pattern" "$DIR/log"; then
     echo "FAIL: survivor world rank $r did not name the stopped world rank $VICTIM (pid $VICTIM_PID)"
     fail=1
