@@ -7,6 +7,11 @@
 //   multi_worker_train mirrored N OUT            (MirroredStrategy(N), one process)
 //   multi_worker_train default 1 OUT             (the default strategy: 1 replica, global batch)
 //   multi_worker_train compare A B REL           (exit 0 when every weight agrees within REL)
+// The modes multi-bn, multi-bn-overlap and mirrored-bn train the same model with a
+// BatchNormalization layer (momentum 0.5, so the moving statistics, summed over every replica of
+// every worker after each step, move far from their start): 2 x 2 and 4 x 1 workers must match
+// MirroredStrategy(4) — the same per-replica slices — not one replica, whose batch statistics
+// are those of the whole global batch.
 // Each run also writes OUT.logs (every worker: OUT.logs.W): the reported numbers (loss and
 // accuracy at every batch end and epoch end of fit, then evaluate's), which must be the global
 // ones, equal on every worker and to the one-process runs.
@@ -66,18 +71,19 @@ class RecordLogs : public keras::callbacks::Callback {
   std::vector<float>* out_;
 };
 
-std::vector<float> train(distribute::Strategy* strategy, std::vector<float>* logs) {
+std::vector<float> train(distribute::Strategy* strategy, std::vector<float>* logs,
+                         bool batch_norm = false) {
   keras::set_random_seed(1234);
   Element data = synthetic_data();
   // A shuffle with a fixed seed exercises the "same global batches on every worker" rule.
   Dataset ds = Dataset::from_tensor_slices(data).shuffle(kExamples, 99).batch(kGlobalBatch);
   std::optional<distribute::Strategy::Scope> scope;
   if (strategy) scope.emplace(*strategy);
-  keras::Sequential model({
-      keras::Input({kFeatures}),
-      keras::layers::Dense({.units = 16, .activation = "relu"}),
-      keras::layers::Dense({.units = kClasses, .activation = "softmax"}),
-  });
+  std::vector<keras::LayerArg> layers = {keras::Input({kFeatures}),
+                                         keras::layers::Dense({.units = 16, .activation = "relu"})};
+  if (batch_norm) layers.push_back(keras::layers::BatchNormalization({.momentum = 0.5}));
+  layers.push_back(keras::layers::Dense({.units = kClasses, .activation = "softmax"}));
+  keras::Sequential model(std::move(layers));
   model.compile({.optimizer = keras::optimizers::Adam(),
                  .loss = keras::losses::CategoricalCrossentropy(),
                  .metrics = {keras::metrics::CategoricalAccuracy()}});
@@ -175,30 +181,33 @@ int run(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "compare" && argc == 5) return compare(argv[2], argv[3], std::stod(argv[4]));
   if (argc != 4) {
-    std::cerr << "usage: multi_worker_train multi|multi-overlap|mirrored|default N OUT | compare A "
-                 "B REL\n";
+    std::cerr << "usage: multi_worker_train multi|multi-overlap|multi-bn|multi-bn-overlap|mirrored|"
+                 "mirrored-bn|default N OUT | compare A B REL\n";
     return 2;
   }
   std::string out = argv[3];
-  if (mode == "multi" || mode == "multi-overlap") {
+  const bool bn = mode.find("-bn") != std::string::npos;
+  if (mode == "multi" || mode == "multi-overlap" || mode == "multi-bn" ||
+      mode == "multi-bn-overlap") {
     distribute::mpi_initialize(&argc, &argv);
     // multi-overlap: 256-byte gradient buckets, so the model's 4 gradients form 2 buckets and
     // the first crosses workers while backward computes the rest.
+    const bool overlap = mode.find("overlap") != std::string::npos;
     distribute::MultiWorkerMirroredStrategy strategy(
-        {.timeout_seconds = 60, .bytes_per_pack = mode == "multi-overlap" ? size_t{256} : 0});
+        {.timeout_seconds = 60, .bytes_per_pack = overlap ? size_t{256} : 0});
     check_auto_shard(strategy);
     std::vector<float> logs;
-    std::vector<float> w = train(&strategy, &logs);
+    std::vector<float> w = train(&strategy, &logs, bn);
     if (strategy.is_chief()) write(out, w);
     write(out + ".logs." + std::to_string(strategy.worker_index()), logs);
     std::cout << "worker " << strategy.worker_index() << " of " << strategy.num_workers()
               << ": num_replicas_in_sync " << strategy.num_replicas_in_sync() << "\n";
     return 0;
   }
-  if (mode == "mirrored") {
+  if (mode == "mirrored" || mode == "mirrored-bn") {
     distribute::MirroredStrategy strategy(std::stoi(argv[2]));
     std::vector<float> logs;
-    write(out, train(&strategy, &logs));
+    write(out, train(&strategy, &logs, bn));
     write(out + ".logs", logs);
     return 0;
   }

@@ -7,7 +7,11 @@
 #   * 2 x 2 again with small gradient buckets (byte-identical),
 #   * 4 x 1 again with small gradient buckets, all-reduced while backward runs (byte-identical),
 # within 1e-5 relative (summation order differs between them), and two launches of the 2 x 2 job
-# give byte-identical weights. The logs written alongside check that reported loss and metrics
+# give byte-identical weights. With a BatchNormalization layer (multi-bn), whose moving statistics
+# are summed over every replica of every worker after each step — the count of those sums checked
+# inside the gradient all-reduce (2 x 2, 4 x 1) or by an all-reduce of its own when the gradients
+# cross in buckets during backward (4 x 1 overlap) — the weights and moving statistics match
+# MirroredStrategy(4) within 1e-5. The logs written alongside check that reported loss and metrics
 # are global.
 #   run_equivalence_test.sh <mpirun> <multi_worker_train>
 set -u
@@ -27,6 +31,10 @@ run_mpi 2 2 "$DIR/mw2x2.overlap" multi-overlap
 run_mpi 4 1 "$DIR/mw4x1.overlap" multi-overlap
 "$PROG" mirrored 4 "$DIR/mirrored4" || { echo "FAIL: MirroredStrategy(4) run"; fail=1; }
 "$PROG" default 1 "$DIR/default" || { echo "FAIL: default strategy run"; fail=1; }
+run_mpi 2 2 "$DIR/bn2x2" multi-bn
+run_mpi 4 1 "$DIR/bn4x1" multi-bn
+run_mpi 4 1 "$DIR/bn4x1.overlap" multi-bn-overlap
+"$PROG" mirrored-bn 4 "$DIR/bnmirrored4" || { echo "FAIL: MirroredStrategy(4) run with BN"; fail=1; }
 [ $fail = 0 ] || exit 1
 
 if cmp "$DIR/mw2x2.a" "$DIR/mw2x2.b"; then
@@ -61,6 +69,14 @@ for run in mw2x2.a mw4x1; do
       { echo "FAIL: logs of $run vs $other"; fail=1; }
   done
 done
+for run in bn2x2 bn4x1 bn4x1.overlap; do
+  "$PROG" compare "$DIR/$run" "$DIR/bnmirrored4" 1e-5 ||
+    { echo "FAIL: BatchNormalization: $run vs MirroredStrategy(4)"; fail=1; }
+done
+# The BatchNormalization runs are a different training: its weights must not match the plain one.
+if "$PROG" compare "$DIR/bnmirrored4" "$DIR/mirrored4" 1e-5 >/dev/null 2>&1; then
+  echo "FAIL: the BatchNormalization model trained the plain model's weights"; fail=1
+fi
 [ "$(ls "$DIR"/mw4x1.logs.* | wc -l)" = 4 ] || { echo "FAIL: expected 4 workers' logs"; fail=1; }
 [ $fail = 0 ] && echo PASS && exit 0
 exit 1

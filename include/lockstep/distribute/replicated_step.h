@@ -160,6 +160,15 @@ class ReplicatedStep {
   static constexpr int64_t kMaxChunk = 32768;
   int64_t chunk_elements() const { return chunk_; }
 
+  // Every worker must offer the same number of sum_after_step values in a step (a worker whose
+  // replicas all had empty slices offers none, which the others cannot fill in). A step whose
+  // gradients cross workers in float32 carries the check in that all-reduce instead of one of its
+  // own: two more elements, each worker's count n and n², summed. This returns the common count
+  // from those sums over `workers` workers; throws FailedPrecondition when the counts differ
+  // (workers · Σn² = (Σn)² only when every n is the same); returns -1 when the sums are too
+  // large to be exact in float32, and the step then checks with an integer all-reduce.
+  static int64_t deferred_count_from_sums(double sum, double sum_of_squares, int workers);
+
   // Steps constructed afterwards write their update's results (weights and optimizer slots) with
   // non-temporal stores when those are more than `bytes` per step (default 16 MiB: more than the
   // cores' caches hold, so the stores would only evict); the bits are the same either way.
@@ -183,7 +192,12 @@ class ReplicatedStep {
   Slot* acquire();
   void release(Slot* s);
   void run_replicas(ReplicaFn fn);
-  void apply_deferred_sums();
+  // The sums of sum_after_step across workers, then their updates. `carried`: the two count
+  // elements the gradient all-reduce carried (see deferred_count_from_sums), or nullptr to check
+  // the counts with an all-reduce of their own.
+  void apply_deferred_sums(const float* carried = nullptr);
+  // How many distinct sum_after_step values this worker's committed runs offer this step.
+  size_t deferred_sum_count() const;
   // Overlap (one local replica, several workers): see ReplicaRun::overlaps_communication.
   struct Bucket {
     size_t first_var = 0, end_var = 0;  // variables [first_var, end_var)
@@ -207,7 +221,9 @@ class ReplicatedStep {
   // The chunk's terms of the sum in their fixed order (the accumulator first, then the replicas
   // that have a gradient for it); returns how many there are, writing at most two to `terms`.
   int chunk_terms(const Chunk& c, const ChunkInputs& in, const float* terms[2]) const;
-  void all_reduce_across_workers();
+  // The local sum (summed_) and `extra` elements after it, summed across workers.
+  void all_reduce_across_workers(int64_t extra = 0);
+  static constexpr int64_t kCountSlots = 2;  // the carried deferred-sum count: n and n²
   // Allocates variable i's spare buffers (weights and slots), which take a winning backup run's
   // update, unless they exist; safe from concurrent commits.
   void allocate_spares(size_t i);

@@ -577,7 +577,33 @@ void ReplicatedStep::run_replicas(ReplicaFn fn) {
   for (Slot* s : committed) s->run.commit();
 }
 
-void ReplicatedStep::apply_deferred_sums() {
+int64_t ReplicatedStep::deferred_count_from_sums(double sum, double sum_of_squares, int workers) {
+  // Sums of small whole numbers are exact in float32 below 2^24, whatever order they were added in.
+  constexpr double kExact = 16777216.0;
+  if (!(sum >= 0 && sum_of_squares >= 0 && sum < kExact && sum_of_squares < kExact)) return -1;
+  if (static_cast<double>(workers) * sum_of_squares != sum * sum) {
+    throw FailedPrecondition(
+        "ReplicatedStep: the workers' replicas produced different numbers of statistics to sum "
+        "after this step (" +
+        std::to_string(static_cast<int64_t>(sum)) + " in all over " + std::to_string(workers) +
+        " workers, not the same on each): a worker had no examples for a layer that sums "
+        "statistics across replicas (BatchNormalization). Use a global batch of at least one "
+        "example per worker.");
+  }
+  return static_cast<int64_t>(sum) / workers;
+}
+
+size_t ReplicatedStep::deferred_sum_count() const {
+  std::vector<const void*> keys;
+  for (const Slot* s : committed_[parity_]) {
+    for (const auto& d : s->run.deferred_) {
+      if (std::find(keys.begin(), keys.end(), d.key) == keys.end()) keys.push_back(d.key);
+    }
+  }
+  return keys.size();
+}
+
+void ReplicatedStep::apply_deferred_sums(const float* carried) {
   struct Entry {
     const void* key;
     Tensor total;
@@ -603,6 +629,12 @@ void ReplicatedStep::apply_deferred_sums() {
     profiler::ScopedSpan trace(profiler::Phase::all_reduce);
     // Every worker must sum the same values: a worker whose replicas all had empty slices has
     // none to offer, which the others cannot fill in.
+    if (carried != nullptr &&
+        deferred_count_from_sums(carried[0], carried[1], cross->size()) >= 0) {
+      for (Entry& e : entries) cross->all_reduce(e.total, ReduceOp::SUM);
+      for (Entry& e : entries) (*e.apply)(e.total);
+      return;
+    }
     int64_t counts[2] = {static_cast<int64_t>(entries.size()),
                          -static_cast<int64_t>(entries.size())};
     cross->all_reduce(counts, 2, DType::int64, ReduceOp::MAX);
@@ -729,10 +761,10 @@ void ReplicatedStep::prepare_buffers() {
   }
 }
 
-void ReplicatedStep::all_reduce_across_workers() {
+void ReplicatedStep::all_reduce_across_workers(int64_t extra) {
   profiler::ScopedSpan trace(profiler::Phase::all_reduce);
   Communicator* cross = strategy_.cross_worker();
-  const size_t n = static_cast<size_t>(total_);
+  const size_t n = static_cast<size_t>(total_ + extra);
   if (strategy_.communication_options().gradient_dtype == DType::bfloat16) {
     summed_bf16_.resize(n);
     float* s = summed_.data<float>();
@@ -758,7 +790,7 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
     // The buckets are written during the replica phase: nothing of the previous step may read
     // the sum any more.
     pool.wait_for_runs_before(step_first_phase_);
-    if (!summed_.defined()) summed_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+    if (!summed_.defined()) summed_ = Tensor({total_ + kCountSlots}, DType::float32);
     if (strategy_.communication_options().gradient_dtype == DType::bfloat16)
       summed_bf16_.resize(static_cast<size_t>(total_));
     if (!reducer_) reducer_ = std::make_unique<BackgroundReducer>(strategy_.cross_worker_shared());
@@ -786,8 +818,12 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
     stats_.cross_worker_seconds += seconds_since(tc);
     overlap_step_ = false;
   }
-  // After the buckets: the communicator has one user at a time.
-  apply_deferred_sums();
+  // After the buckets: the communicator has one user at a time. A step whose gradients cross
+  // workers in float32 in one all-reduce carries the deferred sums' count check in it
+  // (deferred_count_from_sums): one collective per step fewer.
+  const bool carry_counts = apply && workers && !overlapped &&
+                            strategy_.communication_options().gradient_dtype == DType::float32;
+  if (!carry_counts) apply_deferred_sums();
   if (!apply) {
     run_chunks(ChunkMode::accumulate);
     acc_current_ = 1 - acc_current_;
@@ -795,13 +831,20 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   } else {
     prepare_buffers();
     if (workers || update_.wants_gradient_norms()) {
-      if (!summed_.defined()) summed_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+      if (!summed_.defined()) summed_ = Tensor({total_ + kCountSlots}, DType::float32);
       if (!overlapped) {
         run_chunks(ChunkMode::sum);
         if (workers) {
           const auto tc = Clock::now();
-          all_reduce_across_workers();
+          float* counts = summed_.data<float>() + total_;
+          if (carry_counts) {
+            const auto n = static_cast<float>(deferred_sum_count());
+            counts[0] = n;
+            counts[1] = n * n;
+          }
+          all_reduce_across_workers(carry_counts ? kCountSlots : 0);
           stats_.cross_worker_seconds += seconds_since(tc);
+          if (carry_counts) apply_deferred_sums(counts);
         }
       }
       std::vector<double> norms;
