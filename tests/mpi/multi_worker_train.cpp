@@ -11,7 +11,9 @@
 // BatchNormalization layer (momentum 0.5, so the moving statistics, summed over every replica of
 // every worker after each step, move far from their start): 2 x 2 and 4 x 1 workers must match
 // MirroredStrategy(4) — the same per-replica slices — not one replica, whose batch statistics
-// are those of the whole global batch.
+// are those of the whole global batch. multi-mixed-logs reads the batch-end logs on worker 0
+// only: fit computes them after every step when any worker's callbacks read them (a collective),
+// so the workers must agree on it or the job would hang.
 // Each run also writes OUT.logs (every worker: OUT.logs.W): the reported numbers (loss and
 // accuracy at every batch end and epoch end of fit, then evaluate's), which must be the global
 // ones, equal on every worker and to the one-process runs.
@@ -72,7 +74,7 @@ class RecordLogs : public keras::callbacks::Callback {
 };
 
 std::vector<float> train(distribute::Strategy* strategy, std::vector<float>* logs,
-                         bool batch_norm = false) {
+                         bool batch_norm = false, bool batch_logs = true) {
   keras::set_random_seed(1234);
   Element data = synthetic_data();
   // A shuffle with a fixed seed exercises the "same global batches on every worker" rule.
@@ -88,8 +90,10 @@ std::vector<float> train(distribute::Strategy* strategy, std::vector<float>* log
                  .loss = keras::losses::CategoricalCrossentropy(),
                  .metrics = {keras::metrics::CategoricalAccuracy()}});
   auto record = std::make_shared<RecordLogs>(logs);
+  std::vector<std::shared_ptr<keras::callbacks::Callback>> fit_callbacks;
+  if (batch_logs) fit_callbacks.push_back(record);
   keras::callbacks::History history =
-      model.fit(ds, {.epochs = 3, .verbose = 0, .callbacks = {record}});
+      model.fit(ds, {.epochs = 3, .verbose = 0, .callbacks = fit_callbacks});
   for (const char* key : {"loss", "categorical_accuracy"})
     for (double v : history.history.at(key)) logs->push_back(static_cast<float>(v));
   for (const auto& [key, value] : model.evaluate(ds, {.verbose = 0, .callbacks = {record}}))
@@ -181,14 +185,14 @@ int run(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "compare" && argc == 5) return compare(argv[2], argv[3], std::stod(argv[4]));
   if (argc != 4) {
-    std::cerr << "usage: multi_worker_train multi|multi-overlap|multi-bn|multi-bn-overlap|mirrored|"
-                 "mirrored-bn|default N OUT | compare A B REL\n";
+    std::cerr << "usage: multi_worker_train multi|multi-overlap|multi-bn|multi-bn-overlap|"
+                 "multi-mixed-logs|mirrored|mirrored-bn|default N OUT | compare A B REL\n";
     return 2;
   }
   std::string out = argv[3];
   const bool bn = mode.find("-bn") != std::string::npos;
   if (mode == "multi" || mode == "multi-overlap" || mode == "multi-bn" ||
-      mode == "multi-bn-overlap") {
+      mode == "multi-bn-overlap" || mode == "multi-mixed-logs") {
     distribute::mpi_initialize(&argc, &argv);
     // multi-overlap: 256-byte gradient buckets, so the model's 4 gradients form 2 buckets and
     // the first crosses workers while backward computes the rest.
@@ -197,7 +201,8 @@ int run(int argc, char** argv) {
         {.timeout_seconds = 60, .bytes_per_pack = overlap ? size_t{256} : 0});
     check_auto_shard(strategy);
     std::vector<float> logs;
-    std::vector<float> w = train(&strategy, &logs, bn);
+    const bool batch_logs = mode != "multi-mixed-logs" || strategy.worker_index() == 0;
+    std::vector<float> w = train(&strategy, &logs, bn, batch_logs);
     if (strategy.is_chief()) write(out, w);
     write(out + ".logs." + std::to_string(strategy.worker_index()), logs);
     std::cout << "worker " << strategy.worker_index() << " of " << strategy.num_workers()

@@ -98,6 +98,12 @@ void CallbackList::on_epoch_end(int e, const Logs& l) {
 void CallbackList::on_train_batch_begin(int64_t b, const Logs& l) {
   LOCKSTEP_DISPATCH(on_train_batch_begin, b, l)
 }
+bool CallbackList::uses_train_batch_logs() const {
+  for (const auto& c : callbacks_)
+    if (c->uses_train_batch_logs()) return true;
+  return false;
+}
+
 void CallbackList::on_train_batch_end(int64_t b, const Logs& l) {
   LOCKSTEP_DISPATCH(on_train_batch_end, b, l)
 }

@@ -69,6 +69,15 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
     it.emplace(dist.make_iterator());
   }
   int64_t k = training_->steps_per_execution;
+  // The running logs after every step only when a callback reads them: under several workers
+  // they are a sum across workers, a collective per step. Every worker must take the same path.
+  bool batch_logs = cbs.uses_train_batch_logs();
+  if (strategy_->num_workers() > 1) {
+    std::vector<double> any = {batch_logs ? 1.0 : 0.0};
+    strategy_->all_reduce_across_workers(any, distribute::ReduceOp::SUM);
+    batch_logs = any[0] > 0;
+  }
+  const callbacks::Logs no_logs;
   for (int epoch = initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.steps_per_epoch == 0) it.emplace(dist.make_iterator());
     if (training_->step) t.reset_state();
@@ -85,10 +94,11 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
         break;
       }
       step += ran;
-      logs = t.logs();
-      cbs.on_train_batch_end(step - 1, logs);
+      if (batch_logs) logs = t.logs();
+      cbs.on_train_batch_end(step - 1, batch_logs ? logs : no_logs);
       if (stop_training) break;
     }
+    if (!batch_logs && step != 0) logs = t.logs();
     LOCKSTEP_CHECK_AS(OutOfRange, step != 0, "fit: the dataset produced no batch in epoch ",
                       epoch + 1, ". Check the dataset (or use repeat() with steps_per_epoch).");
     if (options.validation_data) {

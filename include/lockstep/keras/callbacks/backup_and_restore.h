@@ -68,6 +68,7 @@ class BackupAndRestore final : public Callback {
 
   void on_train_begin(const Logs& logs) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
+  bool uses_train_batch_logs() const override { return false; }
   void on_epoch_end(int epoch, const Logs& logs) override;
   void on_train_end(const Logs& logs) override;
 

@@ -73,6 +73,12 @@ class Callback {
   virtual void on_epoch_end(int /*epoch*/, const Logs& /*logs*/) {}
   virtual void on_train_batch_begin(int64_t /*batch*/, const Logs& /*logs*/) {}
   virtual void on_train_batch_end(int64_t /*batch*/, const Logs& /*logs*/) {}
+  // Whether on_train_batch_end reads its logs. fit computes the running loss and metrics after
+  // every step only when some callback does — under a multi-worker strategy they are summed
+  // across workers, a collective per step — and passes empty logs otherwise (Keras likewise
+  // calls the batch hooks only when a callback implements them). True unless a callback says
+  // otherwise; the built-in ones that read only epoch logs say false. Fixed for the whole fit.
+  virtual bool uses_train_batch_logs() const { return true; }
   virtual void on_test_begin(const Logs& /*logs*/) {}
   virtual void on_test_end(const Logs& /*logs*/) {}
   virtual void on_test_batch_begin(int64_t /*batch*/, const Logs& /*logs*/) {}
@@ -117,6 +123,8 @@ class CallbackList {
   void on_epoch_end(int epoch, const Logs& logs);
   void on_train_batch_begin(int64_t batch, const Logs& logs);
   void on_train_batch_end(int64_t batch, const Logs& logs);
+  // Whether any callback's on_train_batch_end reads its logs (Callback::uses_train_batch_logs).
+  bool uses_train_batch_logs() const;
   void on_test_begin(const Logs& logs);
   void on_test_end(const Logs& logs);
   void on_test_batch_begin(int64_t batch, const Logs& logs);
@@ -155,6 +163,7 @@ class LambdaCallback final : public Callback {
   void on_train_batch_end(int64_t batch, const Logs& logs) override {
     if (o_.on_train_batch_end) o_.on_train_batch_end(batch, logs);
   }
+  bool uses_train_batch_logs() const override { return static_cast<bool>(o_.on_train_batch_end); }
   void on_train_begin(const Logs& logs) override {
     if (o_.on_train_begin) o_.on_train_begin(logs);
   }

@@ -18,6 +18,7 @@ class CSVLogger final : public Callback {
   explicit CSVLogger(std::string filename, char separator = ',', bool append = false);
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  bool uses_train_batch_logs() const override { return false; }
   void on_train_end(const Logs& logs) override;
 
  private:

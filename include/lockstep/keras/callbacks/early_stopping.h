@@ -32,6 +32,7 @@ class EarlyStopping final : public Callback {
   explicit EarlyStopping(EarlyStoppingOptions options = {});
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  bool uses_train_batch_logs() const override { return false; }
   void on_train_end(const Logs& logs) override;
 
   int stopped_epoch() const { return stopped_epoch_; }

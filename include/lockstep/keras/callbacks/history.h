@@ -19,6 +19,7 @@ class History final : public Callback {
 
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  bool uses_train_batch_logs() const override { return false; }
 
   std::map<std::string, std::vector<double>> history;
   std::vector<int> epoch;

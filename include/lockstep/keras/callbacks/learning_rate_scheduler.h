@@ -14,6 +14,7 @@ class LearningRateScheduler final : public Callback {
   explicit LearningRateScheduler(std::function<double(int epoch, double lr)> schedule,
                                  int verbose = 0);
   void on_epoch_begin(int epoch, const Logs& logs) override;
+  bool uses_train_batch_logs() const override { return false; }
 
  private:
   std::function<double(int, double)> schedule_;

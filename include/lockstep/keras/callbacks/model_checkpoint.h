@@ -22,6 +22,7 @@ class ModelCheckpoint final : public Callback {
  public:
   explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions options = {});
   void on_epoch_end(int epoch, const Logs& logs) override;
+  bool uses_train_batch_logs() const override { return false; }
 
   // The path for `epoch` (0-based) and `logs`; throws InvalidArgument for an unknown field.
   std::string format_path(int epoch, const Logs& logs) const;

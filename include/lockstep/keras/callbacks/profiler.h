@@ -43,6 +43,7 @@ class Profiler : public Callback {
   void on_epoch_begin(int epoch, const Logs& logs) override;
   void on_train_batch_begin(int64_t batch, const Logs& logs) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
+  bool uses_train_batch_logs() const override { return false; }
   void on_train_end(const Logs& logs) override;
 
   // The summary of the profile written (on the chief), once the range has ended.

@@ -38,6 +38,8 @@ class ProgbarLogger final : public Callback {
   void set_params(const Params& params) override;
   void on_epoch_begin(int epoch, const Logs& logs) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
+  // Only a live bar (verbose 1 on a terminal) draws the running values between epoch ends.
+  bool uses_train_batch_logs() const override { return o_.verbose == 1 && interactive_; }
   void on_epoch_end(int epoch, const Logs& logs) override;
 
  private:
