@@ -197,9 +197,17 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
           std::lock_guard lock(in.mu);
           if (in.step != step) {
             check_task_cancelled();
-            in.element = it.next_on_replica(r);
+            in.error = nullptr;
+            try {
+              in.element = it.next_on_replica(r);
+            } catch (const TaskCancelled&) {
+              throw;
+            } catch (...) {
+              in.error = std::current_exception();
+            }
             in.step = step;
           }
+          if (in.error) std::rethrow_exception(in.error);
           e = in.element;
         }
         check_element(e);

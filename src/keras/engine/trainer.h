@@ -4,6 +4,7 @@
 // each step's replica function (forward, loss / global batch, gradients on the tape) and merges
 // the replicas' loss sums and metrics when they are read (sync-on-read).
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -39,10 +40,14 @@ struct Trainer {
   distribute::Strategy& strategy;
   // Per-replica pipelines pulled inside the step: each replica's element of the current step,
   // pulled once whichever run of the replica's task gets there first.
+  // What replica r pulled from its pipeline for `step`: every run of its task that step (the
+  // first and a backup) takes the same element — or the same error, so a backup cannot pull the
+  // next element past a failing one and commit while the first run's error is discarded.
   struct ReplicaInput {
     std::mutex mu;
     int64_t step = -1;
     Element element;
+    std::exception_ptr error;
   };
   std::vector<std::unique_ptr<ReplicaInput>> replica_inputs;
   int64_t steps_run = 0;
