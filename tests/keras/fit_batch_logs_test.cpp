@@ -92,6 +92,33 @@ TEST(FitBatchLogs, ACallbackThatDoesNotReadThemGetsEmptyLogsUnlessAnotherReadsTh
   for (size_t s : beside->sizes) EXPECT_EQ(s, 2u);
 }
 
+// evaluate computes its running logs after a step only when it was given callbacks.
+TEST(FitBatchLogs, EvaluateGivesTheSameResultsWithOrWithoutBatchLogs) {
+  auto data = lockstep::testing::random_classification(kExamples, kInputs, kClasses, 9);
+  distribute::MirroredStrategy strategy(2);
+  distribute::Strategy::Scope scope(strategy);
+  set_random_seed(78);
+  Sequential model({Input({kInputs}), layers::Dense({.units = 8, .activation = "relu"}),
+                    layers::Dense({.units = kClasses, .activation = "softmax"})});
+  model.compile({.optimizer = optimizers::Adam(),
+                 .loss = losses::CategoricalCrossentropy(),
+                 .metrics = {metrics::CategoricalAccuracy()}});
+  Dataset ds = Dataset::from_tensor_slices({data.x, data.y}).batch(kBatch);
+  const auto plain = model.evaluate(ds, {.verbose = 0});
+  std::vector<callbacks::Logs> seen;
+  struct TestBatches : callbacks::Callback {
+    explicit TestBatches(std::vector<callbacks::Logs>* out) : out_(out) {}
+    void on_test_batch_end(int64_t, const callbacks::Logs& logs) override { out_->push_back(logs); }
+    std::vector<callbacks::Logs>* out_;
+  };
+  const auto with =
+      model.evaluate(ds, {.verbose = 0, .callbacks = {std::make_shared<TestBatches>(&seen)}});
+  EXPECT_EQ(plain, with);
+  ASSERT_EQ(seen.size(), 6u);
+  EXPECT_EQ(seen.back().at("loss"), with.at("loss"));
+  EXPECT_EQ(seen.back().at("categorical_accuracy"), with.at("categorical_accuracy"));
+}
+
 TEST(FitBatchLogs, BuiltInCallbacksSayWhetherTheyReadBatchLogs) {
   // Unknown callbacks are assumed to read them.
   struct Custom : callbacks::Callback {};

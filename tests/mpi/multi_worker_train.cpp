@@ -11,9 +11,9 @@
 // BatchNormalization layer (momentum 0.5, so the moving statistics, summed over every replica of
 // every worker after each step, move far from their start): 2 x 2 and 4 x 1 workers must match
 // MirroredStrategy(4) — the same per-replica slices — not one replica, whose batch statistics
-// are those of the whole global batch. multi-mixed-logs reads the batch-end logs on worker 0
-// only: fit computes them after every step when any worker's callbacks read them (a collective),
-// so the workers must agree on it or the job would hang.
+// are those of the whole global batch. multi-mixed-logs reads the batch-end logs (of fit and
+// evaluate) on worker 0 only: they are computed after every step when any worker's callbacks
+// read them (a collective), so the workers must agree on it or the job would hang.
 // Each run also writes OUT.logs (every worker: OUT.logs.W): the reported numbers (loss and
 // accuracy at every batch end and epoch end of fit, then evaluate's), which must be the global
 // ones, equal on every worker and to the one-process runs.
@@ -96,7 +96,7 @@ std::vector<float> train(distribute::Strategy* strategy, std::vector<float>* log
       model.fit(ds, {.epochs = 3, .verbose = 0, .callbacks = fit_callbacks});
   for (const char* key : {"loss", "categorical_accuracy"})
     for (double v : history.history.at(key)) logs->push_back(static_cast<float>(v));
-  for (const auto& [key, value] : model.evaluate(ds, {.verbose = 0, .callbacks = {record}}))
+  for (const auto& [key, value] : model.evaluate(ds, {.verbose = 0, .callbacks = fit_callbacks}))
     logs->push_back(static_cast<float>(value));
   std::vector<float> out;
   for (const Variable& v : model.weights()) {

@@ -24,6 +24,15 @@ std::map<std::string, double> Model::evaluate(const Dataset& dataset, EvaluateOp
   cbs.set_model(this);
   cbs.set_target(callbacks::training_target(*this));
   cbs.on_test_begin({});
+  // The running logs after a step only for callbacks (fit's validation passes none): under
+  // several workers they are a sum across workers, a collective per step. Every worker must take
+  // the same path.
+  bool batch_logs = !options.callbacks.empty();
+  if (strategy_->num_workers() > 1) {
+    std::vector<double> any = {batch_logs ? 1.0 : 0.0};
+    strategy_->all_reduce_across_workers(any, distribute::ReduceOp::SUM);
+    batch_logs = any[0] > 0;
+  }
   bool prepared = false;
   int64_t k = training_->steps_per_execution;
   for (int64_t step = 0; options.steps == 0 || step < options.steps;) {
@@ -44,7 +53,7 @@ std::map<std::string, double> Model::evaluate(const Dataset& dataset, EvaluateOp
       for (auto& in : inputs) t.test_step(ctx, in[ctx.local_replica_id()]);
     });
     step += static_cast<int64_t>(inputs.size());
-    cbs.on_test_batch_end(step - 1, t.logs());
+    if (batch_logs) cbs.on_test_batch_end(step - 1, t.logs());
   }
   LOCKSTEP_CHECK_AS(OutOfRange, prepared, "evaluate: the dataset produced no batch.");
   callbacks::Logs logs = t.logs();
