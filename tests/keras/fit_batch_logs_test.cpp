@@ -24,18 +24,25 @@ struct FitRun {
   std::vector<double> batch_loss;
 };
 
+// A small classifier, compiled, in the current strategy's scope.
+std::unique_ptr<Sequential> compiled_model(uint64_t seed) {
+  set_random_seed(seed);
+  auto model = std::make_unique<Sequential>(
+      std::vector<LayerArg>{Input({kInputs}), layers::Dense({.units = 8, .activation = "relu"}),
+                            layers::Dense({.units = kClasses, .activation = "softmax"})});
+  model->compile({.optimizer = optimizers::Adam(),
+                  .loss = losses::CategoricalCrossentropy(),
+                  .metrics = {metrics::CategoricalAccuracy()}});
+  return model;
+}
+
 // Two replicas, 3 epochs of 6 steps, with `batch_reader` reading the logs at every batch end
 // when set.
 FitRun train(bool batch_reader, std::vector<std::shared_ptr<callbacks::Callback>> extra = {}) {
   auto data = lockstep::testing::random_classification(kExamples, kInputs, kClasses, 5);
   distribute::MirroredStrategy strategy(2);
   distribute::Strategy::Scope scope(strategy);
-  set_random_seed(77);
-  Sequential model({Input({kInputs}), layers::Dense({.units = 8, .activation = "relu"}),
-                    layers::Dense({.units = kClasses, .activation = "softmax"})});
-  model.compile({.optimizer = optimizers::Adam(),
-                 .loss = losses::CategoricalCrossentropy(),
-                 .metrics = {metrics::CategoricalAccuracy()}});
+  std::unique_ptr<Sequential> model = compiled_model(77);
   FitRun run;
   callbacks::LambdaCallbackOptions o{.on_epoch_end = [&](int, const callbacks::Logs& logs) {
     run.epoch_loss.push_back(logs.at("loss"));
@@ -51,7 +58,7 @@ FitRun train(bool batch_reader, std::vector<std::shared_ptr<callbacks::Callback>
       std::make_shared<callbacks::LambdaCallback>(o)};
   for (auto& c : extra) cbs.push_back(c);
   Dataset ds = Dataset::from_tensor_slices({data.x, data.y}).batch(kBatch);
-  model.fit(ds, {.epochs = 3, .verbose = 0, .callbacks = cbs});
+  model->fit(ds, {.epochs = 3, .verbose = 0, .callbacks = cbs});
   return run;
 }
 
@@ -97,14 +104,9 @@ TEST(FitBatchLogs, EvaluateGivesTheSameResultsWithOrWithoutBatchLogs) {
   auto data = lockstep::testing::random_classification(kExamples, kInputs, kClasses, 9);
   distribute::MirroredStrategy strategy(2);
   distribute::Strategy::Scope scope(strategy);
-  set_random_seed(78);
-  Sequential model({Input({kInputs}), layers::Dense({.units = 8, .activation = "relu"}),
-                    layers::Dense({.units = kClasses, .activation = "softmax"})});
-  model.compile({.optimizer = optimizers::Adam(),
-                 .loss = losses::CategoricalCrossentropy(),
-                 .metrics = {metrics::CategoricalAccuracy()}});
+  std::unique_ptr<Sequential> model = compiled_model(78);
   Dataset ds = Dataset::from_tensor_slices({data.x, data.y}).batch(kBatch);
-  const auto plain = model.evaluate(ds, {.verbose = 0});
+  const auto plain = model->evaluate(ds, {.verbose = 0});
   std::vector<callbacks::Logs> seen;
   struct TestBatches : callbacks::Callback {
     explicit TestBatches(std::vector<callbacks::Logs>* out) : out_(out) {}
@@ -112,7 +114,7 @@ TEST(FitBatchLogs, EvaluateGivesTheSameResultsWithOrWithoutBatchLogs) {
     std::vector<callbacks::Logs>* out_;
   };
   const auto with =
-      model.evaluate(ds, {.verbose = 0, .callbacks = {std::make_shared<TestBatches>(&seen)}});
+      model->evaluate(ds, {.verbose = 0, .callbacks = {std::make_shared<TestBatches>(&seen)}});
   EXPECT_EQ(plain, with);
   ASSERT_EQ(seen.size(), 6u);
   EXPECT_EQ(seen.back().at("loss"), with.at("loss"));
