@@ -184,32 +184,15 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
     // batch times the replicas in sync (exact when all batches are full).
     if (replica_inputs.empty()) {
       for (int r = 0; r < strategy.num_local_replicas(); ++r)
-        replica_inputs.push_back(std::make_unique<ReplicaInput>());
+        replica_inputs.push_back(std::make_unique<StepInput>());
     }
     for (int64_t s = 0; s < k; ++s) {
       const int64_t step = steps_run;
       profiler::StepTrace trace(step + 1);
       train_step([this, &it, step](ReplicaContext& ctx, distribute::ReplicaRun& run) {
         const int r = ctx.local_replica_id();
-        ReplicaInput& in = *replica_inputs[static_cast<size_t>(r)];
-        Element e;
-        {
-          std::lock_guard lock(in.mu);
-          if (in.step != step) {
-            check_task_cancelled();
-            in.error = nullptr;
-            try {
-              in.element = it.next_on_replica(r);
-            } catch (const TaskCancelled&) {
-              throw;
-            } catch (...) {
-              in.error = std::current_exception();
-            }
-            in.step = step;
-          }
-          if (in.error) std::rethrow_exception(in.error);
-          e = in.element;
-        }
+        const Element e = replica_inputs[static_cast<size_t>(r)]->get(
+            step, [&it, r] { return it.next_on_replica(r); });
         check_element(e);
         const int64_t b = e[0].rank() ? e[0].dim(0) : 1;
         replica_step(run, e, b * ctx.num_replicas_in_sync());

@@ -14,6 +14,7 @@
 #include "lockstep/distribute/replicated_step.h"
 #include "lockstep/keras/callbacks/callback.h"
 #include "lockstep/keras/model.h"
+#include "step_input.h"
 #include "training_state.h"
 
 namespace lockstep::keras {
@@ -39,17 +40,8 @@ struct Trainer {
   Model::TrainingState& state;
   distribute::Strategy& strategy;
   // Per-replica pipelines pulled inside the step: each replica's element of the current step,
-  // pulled once whichever run of the replica's task gets there first.
-  // What replica r pulled from its pipeline for `step`: every run of its task that step (the
-  // first and a backup) takes the same element — or the same error, so a backup cannot pull the
-  // next element past a failing one and commit while the first run's error is discarded.
-  struct ReplicaInput {
-    std::mutex mu;
-    int64_t step = -1;
-    Element element;
-    std::exception_ptr error;
-  };
-  std::vector<std::unique_ptr<ReplicaInput>> replica_inputs;
+  // pulled once whichever run of the replica's task gets there first (step_input.h).
+  std::vector<std::unique_ptr<StepInput>> replica_inputs;
   int64_t steps_run = 0;
 
   explicit Trainer(Model& m);
