@@ -27,12 +27,7 @@ std::map<std::string, double> Model::evaluate(const Dataset& dataset, EvaluateOp
   // The running logs after a step only for callbacks (fit's validation passes none): under
   // several workers they are a sum across workers, a collective per step. Every worker must take
   // the same path.
-  bool batch_logs = !options.callbacks.empty();
-  if (strategy_->num_workers() > 1) {
-    std::vector<double> any = {batch_logs ? 1.0 : 0.0};
-    strategy_->all_reduce_across_workers(any, distribute::ReduceOp::SUM);
-    batch_logs = any[0] > 0;
-  }
+  const bool batch_logs = t.any_worker(!options.callbacks.empty());
   bool prepared = false;
   int64_t k = training_->steps_per_execution;
   for (int64_t step = 0; options.steps == 0 || step < options.steps;) {

@@ -71,12 +71,7 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
   int64_t k = training_->steps_per_execution;
   // The running logs after every step only when a callback reads them: under several workers
   // they are a sum across workers, a collective per step. Every worker must take the same path.
-  bool batch_logs = cbs.uses_train_batch_logs();
-  if (strategy_->num_workers() > 1) {
-    std::vector<double> any = {batch_logs ? 1.0 : 0.0};
-    strategy_->all_reduce_across_workers(any, distribute::ReduceOp::SUM);
-    batch_logs = any[0] > 0;
-  }
+  const bool batch_logs = t.any_worker(cbs.uses_train_batch_logs());
   const callbacks::Logs no_logs;
   for (int epoch = initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.steps_per_epoch == 0) it.emplace(dist.make_iterator());

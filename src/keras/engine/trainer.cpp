@@ -110,6 +110,13 @@ callbacks::Logs Trainer::logs() const {
   return out;
 }
 
+bool Trainer::any_worker(bool mine) const {
+  if (strategy.num_workers() <= 1) return mine;
+  std::vector<double> any = {mine ? 1.0 : 0.0};
+  strategy.all_reduce_across_workers(any, distribute::ReduceOp::SUM);
+  return any[0] > 0;
+}
+
 void Trainer::check_element(const Element& e) const {
   LOCKSTEP_CHECK(e.size() >= 2, "fit/evaluate: dataset elements must be (x, y) tuples. Received ",
                  describe(e), ".");

@@ -61,9 +61,12 @@ struct Trainer {
   // merged [loss sum, example count, metric states...] are SUM-all-reduced across workers in one
   // small collective, so every worker reports the global numbers (as MultiWorkerMirroredStrategy
   // does). That collective runs at every logs() call on every worker: fit and evaluate call it
-  // after each dispatch and at the end, at the same steps everywhere since every worker runs the
-  // same number of steps.
+  // at the end, and after each dispatch when a callback reads batch logs on any worker
+  // (any_worker), at the same steps everywhere since every worker runs the same number of steps.
   callbacks::Logs logs() const;
+  // Whether `mine` holds on any worker (one small all-reduce with several workers): a choice that
+  // decides which collectives follow must be the same everywhere.
+  bool any_worker(bool mine) const;
   void check_element(const Element& e) const;
   // One replica's forward and backward on its slice of a global batch of `global_batch`
   // examples, into the run's private gradients and state. Safe to run twice (a backup run): it
