@@ -73,8 +73,16 @@ class RecordLogs : public keras::callbacks::Callback {
   std::vector<float>* out_;
 };
 
+// The optimizer's options beside the defaults: clipping by norm (the step computes the summed
+// gradient's norms first) and gradient accumulation (the update adds an accumulator).
+struct OptimizerVariant {
+  bool clip = false;
+  int accumulate = 1;
+};
+
 std::vector<float> train(distribute::Strategy* strategy, std::vector<float>* logs,
-                         bool batch_norm = false, bool batch_logs = true) {
+                         bool batch_norm = false, bool batch_logs = true,
+                         OptimizerVariant variant = {}) {
   keras::set_random_seed(1234);
   Element data = synthetic_data();
   // A shuffle with a fixed seed exercises the "same global batches on every worker" rule.
@@ -86,7 +94,10 @@ std::vector<float> train(distribute::Strategy* strategy, std::vector<float>* log
   if (batch_norm) layers.push_back(keras::layers::BatchNormalization({.momentum = 0.5}));
   layers.push_back(keras::layers::Dense({.units = kClasses, .activation = "softmax"}));
   keras::Sequential model(std::move(layers));
-  model.compile({.optimizer = keras::optimizers::Adam(),
+  keras::optimizers::BaseOptions base;
+  if (variant.clip) base.clipnorm = 0.05;
+  if (variant.accumulate > 1) base.gradient_accumulation_steps = variant.accumulate;
+  model.compile({.optimizer = keras::optimizers::Adam({.base = base}),
                  .loss = keras::losses::CategoricalCrossentropy(),
                  .metrics = {keras::metrics::CategoricalAccuracy()}});
   auto record = std::make_shared<RecordLogs>(logs);
@@ -186,13 +197,17 @@ int run(int argc, char** argv) {
   if (mode == "compare" && argc == 5) return compare(argv[2], argv[3], std::stod(argv[4]));
   if (argc != 4) {
     std::cerr << "usage: multi_worker_train multi|multi-overlap|multi-bn|multi-bn-overlap|"
-                 "multi-mixed-logs|mirrored|mirrored-bn|default N OUT | compare A B REL\n";
+                 "multi-mixed-logs|multi-clip|multi-clip-accum|mirrored|mirrored-bn|"
+                 "mirrored-clip|mirrored-clip-accum|default N OUT | compare A B REL\n";
     return 2;
   }
   std::string out = argv[3];
   const bool bn = mode.find("-bn") != std::string::npos;
+  const OptimizerVariant variant{.clip = mode.find("-clip") != std::string::npos,
+                                 .accumulate = mode.find("-accum") != std::string::npos ? 2 : 1};
   if (mode == "multi" || mode == "multi-overlap" || mode == "multi-bn" ||
-      mode == "multi-bn-overlap" || mode == "multi-mixed-logs") {
+      mode == "multi-bn-overlap" || mode == "multi-mixed-logs" || mode == "multi-clip" ||
+      mode == "multi-clip-accum") {
     distribute::mpi_initialize(&argc, &argv);
     // multi-overlap: 256-byte gradient buckets, so the model's 4 gradients form 2 buckets and
     // the first crosses workers while backward computes the rest.
@@ -202,17 +217,18 @@ int run(int argc, char** argv) {
     check_auto_shard(strategy);
     std::vector<float> logs;
     const bool batch_logs = mode != "multi-mixed-logs" || strategy.worker_index() == 0;
-    std::vector<float> w = train(&strategy, &logs, bn, batch_logs);
+    std::vector<float> w = train(&strategy, &logs, bn, batch_logs, variant);
     if (strategy.is_chief()) write(out, w);
     write(out + ".logs." + std::to_string(strategy.worker_index()), logs);
     std::cout << "worker " << strategy.worker_index() << " of " << strategy.num_workers()
               << ": num_replicas_in_sync " << strategy.num_replicas_in_sync() << "\n";
     return 0;
   }
-  if (mode == "mirrored" || mode == "mirrored-bn") {
+  if (mode == "mirrored" || mode == "mirrored-bn" || mode == "mirrored-clip" ||
+      mode == "mirrored-clip-accum") {
     distribute::MirroredStrategy strategy(std::stoi(argv[2]));
     std::vector<float> logs;
-    write(out, train(&strategy, &logs, bn));
+    write(out, train(&strategy, &logs, bn, true, variant));
     write(out + ".logs", logs);
     return 0;
   }

@@ -12,8 +12,10 @@
 # inside the gradient all-reduce (2 x 2, 4 x 1) or by an all-reduce of its own when the gradients
 # cross in buckets during backward (4 x 1 overlap) — the weights and moving statistics match
 # MirroredStrategy(4) within 1e-5. With batch-end logs read on worker 0 only (multi-mixed-logs),
-# the 2 x 2 job trains the same bytes. The logs written alongside check that reported loss and metrics
-# are global.
+# the 2 x 2 job trains the same bytes. With clipping by norm (norms of the summed gradient first),
+# alone (4 x 1: the one local replica's buffer is summed across workers in place) and with gradient
+# accumulation (the accumulator joins the sum), the weights match MirroredStrategy(4) within 1e-5.
+# The logs written alongside check that reported loss and metrics are global.
 #   run_equivalence_test.sh <mpirun> <multi_worker_train>
 set -u
 MPIRUN=$1 PROG=$2
@@ -37,6 +39,11 @@ run_mpi 2 2 "$DIR/bn2x2" multi-bn
 run_mpi 4 1 "$DIR/bn4x1" multi-bn
 run_mpi 4 1 "$DIR/bn4x1.overlap" multi-bn-overlap
 "$PROG" mirrored-bn 4 "$DIR/bnmirrored4" || { echo "FAIL: MirroredStrategy(4) run with BN"; fail=1; }
+run_mpi 4 1 "$DIR/clip4x1" multi-clip
+run_mpi 4 1 "$DIR/clipacc4x1" multi-clip-accum
+"$PROG" mirrored-clip 4 "$DIR/clipmirrored4" || { echo "FAIL: MirroredStrategy(4) with clipnorm"; fail=1; }
+"$PROG" mirrored-clip-accum 4 "$DIR/clipaccmirrored4" ||
+  { echo "FAIL: MirroredStrategy(4) with clipnorm and accumulation"; fail=1; }
 [ $fail = 0 ] || exit 1
 
 if cmp "$DIR/mw2x2.a" "$DIR/mw2x2.b"; then
@@ -77,6 +84,17 @@ for run in bn2x2 bn4x1 bn4x1.overlap; do
   "$PROG" compare "$DIR/$run" "$DIR/bnmirrored4" 1e-5 ||
     { echo "FAIL: BatchNormalization: $run vs MirroredStrategy(4)"; fail=1; }
 done
+for pair in "clip4x1 clipmirrored4" "clipacc4x1 clipaccmirrored4"; do
+  set -- $pair
+  "$PROG" compare "$DIR/$1" "$DIR/$2" 1e-5 || { echo "FAIL: $1 vs $2"; fail=1; }
+done
+# Clipping and accumulation change the training: neither may match the plain run, nor each other.
+for run in clip4x1 clipacc4x1; do
+  if cmp -s "$DIR/mw4x1" "$DIR/$run"; then echo "FAIL: $run trained the plain run's weights"; fail=1; fi
+done
+if cmp -s "$DIR/clip4x1" "$DIR/clipacc4x1"; then
+  echo "FAIL: accumulation did not change the clipped run"; fail=1
+fi
 # The BatchNormalization runs are a different training: its weights must not match the plain one.
 if "$PROG" compare "$DIR/bnmirrored4" "$DIR/mirrored4" 1e-5 >/dev/null 2>&1; then
   echo "FAIL: the BatchNormalization model trained the plain model's weights"; fail=1

@@ -221,7 +221,11 @@ class ReplicatedStep {
   // The chunk's terms of the sum in their fixed order (the accumulator first, then the replicas
   // that have a gradient for it); returns how many there are, writing at most two to `terms`.
   int chunk_terms(const Chunk& c, const ChunkInputs& in, const float* terms[2]) const;
-  // The local sum (summed_) and `extra` elements after it, summed across workers.
+  // The gradient buffer of the only local replica that has gradients, when it has one for every
+  // variable and nothing else is summed (no accumulator): then it is the local sum as it is.
+  // Else nullptr.
+  float* sole_replica_sum();
+  // The local sum (sum_) and `extra` elements after it, summed across workers.
   void all_reduce_across_workers(int64_t extra = 0);
   static constexpr int64_t kCountSlots = 2;  // the carried deferred-sum count: n and n²
   // Allocates variable i's spare buffers (weights and slots), which take a winning backup run's
@@ -273,6 +277,8 @@ class ReplicatedStep {
   std::unique_ptr<BackgroundReducer> reducer_;
   bool overlap_accumulator_ = false;  // the accumulator joins the buckets this step
   Tensor summed_;                     // the all-reduced sum (several workers, or norms needed)
+  // Where this update reads the summed gradient: summed_, or sole_replica_sum()'s buffer.
+  float* sum_ = nullptr;
   std::vector<bfloat16> summed_bf16_;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // per pool thread
   // Update chunks whose backup run won this update (written by commit, read after the phase),

@@ -175,11 +175,13 @@ void HostSharedReducer::all_reduce(void* buf, size_t count, DType dtype, ReduceO
       for (int r = 0; r < size_; ++r) {
         srcs_[static_cast<size_t>(r)] = slot(set, r) + mine.begin * esize;
       }
-      void* dst = slot(set, rank_) + mine.begin * esize;
-      reduce_fold(dtype, op, srcs_.data(), size_, &dst, 1, mine.size(), size_);
+      // The block goes to the slot, for the others, and straight to this rank's buffer.
+      void* dsts[2] = {slot(set, rank_) + mine.begin * esize, bytes + (begin + mine.begin) * esize};
+      reduce_fold(dtype, op, srcs_.data(), size_, dsts, 2, mine.size(), size_);
     }
     barrier(poll);
     for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
       const BlockRange block = block_range(n, size_, r);
       std::memcpy(bytes + (begin + block.begin) * esize, slot(set, r) + block.begin * esize,
                   block.size() * esize);

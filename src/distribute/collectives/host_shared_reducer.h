@@ -12,8 +12,9 @@
 // Each all-reduce moves packs of at most slot_bytes per rank: every rank copies its pack into its
 // slot, meets the others at a barrier, reduces its block of the pack (block_range) over all slots
 // in rank order — the same fold on every host size, so results are bit-identical run to run — into
-// its own slot, meets them again, and copies every block out. The slots alternate between two
-// sets pack by pack, so a rank that runs ahead writes into the set nobody reads any more.
+// its own slot and its own buffer, meets them again, and copies the other ranks' blocks out. The
+// slots alternate between two sets pack by pack, so a rank that runs ahead writes into the set
+// nobody reads any more.
 #include <mpi.h>
 
 #include <atomic>

@@ -197,7 +197,13 @@ class ReplicatedStep::ChunkPhase : public TaskPhase {
         s.sum_chunk(c, in, g);
         return &sc;
       case ChunkMode::apply_from_sum:
-        std::memcpy(g, s.summed_.data<float>() + c.flat, n * sizeof(float));
+        // The sum stays where it is unless the rule writes its gradient (then into scratch, so
+        // that a second run of this chunk reads the sum unchanged).
+        if (s.update_.rewrites_gradient()) {
+          std::memcpy(g, s.sum_ + c.flat, n * sizeof(float));
+        } else {
+          g = s.sum_ + c.flat;
+        }
         break;
       case ChunkMode::apply:
         break;
@@ -477,7 +483,9 @@ ReplicatedStep::Slot* ReplicatedStep::acquire() {
   if (free_.empty()) {
     auto s = std::make_unique<Slot>();
     ReplicaRun& r = s->run;
-    r.flat_ = Tensor({std::max<int64_t>(total_, 1)}, DType::float32);
+    // Room for the carried count after the gradients: a sole local replica's buffer may be the
+    // step's sum across workers (sole_replica_sum).
+    r.flat_ = Tensor({total_ + kCountSlots}, DType::float32);
     int64_t off = 0;
     for (const Variable& v : vars_) {
       r.views_.push_back(r.flat_.slice(off, off + v.num_elements()).reshape(v.shape()));
@@ -663,6 +671,21 @@ const float* ReplicatedStep::sole_gradient(const Chunk& c, const ChunkInputs& in
   return only;
 }
 
+float* ReplicatedStep::sole_replica_sum() {
+  if (acc_valid_) return nullptr;
+  const Slot* only = nullptr;
+  for (const Slot* s : committed_[parity_]) {
+    const auto& defined = s->run.defined_;
+    if (std::find(defined.begin(), defined.end(), 1) == defined.end()) continue;  // all zeros
+    if (only != nullptr) return nullptr;
+    only = s;
+  }
+  if (only == nullptr) return nullptr;
+  const auto& defined = only->run.defined_;
+  if (std::find(defined.begin(), defined.end(), 0) != defined.end()) return nullptr;
+  return const_cast<float*>(only->run.flat_.data<float>());
+}
+
 void ReplicatedStep::allocate_spares(size_t i) {
   std::lock_guard lock(spare_mu_);
   if (spare_w_[i].defined()) return;
@@ -767,12 +790,12 @@ void ReplicatedStep::all_reduce_across_workers(int64_t extra) {
   const size_t n = static_cast<size_t>(total_ + extra);
   if (strategy_.communication_options().gradient_dtype == DType::bfloat16) {
     summed_bf16_.resize(n);
-    float* s = summed_.data<float>();
+    float* s = sum_;
     for (size_t i = 0; i < n; ++i) summed_bf16_[i] = bfloat16(s[i]);
     cross->all_reduce_compressed(summed_bf16_.data(), n);
     for (size_t i = 0; i < n; ++i) s[i] = static_cast<float>(summed_bf16_[i]);
   } else {
-    cross->all_reduce(summed_.data<float>(), n, DType::float32, ReduceOp::SUM);
+    cross->all_reduce(sum_, n, DType::float32, ReduceOp::SUM);
   }
 }
 
@@ -832,11 +855,18 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
     prepare_buffers();
     if (workers || update_.wants_gradient_norms()) {
       if (!summed_.defined()) summed_ = Tensor({total_ + kCountSlots}, DType::float32);
+      sum_ = summed_.data<float>();
       if (!overlapped) {
-        run_chunks(ChunkMode::sum);
+        // One local replica with every gradient: its buffer is the local sum, summed across
+        // workers in place (no sum phase, whose chunks copy the gradient twice).
+        if (float* sole = sole_replica_sum(); sole != nullptr) {
+          sum_ = sole;
+        } else {
+          run_chunks(ChunkMode::sum);
+        }
         if (workers) {
           const auto tc = Clock::now();
-          float* counts = summed_.data<float>() + total_;
+          float* counts = sum_ + total_;
           if (carry_counts) {
             const auto n = static_cast<float>(deferred_sum_count());
             counts[0] = n;
@@ -849,7 +879,7 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
       }
       std::vector<double> norms;
       if (update_.wants_gradient_norms()) {
-        const float* g = summed_.data<float>();
+        const float* g = sum_;
         int64_t off = 0;
         for (const Variable& v : vars_) {
           double sq = 0;
