@@ -10,9 +10,11 @@
 #include <cstring>
 #include <thread>
 
+#include "lockstep/core/cpu_cores.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategies.h"
+#include "lockstep/distribute/task_pool.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -247,6 +249,23 @@ TEST(OneDeviceStrategy, ParsesDeviceNamesAndRejectsOthers) {
   } catch (const NotFound& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("cpu:4096"));
   }
+}
+
+// A task pool with a thread for every core gets one more for busy machines, unless other workers
+// of the job share the host: then the ranks' own threads are what keeps the cores busy.
+TEST(Strategy, TheBusyMachineExtraThreadIsOnlyForAWorkerAloneOnItsHost) {
+  const int cores = available_core_count();
+  auto config = [&](bool shares) {
+    StrategyConfig c;
+    c.replica_cores.assign(static_cast<size_t>(cores), std::vector<int>{});
+    c.num_threads = cores;
+    c.shares_host_with_workers = shares;
+    return c;
+  };
+  Strategy alone(config(false));
+  EXPECT_EQ(alone.task_pool().total_threads(), cores + 1);
+  Strategy shared(config(true));
+  EXPECT_EQ(shared.task_pool().total_threads(), cores);
 }
 
 }  // namespace

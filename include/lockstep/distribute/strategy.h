@@ -67,6 +67,9 @@ struct StrategyConfig {
   CommunicationOptions communication;
   // Multi-worker: the communicator between workers (one rank per process), or nullptr.
   std::shared_ptr<Communicator> cross_worker;
+  // Other workers of the job run on this host (several MPI ranks per machine): the task pool
+  // then has no busy-machine extra thread (see Strategy::task_pool).
+  bool shares_host_with_workers = false;
 };
 
 class Strategy : public VariableCreationObserver {

@@ -71,6 +71,7 @@ MultiWorkerMirroredStrategy::Setup MultiWorkerMirroredStrategy::make_setup(
     }
   }
   s.config.cross_worker = s.cross;
+  s.config.shares_host_with_workers = resolver.core_division().local_workers > 1;
   return s;
 }
 
