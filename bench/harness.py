@@ -186,22 +186,31 @@ def measure_floor(args, bfloat16):
     if not os.path.exists(args.ops_bench):
         return None
     procs = []
+    # The float32 run also measures each core's FMA peak (BM_FmaPeak), so the table can say how
+    # close the floor itself is to the hardware.
+    pattern = "BM_SeedStepOneDnn/1$" if bfloat16 else "BM_SeedStepOneDnn/0$|BM_FmaPeak$"
     for core in sorted(os.sched_getaffinity(0)):
         cmd = ["taskset", "-c", str(core), args.ops_bench,
-               "--benchmark_filter=BM_SeedStepOneDnn/%d$" % (1 if bfloat16 else 0),
+               "--benchmark_filter=" + pattern,
                "--benchmark_format=json", "--benchmark_repetitions=%d" % args.floor_repetitions,
                "--benchmark_min_time=0.2", "--benchmark_report_aggregates_only=true"]
         procs.append(subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"),
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
-    rates = []
+    rates, peaks = [], []
     for p in procs:
         data = json.loads(p.communicate()[0] or b"{}")
         for b in data.get("benchmarks", []):
             if b.get("aggregate_name") == "median":
-                rates.append(b["GFLOP/s"])
+                if b.get("run_name", b.get("name", "")).startswith("BM_FmaPeak"):
+                    peaks.append(b["GFLOP/s"])
+                else:
+                    rates.append(b["GFLOP/s"])
     if len(rates) != len(procs):
         return None
-    return {"per_core_gflops": rates, "total_gflops": sum(rates)}
+    out = {"per_core_gflops": rates, "total_gflops": sum(rates)}
+    if len(peaks) == len(procs) and all(x > 0 for x in peaks):
+        out["peak_gflops"] = sum(peaks)
+    return out
 
 
 def loadavg():
@@ -321,6 +330,7 @@ def main():
             "rounds": args.rounds, "epochs": args.epochs, "co_runner": args.co_runner,
             "co_runner_session": args.co_runner_session,
             "load_before": loadavg(), "floors": {"float32": [], "bfloat16": []},
+            "fma_peaks": [],
             "failures": []}
     runs = {c["id"]: [] for c in configs}
     started = time.time()
@@ -329,6 +339,8 @@ def main():
             f = measure_floor(args, precision == "bfloat16")
             if f:
                 meta["floors"][precision].append(f["total_gflops"])
+                if "peak_gflops" in f:
+                    meta["fma_peaks"].append(f["peak_gflops"])
                 print("[round %d] floor %-8s %7.0f GFLOP/s (%s per core)" % (
                     r, precision, f["total_gflops"],
                     " + ".join("%.0f" % g for g in f["per_core_gflops"])), file=sys.stderr)

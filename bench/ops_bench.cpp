@@ -115,6 +115,47 @@ void BM_SeedStepOneDnn(benchmark::State& state) {
 }
 BENCHMARK(BM_SeedStepOneDnn)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
+// What one core's float32 FMA units can do at most: twelve independent chains of AVX-512 fused
+// multiply-adds (enough to cover their latency on two FMA ports), no memory traffic. The floor
+// above divided by this is how close oneDNN's kernels come to the hardware on the seed's shapes.
+// Reported as 0 on a CPU without AVX-512.
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) float fma_chains(int64_t rounds) {
+  using v16 = float __attribute__((vector_size(64)));
+  v16 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = v16{} + 0.001f * static_cast<float>(i);
+  const v16 a = v16{} + 0.9999f, b = v16{} + 0.0001f;
+  for (int64_t r = 0; r < rounds; ++r) {
+    for (int i = 0; i < 12; ++i) acc[i] = __builtin_ia32_vfmaddps512_mask(acc[i], a, b, -1, 4);
+  }
+  v16 sum = v16{};
+  for (int i = 0; i < 12; ++i) sum += acc[i];
+  float out = 0;
+  for (int i = 0; i < 16; ++i) out += sum[i];
+  return out;
+}
+#endif
+
+void BM_FmaPeak(benchmark::State& state) {
+  constexpr int64_t kRounds = 1 << 16;
+  bool avx512 = false;
+#if defined(__x86_64__)
+  avx512 = __builtin_cpu_supports("avx512f");
+#endif
+  for (auto _ : state) {
+    int64_t rounds = kRounds;
+    benchmark::DoNotOptimize(rounds);  // else the call, pure and the same each time, is hoisted
+#if defined(__x86_64__)
+    if (avx512) benchmark::DoNotOptimize(fma_chains(rounds));
+#endif
+  }
+  const double flop = avx512 ? 12.0 * 16 * 2 * kRounds : 0.0;
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flop * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(avx512 ? "float32 AVX-512 FMA" : "no AVX-512");
+}
+BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMicrosecond);
+
 void BM_Matmul(benchmark::State& state) {
   const bool ta = state.range(0) & 1, tb = state.range(0) & 2;
   Generator gen(2);
