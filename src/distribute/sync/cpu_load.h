@@ -1,8 +1,10 @@
 #pragma once
 // How busy the machine is, for deciding whether a waiting thread may spin: spinning pays only
-// when every runnable thread has a core (available_core_count(), core/cpu_cores.h); otherwise the
-// spin takes the time a descheduled peer (a replica task, another rank) needs. Internal to the
-// distribute layer.
+// when every runnable thread has a core (this process's threads: available_core_count(),
+// core/cpu_cores.h; other ranks': online_cpu_count()); otherwise the spin takes the time a
+// descheduled peer (a replica task, another rank) needs. Internal to the distribute layer.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +25,13 @@ inline int procs_running() {
   }
   std::fclose(f);
   return n;
+}
+
+// The machine's online CPUs, what procs_running() is to be compared with when the threads that
+// matter belong to other processes too (at least 1).
+inline int online_cpu_count() {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
 }
 
 }  // namespace lockstep::distribute::detail
