@@ -673,8 +673,8 @@ const float* ReplicatedStep::sole_gradient(const Chunk& c, const ChunkInputs& in
 
 float* ReplicatedStep::sole_replica_sum() {
   if (acc_valid_) return nullptr;
-  const Slot* only = nullptr;
-  for (const Slot* s : committed_[parity_]) {
+  Slot* only = nullptr;
+  for (Slot* s : committed_[parity_]) {
     const auto& defined = s->run.defined_;
     if (std::find(defined.begin(), defined.end(), 1) == defined.end()) continue;  // all zeros
     if (only != nullptr) return nullptr;
@@ -683,7 +683,7 @@ float* ReplicatedStep::sole_replica_sum() {
   if (only == nullptr) return nullptr;
   const auto& defined = only->run.defined_;
   if (std::find(defined.begin(), defined.end(), 0) != defined.end()) return nullptr;
-  return const_cast<float*>(only->run.flat_.data<float>());
+  return only->run.flat_.data<float>();
 }
 
 void ReplicatedStep::allocate_spares(size_t i) {

@@ -4,9 +4,7 @@
 // each step's replica function (forward, loss / global batch, gradients on the tape) and merges
 // the replicas' loss sums and metrics when they are read (sync-on-read).
 #include <cstdint>
-#include <exception>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "lockstep/data/element.h"
