@@ -6,6 +6,7 @@
 #   * 1 replica on the global batch (the default strategy),
 #   * 2 x 2 again with small gradient buckets (byte-identical),
 #   * 4 x 1 again with small gradient buckets, all-reduced while backward runs (byte-identical),
+#   * 4 x 1 again with each form of the host's shared-memory all-reduce fixed (byte-identical),
 # within 1e-5 relative (summation order differs between them), and two launches of the 2 x 2 job
 # give byte-identical weights. With a BatchNormalization layer (multi-bn), whose moving statistics
 # are summed over every replica of every worker after each step — the count of those sums checked
@@ -24,7 +25,7 @@ trap 'rm -rf "$DIR"' EXIT
 fail=0
 run_mpi() {  # np local_replicas out [mode]
   LOCKSTEP_DEVICES=cpu:$2 timeout -k 5 100 "$MPIRUN" --oversubscribe --bind-to none -np "$1" \
-    -x LOCKSTEP_DEVICES "$PROG" "${4:-multi}" "$1" "$3" ||
+    -x LOCKSTEP_DEVICES ${LOCKSTEP_MPI_HOST_SHARED_BARRIERS:+-x LOCKSTEP_MPI_HOST_SHARED_BARRIERS} "$PROG" "${4:-multi}" "$1" "$3" ||
     { echo "FAIL: mpirun -np $1 ${4:-multi} exited $?"; fail=1; }
 }
 run_mpi 2 2 "$DIR/mw2x2.a"
@@ -32,6 +33,8 @@ run_mpi 2 2 "$DIR/mw2x2.b"
 run_mpi 4 1 "$DIR/mw4x1"
 run_mpi 2 2 "$DIR/mw2x2.overlap" multi-overlap
 run_mpi 4 1 "$DIR/mw4x1.overlap" multi-overlap
+LOCKSTEP_MPI_HOST_SHARED_BARRIERS=1 run_mpi 4 1 "$DIR/mw4x1.one"
+LOCKSTEP_MPI_HOST_SHARED_BARRIERS=2 run_mpi 4 1 "$DIR/mw4x1.two"
 "$PROG" mirrored 4 "$DIR/mirrored4" || { echo "FAIL: MirroredStrategy(4) run"; fail=1; }
 "$PROG" default 1 "$DIR/default" || { echo "FAIL: default strategy run"; fail=1; }
 run_mpi 2 2 "$DIR/mixed2x2" multi-mixed-logs
@@ -63,6 +66,15 @@ if cmp "$DIR/mw4x1" "$DIR/mw4x1.overlap"; then
 else
   echo "FAIL: the overlapped all-reduce changed the 4 x 1 weights"; fail=1
 fi
+# The shared-memory all-reduce between the ranks of one host with one barrier per pack (each rank
+# folds the whole pack, as on a busy host) or two (each rank its block, as on a quiet one).
+for form in one two; do
+  if cmp "$DIR/mw4x1" "$DIR/mw4x1.$form"; then
+    echo "4 workers x 1 replica: packs with the '$form' barrier form give byte-identical weights"
+  else
+    echo "FAIL: the '$form' barrier form changed the 4 x 1 weights"; fail=1
+  fi
+done
 for other in mw4x1 mirrored4 default; do
   "$PROG" compare "$DIR/mw2x2.a" "$DIR/$other" 1e-5 || { echo "FAIL: 2x2 vs $other"; fail=1; }
 done

@@ -14,10 +14,13 @@
 // in rank order — the same fold on every host size, so results are bit-identical run to run — into
 // its own slot and its own buffer, meets them again, and copies the other ranks' blocks out. The
 // slots alternate between two sets pack by pack, so a rank that runs ahead writes into the set
-// nobody reads any more.
+// nobody reads any more. On a busy host a pack takes one barrier instead (each rank folds the whole
+// pack, in the same order), and the ranks keep themselves spread over the CPUs while they wait
+// (HostRankPlacement): the kernel alone packs ranks in lockstep onto one CPU beside a busy process.
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -26,6 +29,7 @@
 
 #include "lockstep/core/dtype.h"
 #include "lockstep/distribute/collective.h"
+#include "lockstep/distribute/host_rank_placement.h"
 
 namespace lockstep::distribute::detail {
 
@@ -49,11 +53,24 @@ class HostSharedReducer {
 
   size_t slot_bytes() const { return slot_bytes_; }
 
+  // How many barriers a pack takes. Two (each rank reduces its block, then copies the others'
+  // blocks out) is the faster on a quiet host; one (each rank folds the whole pack) waits half as
+  // often for a descheduled peer on a busy one. Rank 0 chooses per pack, by how busy the machine
+  // is, unless LOCKSTEP_MPI_HOST_SHARED_BARRIERS (1 or 2: for diagnosis and tests) fixes it; the
+  // bits are the same either way.
+  enum class Barriers { automatic, one, two };
+  // Throws InvalidArgument for a value other than 1, 2 or empty.
+  static Barriers barriers_from_environment();
+
  private:
   struct Header;
   HostSharedReducer(void* base, size_t bytes, int rank, int size, size_t slot_bytes);
   std::byte* slot(int set, int rank) const;
   void barrier(const std::function<void()>& poll);
+  // Whether the host has more runnable threads than CPUs, counting every rank of this job as
+  // runnable: then a waiter sleeps at once (spinning takes the time a descheduled peer needs),
+  // ranks move (HostRankPlacement), and packs take one barrier. Sampled every 20 ms.
+  bool busy();
 
   void* base_ = nullptr;
   size_t mapped_bytes_ = 0;
@@ -63,6 +80,12 @@ class HostSharedReducer {
   size_t slot_bytes_ = 0;
   int set_ = 0;
   std::vector<const void*> srcs_;
+  HostRankPlacement placement_;
+  Barriers barriers_ = Barriers::automatic;
+  int cpus_ = 1;
+  bool busy_ = true;
+  int contrary_ = 0;
+  std::chrono::steady_clock::time_point checked_{};
 };
 
 }  // namespace lockstep::distribute::detail
