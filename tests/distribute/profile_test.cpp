@@ -343,7 +343,14 @@ class UpdatePhase : public TaskPhase {
 };
 
 TEST(ProfileTaskPool, MarksBackupRunsAndTheCallersWait) {
-  TaskPool pool({.num_threads = 2, .backup_slack = std::chrono::microseconds(100)});
+  // No deadline within reach: the caller backs the helper's task up only once it has seen the
+  // helper's run make no progress, which takes two looks a stall window apart and a wait between
+  // them. (A 100 µs deadline let a caller that was itself descheduled past it back up at its
+  // first look, without a wait: the check below failed under load.)
+  TaskPool pool({.num_threads = 2,
+                 .backup_factor = 1e9,
+                 .backup_slack = std::chrono::hours(1),
+                 .stall_window = std::chrono::microseconds(50)});
   std::mutex mu;
   std::condition_variable cv;
   bool helper_stalled = false, release = false;
@@ -379,7 +386,7 @@ TEST(ProfileTaskPool, MarksBackupRunsAndTheCallersWait) {
     host_backups += s.phase == Phase::update && s.backup;
     waits += s.phase == Phase::wait;
   }
-  // Its own task, then the helper's as a backup, after waiting for the backup deadline.
+  // Its own task, then the helper's as a backup, after waiting to see the helper stalled.
   EXPECT_EQ(host_updates, 2);
   EXPECT_EQ(host_backups, 1);
   EXPECT_GE(waits, 1);
