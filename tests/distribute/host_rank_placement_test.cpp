@@ -1,4 +1,4 @@
-#include "lockstep/distribute/host_rank_placement.h"
+#include "distribute/collectives/host_rank_placement.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-namespace lockstep::distribute {
+namespace lockstep::distribute::detail {
 namespace {
 
 // The seats live in a shared segment between processes; moves act on thread ids, so a thread of
@@ -259,4 +259,4 @@ TEST_F(HostRankPlacementTest, AsleepRanksAreNotAwake) {
 }
 
 }  // namespace
-}  // namespace lockstep::distribute
+}  // namespace lockstep::distribute::detail

@@ -1,4 +1,4 @@
-#include "lockstep/distribute/host_rank_placement.h"
+#include "host_rank_placement.h"
 
 #include <fcntl.h>
 #include <sys/syscall.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <new>
 
-namespace lockstep::distribute {
+namespace lockstep::distribute::detail {
 
 using Clock = std::chrono::steady_clock;
 
@@ -161,4 +161,4 @@ void HostRankPlacement::pass() {
   restore_if_moved();
 }
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::distribute::detail

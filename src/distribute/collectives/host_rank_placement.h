@@ -1,6 +1,6 @@
 #pragma once
 // HostRankPlacement: the ranks of one host spread themselves over its CPUs while they wait for
-// each other at the barriers of the shared-memory all-reduce (used by MpiCommunicator).
+// each other at the barriers of the shared-memory all-reduce (internal to HostSharedReducer).
 //
 // Ranks in lockstep look to the kernel like one task: while one computes, the other sleeps at the
 // barrier. Beside a busy process the kernel then packs both ranks on one CPU and leaves the other
@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace lockstep::distribute {
+namespace lockstep::distribute::detail {
 
 class HostRankPlacement {
  public:
@@ -100,4 +100,4 @@ class HostRankPlacement {
   uint64_t pulls_ = 0, placements_ = 0, restores_ = 0;
 };
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::distribute::detail

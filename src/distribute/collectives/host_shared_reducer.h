@@ -27,9 +27,9 @@
 #include <memory>
 #include <vector>
 
+#include "host_rank_placement.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/distribute/collective.h"
-#include "lockstep/distribute/host_rank_placement.h"
 
 namespace lockstep::distribute::detail {
 
