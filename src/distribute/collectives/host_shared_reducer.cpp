@@ -154,8 +154,12 @@ bool HostSharedReducer::busy() {
   // Open MPI does for 2 ranks, compared procs_running with its one core, never spun while its
   // peer ran on the other, and slept through every barrier: plain `mpirun -np 2 lockstep train`,
   // quiet, 387k samples/s against 437k spinning).
+  // With more ranks than CPUs the job itself oversubscribes the host; there the instant count is
+  // what tells whether a waiter can spin (counting asleep ranks as runnable would never let it:
+  // `mpirun -np 4` on 2 cores beside a co-runner, 164k against 168-176k samples/s).
   const int running = procs_running();
-  const bool sample = running < 0 || running - placement_.awake_ranks() + size_ > cpus_;
+  const int counted = size_ <= cpus_ ? running - placement_.awake_ranks() + size_ : running;
+  const bool sample = running < 0 || counted > cpus_;
   // Two samples in a row change the state: a rank that woke between the two reads counts as
   // another process for one sample.
   if (first) {
@@ -226,7 +230,11 @@ void HostSharedReducer::all_reduce(void* buf, size_t count, DType dtype, ReduceO
     set_ ^= 1;
     std::memcpy(slot(set, rank_), bytes + begin * esize, n * esize);
     if (rank_ == 0) {
-      const bool one = barriers_ == Barriers::one || (barriers_ == Barriers::automatic && busy());
+      // Automatically only for two ranks, which read as many bytes either way (each rank reads
+      // every slot once in the one form, twice the pack in the other): with four ranks on two
+      // cores the one form read twice as much and cost 5-8% (326k against 344-352k samples/s).
+      const bool one =
+          barriers_ == Barriers::one || (barriers_ == Barriers::automatic && size_ == 2 && busy());
       header_->one_barrier[set].store(one ? 1 : 0, std::memory_order_relaxed);
     }
     barrier(poll);

@@ -55,9 +55,9 @@ class HostSharedReducer {
 
   // How many barriers a pack takes. Two (each rank reduces its block, then copies the others'
   // blocks out) is the faster on a quiet host; one (each rank folds the whole pack) waits half as
-  // often for a descheduled peer on a busy one. Rank 0 chooses per pack, by how busy the machine
-  // is, unless LOCKSTEP_MPI_HOST_SHARED_BARRIERS (1 or 2: for diagnosis and tests) fixes it; the
-  // bits are the same either way.
+  // often for a descheduled peer on a busy one. Rank 0 chooses per pack — one for two ranks on a
+  // busy host, else two — unless LOCKSTEP_MPI_HOST_SHARED_BARRIERS (1 or 2: for diagnosis and
+  // tests) fixes it; the bits are the same either way.
   enum class Barriers { automatic, one, two };
   // Throws InvalidArgument for a value other than 1, 2 or empty.
   static Barriers barriers_from_environment();
