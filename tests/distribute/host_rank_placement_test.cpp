@@ -43,6 +43,18 @@ cpu_set_t only(int cpu) {
   return s;
 }
 
+bool has_mask(pid_t tid, const cpu_set_t& expected) {
+  const cpu_set_t mask = affinity_of(tid);
+  return CPU_EQUAL(&mask, &expected);
+}
+
+// Two looks at the late peers at generation 0: the first samples their run time, the second
+// judges it.
+void look_twice(HostRankPlacement& waiter, bool busy) {
+  waiter.while_waiting(0, busy);
+  waiter.while_waiting(0, busy);
+}
+
 // A peer rank on a thread of its own. It publishes its seat (with the affinity it starts with)
 // and then runs what it is given, one call at a time; in between it blocks on a condition
 // variable — asleep, which is how a descheduled rank looks to its peers.
@@ -113,6 +125,13 @@ class HostRankPlacementTest : public ::testing::Test {
     const cpu_set_t s = only(cpu);
     ASSERT_EQ(sched_setaffinity(0, sizeof s, &s), 0);
   }
+  // Rank 0 on this thread, pinned to `cpu`, arrived at generation 0.
+  std::unique_ptr<HostRankPlacement> waiter_on(int cpu, Seats& seats) {
+    pin_to(cpu);
+    auto me = std::make_unique<HostRankPlacement>(seats.data, 0, 2, static_cast<int>(cpus_.size()));
+    me->arrive(0);
+    return me;
+  }
   cpu_set_t original_{};
   std::vector<int> cpus_;
 };
@@ -145,26 +164,20 @@ TEST_F(HostRankPlacementTest, AWaiterPullsAnAsleepLatePeerOntoItsCpuAndThePeerRe
   Seats seats(2);
   Peer peer(seats, 1, 2);
   const int here = cpus_.front();
-  pin_to(here);
-  HostRankPlacement me(seats.data, 0, 2, static_cast<int>(cpus_.size()));
-  me.arrive(0);
-  me.set_sleeping(true);
-  // The first look samples the peer's run time, the second compares: the peer is blocked and has
-  // not arrived at generation 0, so it ran nothing in between.
-  me.while_waiting(0, true);
-  me.while_waiting(0, true);
+  auto me = waiter_on(here, seats);
+  me->set_sleeping(true);
+  // The peer is blocked and has not arrived at generation 0: it ran nothing between the looks.
+  look_twice(*me, true);
   if (cpus_.size() < 2) {
     // One CPU: no move can help, and none is made.
-    EXPECT_EQ(me.pulls(), 0u);
+    EXPECT_EQ(me->pulls(), 0u);
     return;
   }
-  EXPECT_EQ(me.pulls(), 1u);
-  const cpu_set_t one = only(here);
-  cpu_set_t mask = affinity_of(peer.tid());
-  EXPECT_TRUE(CPU_EQUAL(&mask, &one));
+  EXPECT_EQ(me->pulls(), 1u);
+  EXPECT_TRUE(has_mask(peer.tid(), only(here)));
   // At most one pull per barrier.
-  me.while_waiting(0, true);
-  EXPECT_EQ(me.pulls(), 1u);
+  me->while_waiting(0, true);
+  EXPECT_EQ(me->pulls(), 1u);
   // Past its next barrier the peer may run anywhere its own mask allows again.
   uint64_t restores = 0;
   peer.run([&](HostRankPlacement& p) {
@@ -172,27 +185,21 @@ TEST_F(HostRankPlacementTest, AWaiterPullsAnAsleepLatePeerOntoItsCpuAndThePeerRe
     p.pass();
     restores = p.restores();
   });
-  mask = affinity_of(peer.tid());
-  EXPECT_TRUE(CPU_EQUAL(&mask, &original_));
+  EXPECT_TRUE(has_mask(peer.tid(), original_));
   EXPECT_EQ(restores, 1u);
 }
 
 TEST_F(HostRankPlacementTest, NothingMovesOnAQuietMachineOrForAPeerThatHasArrived) {
   Seats seats(2);
   Peer peer(seats, 1, 2);
-  pin_to(cpus_.front());
-  HostRankPlacement me(seats.data, 0, 2, static_cast<int>(cpus_.size()));
-  me.arrive(0);
-  me.while_waiting(0, false);
-  me.while_waiting(0, false);
-  EXPECT_EQ(me.pulls(), 0u);
+  auto me = waiter_on(cpus_.front(), seats);
+  look_twice(*me, false);
+  EXPECT_EQ(me->pulls(), 0u);
   // The peer arrives at generation 0 (and blocks again): it is not late.
   peer.run([](HostRankPlacement& p) { p.arrive(0); });
-  me.while_waiting(0, true);
-  me.while_waiting(0, true);
-  EXPECT_EQ(me.pulls(), 0u);
-  const cpu_set_t mask = affinity_of(peer.tid());
-  EXPECT_TRUE(CPU_EQUAL(&mask, &original_));
+  look_twice(*me, true);
+  EXPECT_EQ(me->pulls(), 0u);
+  EXPECT_TRUE(has_mask(peer.tid(), original_));
 }
 
 TEST_F(HostRankPlacementTest, APeerBoundToAnotherCpuIsNeverPulled) {
@@ -202,14 +209,10 @@ TEST_F(HostRankPlacementTest, APeerBoundToAnotherCpuIsNeverPulled) {
   const cpu_set_t elsewhere = only(cpus_.back());
   ASSERT_EQ(sched_setaffinity(0, sizeof elsewhere, &elsewhere), 0);
   Peer peer(seats, 1, 2);
-  pin_to(cpus_.front());
-  HostRankPlacement me(seats.data, 0, 2, static_cast<int>(cpus_.size()));
-  me.arrive(0);
-  me.while_waiting(0, true);
-  me.while_waiting(0, true);
-  EXPECT_EQ(me.pulls(), 0u);
-  const cpu_set_t mask = affinity_of(peer.tid());
-  EXPECT_TRUE(CPU_EQUAL(&mask, &elsewhere));
+  auto me = waiter_on(cpus_.front(), seats);
+  look_twice(*me, true);
+  EXPECT_EQ(me->pulls(), 0u);
+  EXPECT_TRUE(has_mask(peer.tid(), elsewhere));
 }
 
 TEST_F(HostRankPlacementTest, TheLastArrivalWakesASleeperThatSharesItsCpuElsewhere) {
@@ -223,29 +226,25 @@ TEST_F(HostRankPlacementTest, TheLastArrivalWakesASleeperThatSharesItsCpuElsewhe
     p.arrive(0);
     p.set_sleeping(true);
   });
-  pin_to(here);
-  HostRankPlacement me(seats.data, 0, 2, static_cast<int>(cpus_.size()));
-  me.arrive(0);
+  auto me = waiter_on(here, seats);
   // Quiet: the sleeper stays where it is.
-  me.before_wake(false);
-  EXPECT_EQ(me.placements(), 0u);
-  me.before_wake(true);
-  cpu_set_t mask = affinity_of(peer.tid());
+  me->before_wake(false);
+  EXPECT_EQ(me->placements(), 0u);
+  me->before_wake(true);
   if (cpus_.size() < 2) {
-    EXPECT_EQ(me.placements(), 0u);
+    EXPECT_EQ(me->placements(), 0u);
     return;
   }
-  EXPECT_EQ(me.placements(), 1u);
+  EXPECT_EQ(me->placements(), 1u);
   cpu_set_t expected = original_;
   CPU_CLR(here, &expected);
-  EXPECT_TRUE(CPU_EQUAL(&mask, &expected));
+  EXPECT_TRUE(has_mask(peer.tid(), expected));
   // Woken, past the barrier, it runs anywhere its own mask allows again.
   peer.run([](HostRankPlacement& p) {
     p.set_sleeping(false);
     p.pass();
   });
-  mask = affinity_of(peer.tid());
-  EXPECT_TRUE(CPU_EQUAL(&mask, &original_));
+  EXPECT_TRUE(has_mask(peer.tid(), original_));
 }
 
 TEST_F(HostRankPlacementTest, AsleepRanksAreNotAwake) {
