@@ -65,6 +65,7 @@ class Peer {
       HostRankPlacement p(seats.data, rank, size, 1024);
       std::unique_lock<std::mutex> lock(mu_);
       tid_ = static_cast<pid_t>(syscall(SYS_gettid));
+      placement_ = &p;
       ready_ = true;
       cv_.notify_all();
       for (;;) {
@@ -87,6 +88,12 @@ class Peer {
     thread_.join();
   }
   pid_t tid() const { return tid_; }
+  // Runs fn(placement) on the calling thread, as a rank whose barriers come from another thread
+  // than the one that published its seat (the peer's own thread stays blocked).
+  void run_elsewhere(const std::function<void(HostRankPlacement&)>& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn(*placement_);
+  }
   // Runs fn(placement) on the peer's thread and waits for it.
   void run(std::function<void(HostRankPlacement&)> fn) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -102,6 +109,7 @@ class Peer {
   bool ready_ = false;
   bool quit_ = false;
   std::function<void(HostRankPlacement&)> job_;
+  HostRankPlacement* placement_ = nullptr;
   std::thread thread_;
 };
 
@@ -187,6 +195,34 @@ TEST_F(HostRankPlacementTest, AWaiterPullsAnAsleepLatePeerOntoItsCpuAndThePeerRe
   });
   EXPECT_TRUE(has_mask(peer.tid(), original_));
   EXPECT_EQ(restores, 1u);
+}
+
+TEST_F(HostRankPlacementTest, TheRestoreReachesTheMovedThreadWhicheverThreadPassesNext) {
+  if (cpus_.size() < 2) {
+    // Nothing is moved on one CPU (see above), so there is nothing to restore.
+    Seats seats(2);
+    HostRankPlacement one(seats.data, 0, 2, 1);
+    look_twice(one, true);
+    EXPECT_EQ(one.pulls(), 0u);
+    return;
+  }
+  Seats seats(2);
+  Peer peer(seats, 1, 2);
+  const int here = cpus_.front();
+  auto me = waiter_on(here, seats);
+  look_twice(*me, true);
+  ASSERT_EQ(me->pulls(), 1u);
+  ASSERT_TRUE(has_mask(peer.tid(), only(here)));
+  // The rank's next barrier is passed by another thread (here: this one, pinned to `here`): the
+  // moved thread gets its mask back, and the passing thread keeps its own.
+  uint64_t restores = 0;
+  peer.run_elsewhere([&](HostRankPlacement& p) {
+    p.pass();
+    restores = p.restores();
+  });
+  EXPECT_EQ(restores, 1u);
+  EXPECT_TRUE(has_mask(peer.tid(), original_));
+  EXPECT_TRUE(has_mask(static_cast<pid_t>(syscall(SYS_gettid)), only(here)));
 }
 
 TEST_F(HostRankPlacementTest, NothingMovesOnAQuietMachineOrForAPeerThatHasArrived) {

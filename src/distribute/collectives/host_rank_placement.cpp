@@ -15,12 +15,20 @@ using Clock = std::chrono::steady_clock;
 static_assert(sizeof(HostRankPlacement::Seat) <= HostRankPlacement::kSeatBytes);
 static_assert(std::atomic<int32_t>::is_always_lock_free);
 
+namespace {
+int32_t this_thread_id() {
+  thread_local const auto tid = static_cast<int32_t>(syscall(SYS_gettid));
+  return tid;
+}
+}  // namespace
+
 HostRankPlacement::HostRankPlacement(void* seats, int rank, int size, int cpus)
     : seats_(static_cast<std::byte*>(seats)),
       rank_(rank),
       size_(size),
       enabled_(size > 1 && size <= cpus),
       fds_(static_cast<size_t>(size), -1),
+      fd_tids_(static_cast<size_t>(size), 0),
       last_run_ns_(static_cast<size_t>(size), -1),
       last_at_(static_cast<size_t>(size)) {
   // The segment is zeroed, a valid state for every field; the seat is placement-constructed by
@@ -29,7 +37,7 @@ HostRankPlacement::HostRankPlacement(void* seats, int rank, int size, int cpus)
   CPU_ZERO(&mine.allowed);
   if (sched_getaffinity(0, sizeof mine.allowed, &mine.allowed) != 0) enabled_ = false;
   mine.pid = static_cast<int32_t>(getpid());
-  mine.tid.store(static_cast<int32_t>(syscall(SYS_gettid)), std::memory_order_release);
+  mine.tid.store(this_thread_id(), std::memory_order_release);
 }
 
 HostRankPlacement::~HostRankPlacement() {
@@ -61,19 +69,22 @@ int64_t HostRankPlacement::read_run_ns(int fd) {
 void HostRankPlacement::restore_if_moved() {
   Seat& mine = seat(rank_);
   if (mine.moved.exchange(0, std::memory_order_acq_rel) == 0) return;
-  // The current CPU is in the original mask (a peer only ever narrows it to CPUs in it), so this
-  // does not migrate the thread.
-  sched_setaffinity(0, sizeof mine.allowed, &mine.allowed);
+  // The moved thread's CPU is in the original mask (a peer only ever narrows the mask to CPUs in
+  // it), so this does not migrate it. It may be another thread than the caller's, or gone.
+  sched_setaffinity(mine.moved_tid.load(std::memory_order_relaxed), sizeof mine.allowed,
+                    &mine.allowed);
   ++restores_;
 }
 
 bool HostRankPlacement::move(int peer, const cpu_set_t& mask) {
   Seat& s = seat(peer);
-  if (sched_setaffinity(s.tid.load(std::memory_order_acquire), sizeof mask, &mask) != 0) {
+  const int32_t tid = s.tid.load(std::memory_order_acquire);
+  if (sched_setaffinity(tid, sizeof mask, &mask) != 0) {
     // Not allowed (another user's process) or gone: stop trying; the barrier still works.
     enabled_ = false;
     return false;
   }
+  s.moved_tid.store(tid, std::memory_order_relaxed);
   s.moved.store(1, std::memory_order_release);
   return true;
 }
@@ -81,6 +92,7 @@ bool HostRankPlacement::move(int peer, const cpu_set_t& mask) {
 void HostRankPlacement::arrive(uint32_t gen) {
   restore_if_moved();
   Seat& mine = seat(rank_);
+  mine.tid.store(this_thread_id(), std::memory_order_relaxed);
   mine.cpu.store(sched_getcpu(), std::memory_order_relaxed);
   mine.arrived_for.store(gen + 1, std::memory_order_release);
   pulled_this_barrier_ = false;
@@ -119,7 +131,13 @@ Clock::time_point HostRankPlacement::while_waiting(uint32_t gen, bool busy) {
     if (tid == 0 || s.arrived_for.load(std::memory_order_acquire) == gen + 1) continue;
     if (here < 0 || !CPU_ISSET(here, &s.allowed)) continue;
     const size_t i = static_cast<size_t>(r);
-    if (fds_[i] < 0) fds_[i] = open_schedstat(s.pid, tid);
+    if (fd_tids_[i] != tid) {
+      // The peer's barriers come from another thread now: follow it.
+      if (fds_[i] >= 0) close(fds_[i]);
+      fds_[i] = open_schedstat(s.pid, tid);
+      fd_tids_[i] = tid;
+      last_run_ns_[i] = -1;
+    }
     const int64_t run = fds_[i] >= 0 ? read_run_ns(fds_[i]) : -1;
     if (run < 0) continue;
     const int64_t prev = last_run_ns_[i];

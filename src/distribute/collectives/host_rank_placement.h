@@ -33,8 +33,9 @@ class HostRankPlacement {
  public:
   // What each rank publishes in the shared segment. A zeroed seat is a valid, unpublished one.
   struct Seat {
-    alignas(64) std::atomic<int32_t> tid{0};  // the waiting thread; 0 until published
+    alignas(64) std::atomic<int32_t> tid{0};  // the thread at its last barrier; 0 until published
     int32_t pid = 0;
+    std::atomic<int32_t> moved_tid{0};     // the thread a peer moved (set before `moved`)
     std::atomic<int32_t> cpu{-1};          // where it ran when it last arrived at a barrier
     std::atomic<uint32_t> arrived_for{0};  // 1 + the generation of that barrier
     std::atomic<uint32_t> sleeping{0};     // in a futex wait at a barrier
@@ -47,8 +48,9 @@ class HostRankPlacement {
   static constexpr std::chrono::microseconds kCheckInterval{100};
 
   // `seats`: seats_bytes(size) zeroed bytes shared by the host's ranks. Publishes the seat of
-  // `rank` for the calling thread (the one that waits at the barriers). `cpus`: the machine's
-  // online CPUs; with more ranks than that nothing moves.
+  // `rank` for the calling thread; each arrival publishes the thread that arrives (a rank's
+  // all-reduces may come from another thread, e.g. the communication thread that overlaps them
+  // with backward). `cpus`: the machine's online CPUs; with more ranks than that nothing moves.
   HostRankPlacement(void* seats, int rank, int size, int cpus);
   ~HostRankPlacement();
   HostRankPlacement(const HostRankPlacement&) = delete;
@@ -63,7 +65,8 @@ class HostRankPlacement {
   // peer onto this CPU (at most one per barrier).
   std::chrono::steady_clock::time_point while_waiting(uint32_t gen, bool busy);
   void set_sleeping(bool sleeping);
-  // Passed the barrier: restores this rank's affinity if a peer changed it.
+  // Passed the barrier: restores the affinity of the thread of this rank that a peer moved (the
+  // mask the rank started with), whichever thread passes.
   void pass();
 
   // Ranks that have published their seat and are not asleep at a barrier (the caller included).
@@ -93,6 +96,7 @@ class HostRankPlacement {
   bool enabled_;
   // Per peer: its schedstat file and the last sample of its run time during this barrier.
   std::vector<int> fds_;
+  std::vector<int32_t> fd_tids_;
   std::vector<int64_t> last_run_ns_;
   std::vector<std::chrono::steady_clock::time_point> last_at_;
   uint32_t sampled_for_ = 0;
