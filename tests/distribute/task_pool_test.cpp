@@ -2,12 +2,16 @@
 // stalls (held in a test hook, not slept on) is finished by a backup run on another thread; a
 // failing task's error reaches the caller.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <cmath>
@@ -200,6 +204,78 @@ TEST(TaskPool, BusyMachineExtrasTakeTasksOnlyWhileTheMachineIsBusy) {
     pool.run(quiet);
     pool.wait_for_runs_before(UINT64_MAX);
     EXPECT_EQ(threads_that_committed(quiet).count(2), 0u) << "quiet again, round " << round;
+  }
+}
+
+// On a busy machine a helper asleep on the caller's CPU is woken elsewhere (the kernel would wake
+// it beside its waker, behind it), for that wake-up only; never on a quiet machine. The helper is
+// made to sleep on the caller's CPU by binding itself there during a first phase (its own mask,
+// kept by the pool from its start, stays the whole machine).
+TEST(TaskPool, OnABusyMachineAHelperAsleepOnTheCallersCpuWakesElsewhere) {
+  cpu_set_t original;
+  CPU_ZERO(&original);
+  ASSERT_EQ(sched_getaffinity(0, sizeof original, &original), 0);
+  int here = -1;
+  for (int c = 0; c < CPU_SETSIZE && here < 0; ++c)
+    if (CPU_ISSET(c, &original)) here = c;
+  cpu_set_t only_here;
+  CPU_ZERO(&only_here);
+  CPU_SET(here, &only_here);
+  for (const bool busy : {false, true}) {
+    TaskPool pool({.num_threads = 2, .machine_busy = [busy] { return busy; }});
+    std::mutex mu;
+    std::condition_variable cv;
+    bool helper_bound = false;
+    pid_t helper_tid = 0;
+    pool.set_run_hook([&](int, int, int thread, bool, uint64_t) {
+      std::unique_lock lock(mu);
+      if (thread == 1) {
+        sched_setaffinity(0, sizeof only_here, &only_here);
+        helper_tid = static_cast<pid_t>(syscall(SYS_gettid));
+        helper_bound = true;
+        cv.notify_all();
+      } else {
+        cv.wait_for(lock, std::chrono::minutes(1), [&] { return helper_bound; });
+      }
+    });
+    ASSERT_EQ(sched_setaffinity(0, sizeof only_here, &only_here), 0);
+    CountingPhase first(2);
+    pool.run(first);
+    pool.wait_for_runs_before(UINT64_MAX);
+    pool.set_run_hook({});
+    ASSERT_TRUE(helper_bound);
+    // The helper goes to sleep on `here` (bound there); wait for it, by its state, not by time.
+    while (pool.asleep_helpers() < 1) std::this_thread::yield();
+    // The second phase: the caller waits until the helper has taken a task, so the helper has
+    // woken (and, if moved, put its mask back) before the checks below.
+    bool helper_ran = false;
+    pool.set_run_hook([&](int, int, int thread, bool, uint64_t) {
+      std::unique_lock lock(mu);
+      if (thread == 1) {
+        helper_ran = true;
+        cv.notify_all();
+      } else {
+        cv.wait_for(lock, std::chrono::minutes(1), [&] { return helper_ran; });
+      }
+    });
+    CountingPhase second(2);
+    pool.run(second);
+    pool.wait_for_runs_before(UINT64_MAX);
+    pool.set_run_hook({});
+    ASSERT_TRUE(helper_ran);
+    ASSERT_EQ(sched_setaffinity(0, sizeof original, &original), 0);
+    const bool movable = CPU_COUNT(&original) > 1;
+    EXPECT_EQ(pool.stats().placements, busy && movable ? 1u : 0u) << (busy ? "busy" : "quiet");
+    // Woken, the helper put back the mask it started with (the whole machine), not the one it
+    // bound itself to; quiet, it was not moved and keeps its own binding.
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    ASSERT_EQ(sched_getaffinity(helper_tid, sizeof mask, &mask), 0);
+    if (busy && movable) {
+      EXPECT_TRUE(CPU_EQUAL(&mask, &original));
+    } else {
+      EXPECT_TRUE(CPU_EQUAL(&mask, &only_here));
+    }
   }
 }
 

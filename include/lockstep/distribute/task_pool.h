@@ -24,6 +24,8 @@
 // backup deadline is pending). Only when the machine has a spare core do they spin briefly before
 // sleeping — between phases and while waiting for a phase's last task — which saves a futex
 // wake-up (tens of microseconds on a VM) several times per step.
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -94,6 +96,7 @@ struct TaskPoolStats {
   uint64_t backups = 0;      // backup runs started
   uint64_t backup_wins = 0;  // tasks committed by their backup run
   uint64_t cancelled = 0;    // runs that stopped early at check_task_cancelled()
+  uint64_t placements = 0;   // helpers woken off the caller's CPU (see TaskPool::run)
 };
 
 class TaskPool {
@@ -129,6 +132,8 @@ class TaskPool {
   void set_run_hook(RunHook hook);
 
   TaskPoolStats stats() const;
+  // Helper threads asleep between phases, waiting for the next one (for tests).
+  int asleep_helpers() const;
 
   // True while the calling thread executes a backup run (inside TaskPhase::run). A phase may let a
   // task's first run write its result straight to a shared destination and give backups private
@@ -153,6 +158,12 @@ class TaskPool {
   // The calling thread's CPU clock, for holder_descheduled (thread: its index in the pool).
   void register_cpu_clock(int thread);
   bool spinning_allowed();
+  // On a busy machine, before waking the helpers for a phase: a helper asleep on the caller's CPU
+  // gets that CPU taken out of its affinity, so it wakes beside the caller, not behind it (the
+  // kernel wakes a thread where its waker runs, and threads in lockstep look to its balancer like
+  // one task, so beside a busy process it packed them on one CPU). The helper puts its own mask
+  // back once awake. Unpinned helpers only.
+  void place_sleepers_off(int cpu);
 
   TaskPoolOptions options_;
   std::vector<std::thread> threads_;
@@ -173,11 +184,19 @@ class TaskPool {
   int busy_streak_ = 0, quiet_streak_ = 0;  // the caller's samples: see spinning_allowed()
   // Per thread index: its CPU clock (clockid_t), or kNoClock; the caller's is set by each run().
   std::unique_ptr<std::atomic<int>[]> cpu_clocks_;
+  // Per helper: where it sleeps between phases (see place_sleepers_off).
+  struct Seat {
+    std::atomic<int> tid{0}, cpu{-1}, asleep{0}, moved{0};
+    cpu_set_t mask;  // its affinity when it started
+  };
+  std::unique_ptr<Seat[]> seats_;
+  std::atomic<bool> placing_{false};  // the machine is busy (set with phase_threads_)
   RunHook hook_;
   std::mutex hook_mu_;
   std::atomic<bool> has_hook_{false};
   uint64_t sequence_ = 0;  // the caller's count of phases run
-  mutable std::atomic<uint64_t> runs_{0}, backups_{0}, backup_wins_{0}, cancelled_{0};
+  mutable std::atomic<uint64_t> runs_{0}, backups_{0}, backup_wins_{0}, cancelled_{0},
+      placements_{0};
 };
 
 }  // namespace lockstep::distribute

@@ -2,7 +2,10 @@
 
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -120,6 +123,7 @@ TaskPool::TaskPool(TaskPoolOptions options) : options_(std::move(options)) {
   const int total = total_threads();
   cpu_clocks_ = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(total));
   for (int t = 0; t < total; ++t) cpu_clocks_[t].store(kNoClock);
+  seats_ = std::make_unique<Seat[]>(static_cast<size_t>(total));
   phase_threads_.store(options_.num_threads);
   for (size_t i = 0; i < kRing; ++i) {
     ring_.push_back(std::make_unique<Record>());
@@ -145,7 +149,8 @@ void TaskPool::set_run_hook(RunHook hook) {
 }
 
 TaskPoolStats TaskPool::stats() const {
-  return {sequence_, runs_.load(), backups_.load(), backup_wins_.load(), cancelled_.load()};
+  return {sequence_,           runs_.load(),      backups_.load(),
+          backup_wins_.load(), cancelled_.load(), placements_.load()};
 }
 
 bool TaskPool::spinning_allowed() {
@@ -171,6 +176,7 @@ bool TaskPool::spinning_allowed() {
       const bool was = phase_threads_.load(std::memory_order_relaxed) > options_.num_threads;
       busy = was ? quiet_streak_ < 10 : busy_streak_ >= 2;
     }
+    placing_.store(busy, std::memory_order_relaxed);
     const int active = busy ? total_threads() : options_.num_threads;
     if (active != phase_threads_.load(std::memory_order_relaxed)) {
       phase_threads_.store(active, std::memory_order_seq_cst);
@@ -228,8 +234,10 @@ uint64_t TaskPool::run(TaskPhase& phase) {
   if (!threads_.empty()) {
     current_.store(seq, std::memory_order_seq_cst);
     announced_.store(static_cast<uint32_t>(seq), std::memory_order_seq_cst);
-    if (awake_.load(std::memory_order_seq_cst) < static_cast<int>(threads_.size()))
+    if (awake_.load(std::memory_order_seq_cst) < static_cast<int>(threads_.size())) {
+      if (placing_.load(std::memory_order_relaxed)) place_sleepers_off(sched_getcpu());
       detail::futex_wake_all(&announced_);
+    }
   }
   if (profiler::recording()) profiler::set_thread_label("host / pool thread", 0);
   // The caller runs tasks too; its kernels must stay single-threaded like the pool's.
@@ -260,6 +268,12 @@ void TaskPool::wait_for_runs_before(uint64_t sequence) {
 void TaskPool::helper(int thread) {
   if (thread < static_cast<int>(options_.pin_cores.size()))
     pin_current_thread(options_.pin_cores[static_cast<size_t>(thread)]);
+  {
+    Seat& seat = seats_[static_cast<size_t>(thread)];
+    CPU_ZERO(&seat.mask);
+    sched_getaffinity(0, sizeof seat.mask, &seat.mask);
+    seat.tid.store(static_cast<int>(syscall(SYS_gettid)), std::memory_order_release);
+  }
   omp_set_num_threads(1);
   register_cpu_clock(thread);
   profiler::set_thread_label("pool thread", thread);
@@ -301,9 +315,17 @@ void TaskPool::helper(int thread) {
       }
       if (changed) continue;
     }
+    Seat& seat = seats_[static_cast<size_t>(thread)];
+    seat.cpu.store(sched_getcpu(), std::memory_order_relaxed);
+    seat.asleep.store(1, std::memory_order_seq_cst);
     awake_.fetch_sub(1, std::memory_order_seq_cst);
     if (current_.load(std::memory_order_seq_cst) == seen && !stopping_.load())
       detail::futex_wait(&announced_, static_cast<uint32_t>(seen));
+    seat.asleep.store(0, std::memory_order_seq_cst);
+    // Moved off the caller's CPU for this wake-up only: its CPU is in its own mask, so putting the
+    // mask back does not move it again.
+    if (seat.moved.exchange(0, std::memory_order_acq_rel) != 0)
+      sched_setaffinity(0, sizeof seat.mask, &seat.mask);
     awake_.fetch_add(1, std::memory_order_seq_cst);
   }
 }
@@ -312,6 +334,34 @@ int64_t TaskPool::backup_threshold_ns(int kind) const {
   const int64_t typical = typical_ns_[kind].load(std::memory_order_relaxed);
   return static_cast<int64_t>(options_.backup_factor * static_cast<double>(typical)) +
          std::chrono::duration_cast<std::chrono::nanoseconds>(options_.backup_slack).count();
+}
+
+void TaskPool::place_sleepers_off(int cpu) {
+  if (cpu < 0) return;
+  for (int t = 1; t < total_threads(); ++t) {
+    if (t < static_cast<int>(options_.pin_cores.size()) &&
+        !options_.pin_cores[static_cast<size_t>(t)].empty())
+      continue;
+    Seat& seat = seats_[static_cast<size_t>(t)];
+    if (seat.asleep.load(std::memory_order_seq_cst) == 0 ||
+        seat.cpu.load(std::memory_order_relaxed) != cpu)
+      continue;
+    cpu_set_t elsewhere = seat.mask;
+    CPU_CLR(cpu, &elsewhere);
+    if (CPU_COUNT(&elsewhere) == 0) continue;
+    if (sched_setaffinity(seat.tid.load(std::memory_order_acquire), sizeof elsewhere, &elsewhere) ==
+        0) {
+      seat.moved.store(1, std::memory_order_release);
+      placements_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+int TaskPool::asleep_helpers() const {
+  int n = 0;
+  for (int t = 1; t < total_threads(); ++t)
+    n += seats_[static_cast<size_t>(t)].asleep.load(std::memory_order_acquire);
+  return n;
 }
 
 void TaskPool::register_cpu_clock(int thread) {
