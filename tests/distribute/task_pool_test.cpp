@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -153,6 +154,35 @@ TEST(TaskPool, ADescheduledHolderIsBackedUpBeforeTheDeadline) {
   EXPECT_EQ(pool.stats().backup_wins, 1u);
 }
 
+// A run hook under which the pool's other threads wait (at most a minute: a thread that never
+// joins fails the test's check instead of hanging it) until thread `t` has started a task, running
+// `on_start` there first; so `t` cannot be left without a task. Clear the pool's hook before this
+// goes.
+class WaitForThread {
+ public:
+  WaitForThread(TaskPool& pool, int t, std::function<void()> on_start = {}) {
+    pool.set_run_hook([this, t, on_start](int, int, int thread, bool, uint64_t) {
+      std::unique_lock lock(mu_);
+      if (thread == t) {
+        if (on_start) on_start();
+        started_ = true;
+        cv_.notify_all();
+      } else {
+        cv_.wait_for(lock, std::chrono::minutes(1), [&] { return started_; });
+      }
+    });
+  }
+  bool started() {
+    std::lock_guard lock(mu_);
+    return started_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;
+};
+
 // The busy-machine extra thread (index 2 here) takes part only while the machine is busy: never
 // while it is quiet, and while busy it takes a task of its own (the two others wait in the run
 // hook until it has started one, so it cannot be left without).
@@ -179,19 +209,7 @@ TEST(TaskPool, BusyMachineExtrasTakeTasksOnlyWhileTheMachineIsBusy) {
     EXPECT_EQ(threads_that_committed(quiet).count(2), 0u) << "quiet round " << round;
   }
   busy = true;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool extra_started = false;
-  pool.set_run_hook([&](int, int, int thread, bool, uint64_t) {
-    std::unique_lock lock(mu);
-    if (thread == 2) {
-      extra_started = true;
-      cv.notify_all();
-    } else {
-      // At most a minute: an extra that never joins fails the check below instead of hanging.
-      cv.wait_for(lock, std::chrono::minutes(1), [&] { return extra_started; });
-    }
-  });
+  WaitForThread extra(pool, 2);
   CountingPhase shared(3);
   pool.run(shared);
   pool.wait_for_runs_before(UINT64_MAX);
@@ -223,41 +241,24 @@ TEST(TaskPool, OnABusyMachineAHelperAsleepOnTheCallersCpuWakesElsewhere) {
   CPU_SET(here, &only_here);
   for (const bool busy : {false, true}) {
     TaskPool pool({.num_threads = 2, .machine_busy = [busy] { return busy; }});
-    std::mutex mu;
-    std::condition_variable cv;
-    bool helper_bound = false;
     pid_t helper_tid = 0;
-    pool.set_run_hook([&](int, int, int thread, bool, uint64_t) {
-      std::unique_lock lock(mu);
-      if (thread == 1) {
+    ASSERT_EQ(sched_setaffinity(0, sizeof only_here, &only_here), 0);
+    {
+      WaitForThread helper_bound(pool, 1, [&] {
         sched_setaffinity(0, sizeof only_here, &only_here);
         helper_tid = static_cast<pid_t>(syscall(SYS_gettid));
-        helper_bound = true;
-        cv.notify_all();
-      } else {
-        cv.wait_for(lock, std::chrono::minutes(1), [&] { return helper_bound; });
-      }
-    });
-    ASSERT_EQ(sched_setaffinity(0, sizeof only_here, &only_here), 0);
-    CountingPhase first(2);
-    pool.run(first);
-    pool.wait_for_runs_before(UINT64_MAX);
-    pool.set_run_hook({});
-    ASSERT_TRUE(helper_bound);
+      });
+      CountingPhase first(2);
+      pool.run(first);
+      pool.wait_for_runs_before(UINT64_MAX);
+      pool.set_run_hook({});
+      ASSERT_TRUE(helper_bound.started());
+    }
     // The helper goes to sleep on `here` (bound there); wait for it, by its state, not by time.
     while (pool.asleep_helpers() < 1) std::this_thread::yield();
     // The second phase: the caller waits until the helper has taken a task, so the helper has
     // woken (and, if moved, put its mask back) before the checks below.
-    bool helper_ran = false;
-    pool.set_run_hook([&](int, int, int thread, bool, uint64_t) {
-      std::unique_lock lock(mu);
-      if (thread == 1) {
-        helper_ran = true;
-        cv.notify_all();
-      } else {
-        cv.wait_for(lock, std::chrono::minutes(1), [&] { return helper_ran; });
-      }
-    });
+    WaitForThread helper_ran(pool, 1);
     // (The first phase may have woken the helper off `here` already, if it had gone to sleep
     // there when it started: count this phase's placements only.)
     const uint64_t placed_before = pool.stats().placements;
@@ -265,7 +266,7 @@ TEST(TaskPool, OnABusyMachineAHelperAsleepOnTheCallersCpuWakesElsewhere) {
     pool.run(second);
     pool.wait_for_runs_before(UINT64_MAX);
     pool.set_run_hook({});
-    ASSERT_TRUE(helper_ran);
+    ASSERT_TRUE(helper_ran.started());
     ASSERT_EQ(sched_setaffinity(0, sizeof original, &original), 0);
     const bool movable = CPU_COUNT(&original) > 1;
     EXPECT_EQ(pool.stats().placements - placed_before, busy && movable ? 1u : 0u)
