@@ -124,8 +124,8 @@ HostSharedReducer::HostSharedReducer(void* base, size_t bytes, int rank, int siz
       rank_(rank),
       size_(size),
       slot_bytes_(slot_bytes),
-      placement_(static_cast<std::byte*>(base) + kHeaderBytes, rank, size, online_cpu_count()),
-      cpus_(online_cpu_count()) {
+      cpus_(online_cpu_count()),
+      placement_(static_cast<std::byte*>(base) + kHeaderBytes, rank, size, cpus_) {
   // The segment starts zeroed (posix_fallocate), which is the header's initial state; the
   // futex words must be plain 32-bit words at fixed offsets for every process.
   static_assert(sizeof(Header) <= kHeaderBytes);

@@ -80,9 +80,9 @@ class HostSharedReducer {
   size_t slot_bytes_ = 0;
   int set_ = 0;
   std::vector<const void*> srcs_;
+  int cpus_ = 1;  // the machine's online CPUs
   HostRankPlacement placement_;
   Barriers barriers_ = Barriers::automatic;
-  int cpus_ = 1;
   bool busy_ = true;
   int contrary_ = 0;
   std::chrono::steady_clock::time_point checked_{};

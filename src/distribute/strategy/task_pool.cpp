@@ -3,15 +3,14 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 
+#include "../sync/cpu_affinity.h"
 #include "../sync/cpu_load.h"
 #include "../sync/futex.h"
 #include "lockstep/core/cpu_cores.h"
@@ -272,7 +271,7 @@ void TaskPool::helper(int thread) {
     Seat& seat = seats_[static_cast<size_t>(thread)];
     CPU_ZERO(&seat.mask);
     sched_getaffinity(0, sizeof seat.mask, &seat.mask);
-    seat.tid.store(static_cast<int>(syscall(SYS_gettid)), std::memory_order_release);
+    seat.tid.store(static_cast<int>(detail::this_thread_id()), std::memory_order_release);
   }
   omp_set_num_threads(1);
   register_cpu_clock(thread);
@@ -346,9 +345,8 @@ void TaskPool::place_sleepers_off(int cpu) {
     if (seat.asleep.load(std::memory_order_seq_cst) == 0 ||
         seat.cpu.load(std::memory_order_relaxed) != cpu)
       continue;
-    cpu_set_t elsewhere = seat.mask;
-    CPU_CLR(cpu, &elsewhere);
-    if (CPU_COUNT(&elsewhere) == 0) continue;
+    cpu_set_t elsewhere;
+    if (!detail::mask_without(seat.mask, cpu, elsewhere)) continue;
     if (sched_setaffinity(seat.tid.load(std::memory_order_acquire), sizeof elsewhere, &elsewhere) ==
         0) {
       seat.moved.store(1, std::memory_order_release);

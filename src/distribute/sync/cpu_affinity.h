@@ -1,0 +1,24 @@
+#pragma once
+// Small pieces for moving threads between CPUs (the task pool's helpers, the ranks of one host).
+// Internal to the distribute layer.
+#include <sched.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+namespace lockstep::distribute::detail {
+
+// The calling thread's kernel id (what sched_setaffinity and /proc/<pid>/task/ take).
+inline pid_t this_thread_id() {
+  thread_local const auto tid = static_cast<pid_t>(syscall(SYS_gettid));
+  return tid;
+}
+
+// `mask` without `cpu` into `out`; false when nothing is left (the thread could not go elsewhere).
+inline bool mask_without(const cpu_set_t& mask, int cpu, cpu_set_t& out) {
+  out = mask;
+  CPU_CLR(cpu, &out);
+  return CPU_COUNT(&out) > 0;
+}
+
+}  // namespace lockstep::distribute::detail
