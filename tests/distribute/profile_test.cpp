@@ -379,7 +379,6 @@ TEST(ProfileTaskPool, MarksBackupRunsAndTheCallersWait) {
   std::map<std::string, std::vector<Span>> by_name;
   for (const profiler::ThreadSpans& t : profiler::collect()) by_name[t.name] = t.spans;
   ASSERT_EQ(by_name.count("host / pool thread 0"), 1u);
-  ASSERT_EQ(by_name.count("pool thread 1"), 1u);
   int host_updates = 0, host_backups = 0, waits = 0;
   for (const Span& s : by_name["host / pool thread 0"]) {
     host_updates += s.phase == Phase::update;
@@ -390,11 +389,11 @@ TEST(ProfileTaskPool, MarksBackupRunsAndTheCallersWait) {
   EXPECT_EQ(host_updates, 2);
   EXPECT_EQ(host_backups, 1);
   EXPECT_GE(waits, 1);
-  // The helper's stalled run, released after the phase ended: a primary run (cancelled).
-  const std::vector<Span>& helper = by_name["pool thread 1"];
-  ASSERT_EQ(helper.size(), 1u);
-  EXPECT_EQ(helper[0].phase, Phase::update);
-  EXPECT_FALSE(helper[0].backup);
+  // The helper's stalled run, released after the phase ended, found its task done and ran
+  // nothing: no span of its own.
+  int helper_updates = 0;
+  for (const Span& s : by_name["pool thread 1"]) helper_updates += s.phase == Phase::update;
+  EXPECT_EQ(helper_updates, 0);
 }
 
 TEST(ProfileGather, RoundTripsEverySpanToTheChiefWithOneProcessPerWorker) {

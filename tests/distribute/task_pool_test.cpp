@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -135,6 +136,58 @@ TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
   EXPECT_EQ(s.backup_wins, 1u);
   // The stalled run, released, found its task done: cancelled at its first check.
   EXPECT_EQ(s.cancelled + static_cast<uint64_t>(phase.discards_.load()), 1u);
+}
+
+// A helper descheduled after joining a phase, before it takes a task (here: held in the join
+// hook), holds nobody: the caller runs that phase and the next ones by itself, and
+// wait_for_runs_before, which waits for runs under way and not for threads looking for work,
+// returns while the helper is still held. (Were it waited for, the hook would give up after a
+// minute and the check on `hook_returned` would fail.) Released, the helper finds nothing to run.
+TEST(TaskPool, AHelperHeldBeforeItTakesATaskHoldsNobody) {
+  TaskPool pool({.num_threads = 2});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, released = false, hook_returned = false;
+  pool.set_join_hook([&](int thread, uint64_t phase) {
+    std::unique_lock lock(mu);
+    if (thread != 1 || phase != 1 || held) return;
+    held = true;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::minutes(1), [&] { return released; });
+    hook_returned = true;
+    cv.notify_all();
+  });
+  CountingPhase first(4);
+  pool.run(first);
+  {
+    // The helper joins phase 1 whether it woke before the caller finished it or after.
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::minutes(1), [&] { return held; });
+    ASSERT_TRUE(held);
+  }
+  std::vector<std::unique_ptr<CountingPhase>> later;
+  for (int i = 0; i < 20; ++i) {
+    later.push_back(std::make_unique<CountingPhase>(3));
+    pool.run(*later.back());
+  }
+  pool.wait_for_runs_before(UINT64_MAX);
+  {
+    std::unique_lock lock(mu);
+    EXPECT_FALSE(hook_returned) << "the caller waited for a helper that ran nothing";
+    released = true;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::minutes(1), [&] { return hook_returned; });
+  }
+  pool.wait_for_runs_before(UINT64_MAX);
+  pool.set_join_hook({});
+  std::vector<const CountingPhase*> all{&first};
+  for (const auto& p : later) all.push_back(p.get());
+  for (const CountingPhase* p : all) {
+    for (int t = 0; t < p->n_; ++t) EXPECT_EQ(p->commits_[static_cast<size_t>(t)].load(), 1);
+  }
+  const TaskPoolStats s = pool.stats();
+  EXPECT_EQ(s.runs, 4u + 20u * 3u) << "every run was the caller's, none a backup";
+  EXPECT_EQ(s.backups, 0u);
 }
 
 // A holder that gets no CPU (here: blocked in the hook, as a thread whose core the OS gave to

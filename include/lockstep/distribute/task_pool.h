@@ -119,7 +119,9 @@ class TaskPool {
   uint64_t run(TaskPhase& phase);
 
   // Blocks (without spinning) until no run of a phase numbered below `sequence` is executing:
-  // call it before overwriting anything such a run may still read.
+  // call it before overwriting anything such a run may still read. A thread that has joined such
+  // a phase but is not running a task (looking for one, or descheduled on its way) is not waited
+  // for: a run that starts once its task is done returns at once, reading nothing.
   void wait_for_runs_before(uint64_t sequence);
 
   // Test hook, called at the start of every run before any of its work, on the running thread:
@@ -130,6 +132,10 @@ class TaskPool {
   // hook that stalls "from step k on" must compare `phase`, not the step the caller is in.
   using RunHook = std::function<void(int kind, int task, int thread, bool backup, uint64_t phase)>;
   void set_run_hook(RunHook hook);
+  // Test hook, called on a helper thread when it has joined phase `phase` and before it looks for
+  // a task — where a thread the OS deschedules holds nobody. May block; must not call run().
+  using JoinHook = std::function<void(int thread, uint64_t phase)>;
+  void set_join_hook(JoinHook hook);
 
   TaskPoolStats stats() const;
   // Helper threads asleep between phases, waiting for the next one (for tests).
@@ -192,8 +198,9 @@ class TaskPool {
   std::unique_ptr<Seat[]> seats_;
   std::atomic<bool> placing_{false};  // the machine is busy (set with phase_threads_)
   RunHook hook_;
+  JoinHook join_hook_;
   std::mutex hook_mu_;
-  std::atomic<bool> has_hook_{false};
+  std::atomic<bool> has_hook_{false}, has_join_hook_{false};
   uint64_t sequence_ = 0;  // the caller's count of phases run
   mutable std::atomic<uint64_t> runs_{0}, backups_{0}, backup_wins_{0}, cancelled_{0},
       placements_{0};

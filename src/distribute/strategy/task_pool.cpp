@@ -23,7 +23,10 @@ namespace lockstep::distribute {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kRing = 8;
+// Phases whose records are kept: run() reuses a record only once no thread works on its old
+// phase, and a thread descheduled there (beside a busy process, for a scheduler slice of a few
+// milliseconds) would hold the caller; 64 phases are a few steps' worth of milliseconds.
+constexpr size_t kRing = 64;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
@@ -73,6 +76,11 @@ struct TaskPool::Record {
   std::atomic<int> waiters{0};
   std::atomic<int> active{0};        // threads working on this phase
   std::atomic<uint32_t> drained{0};  // futex word: bumped when `active` drops to 0
+  // Runs of this phase's tasks under way (what wait_for_runs_before waits for). A thread that is
+  // only looking for work is in `active` but not here: descheduled there, it holds nobody.
+  std::atomic<int> executing{0};
+  std::atomic<uint32_t> executed{0};  // futex word: bumped when `executing` drops to 0
+  std::atomic<int> executing_waiters{0};
   std::atomic<bool> failed{false};
   std::mutex error_mu;
   std::exception_ptr error;
@@ -94,6 +102,21 @@ struct TaskPool::Record {
       if (active.load(std::memory_order_acquire) == 0) return;
       detail::futex_wait(&drained, w);
     }
+  }
+  void stop_executing() {
+    if (executing.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+      executed.fetch_add(1, std::memory_order_seq_cst);
+      if (executing_waiters.load(std::memory_order_seq_cst) > 0) detail::futex_wake_all(&executed);
+    }
+  }
+  void wait_executed() {
+    executing_waiters.fetch_add(1, std::memory_order_seq_cst);
+    for (;;) {
+      const uint32_t w = executed.load(std::memory_order_seq_cst);
+      if (executing.load(std::memory_order_seq_cst) == 0) break;
+      detail::futex_wait(&executed, w);
+    }
+    executing_waiters.fetch_sub(1, std::memory_order_seq_cst);
   }
   void bump_progress() {
     progress.fetch_add(1, std::memory_order_seq_cst);
@@ -145,6 +168,12 @@ void TaskPool::set_run_hook(RunHook hook) {
   std::lock_guard lock(hook_mu_);
   hook_ = std::move(hook);
   has_hook_.store(static_cast<bool>(hook_), std::memory_order_release);
+}
+
+void TaskPool::set_join_hook(JoinHook hook) {
+  std::lock_guard lock(hook_mu_);
+  join_hook_ = std::move(hook);
+  has_join_hook_.store(static_cast<bool>(join_hook_), std::memory_order_release);
 }
 
 TaskPoolStats TaskPool::stats() const {
@@ -257,9 +286,9 @@ uint64_t TaskPool::run(TaskPhase& phase) {
 void TaskPool::wait_for_runs_before(uint64_t sequence) {
   for (auto& r : ring_) {
     uint64_t s = r->sequence.load(std::memory_order_acquire);
-    if (s != 0 && s < sequence && r->active.load(std::memory_order_acquire) != 0) {
+    if (s != 0 && s < sequence && r->executing.load(std::memory_order_seq_cst) != 0) {
       profiler::ScopedSpan wait(profiler::Phase::wait);
-      r->wait_drained();
+      r->wait_executed();
     }
   }
 }
@@ -298,6 +327,14 @@ void TaskPool::helper(int thread) {
       if (rec.sequence.load(std::memory_order_seq_cst) != cur || thread >= rec.threads) {
         rec.leave();  // late (that phase is long over and its record reused), or not wanted
         continue;
+      }
+      if (has_join_hook_.load(std::memory_order_acquire)) {
+        JoinHook hook;
+        {
+          std::lock_guard lock(hook_mu_);
+          hook = join_hook_;
+        }
+        if (hook) hook(thread, cur);
       }
       for (int64_t wake = 0; work_on(rec, thread, wake);) wait_for_progress(rec, thread, wake);
       rec.leave();
@@ -512,6 +549,15 @@ bool TaskPool::in_backup_run() {
 
 void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
   TaskState& ts = rec.tasks[task];
+  // Counted before `done` is read: a caller in wait_for_runs_before that saw no run of this
+  // phase under way has seen every task done, so a run that starts after that stops here (the
+  // caller may be overwriting what it would read). A thread descheduled on its way here, or
+  // while looking for work, holds nobody.
+  rec.executing.fetch_add(1, std::memory_order_seq_cst);
+  struct Executing {
+    Record& rec;
+    ~Executing() { rec.stop_executing(); }
+  } executing{rec};
   if (has_hook_.load(std::memory_order_acquire)) {
     RunHook hook;
     {
@@ -519,6 +565,11 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
       hook = hook_;
     }
     if (hook) hook(rec.kind, task, thread, backup, rec.sequence.load(std::memory_order_acquire));
+  }
+  if (ts.done.load(std::memory_order_seq_cst) != 0) {
+    // Its twin committed (or the phase failed) while this run was on its way: nothing to do.
+    cancelled_.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
   ScopedFlushDenormal flush;
   profiler::BackupRunScope backup_run(backup);
@@ -537,7 +588,7 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
       }
     }
     rec.failed.store(true, std::memory_order_release);
-    for (int j = 0; j < rec.num_tasks; ++j) rec.tasks[j].done.store(1, std::memory_order_release);
+    for (int j = 0; j < rec.num_tasks; ++j) rec.tasks[j].done.store(1, std::memory_order_seq_cst);
     rec.bump_progress();
   };
   try {
@@ -552,7 +603,7 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
     if (ts.done.load(std::memory_order_acquire) == 0) fail(std::current_exception());
     return;
   }
-  if (ts.done.exchange(1, std::memory_order_acq_rel) == 0) {
+  if (ts.done.exchange(1, std::memory_order_seq_cst) == 0) {
     try {
       rec.phase->commit(task, result);
     } catch (...) {
