@@ -347,10 +347,13 @@ TEST(ProfileTaskPool, MarksBackupRunsAndTheCallersWait) {
   // helper's run make no progress, which takes two looks a stall window apart and a wait between
   // them. (A 100 µs deadline let a caller that was itself descheduled past it back up at its
   // first look, without a wait: the check below failed under load.)
+  // A quiet machine: on a busy one the caller backs a task held on another CPU up at once, with
+  // no wait.
   TaskPool pool({.num_threads = 2,
                  .backup_factor = 1e9,
                  .backup_slack = std::chrono::hours(1),
-                 .stall_window = std::chrono::microseconds(50)});
+                 .stall_window = std::chrono::microseconds(50),
+                 .machine_busy = [] { return false; }});
   std::mutex mu;
   std::condition_variable cv;
   bool helper_stalled = false, release = false;

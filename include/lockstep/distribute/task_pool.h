@@ -23,7 +23,12 @@
 // Waiting never spins on a busy machine: idle threads sleep on a futex (with a timeout when a
 // backup deadline is pending). Only when the machine has a spare core do they spin briefly before
 // sleeping — between phases and while waiting for a phase's last task — which saves a futex
-// wake-up (tens of microseconds on a VM) several times per step.
+// wake-up (tens of microseconds on a VM) several times per step. One exception, the caller on a
+// busy machine: it does not sleep while a task is held on another CPU but backs it up at once.
+// Only the caller starts the next phase, and a caller asleep lost its CPU to the other process,
+// which the kernel often gave back a scheduler slice (milliseconds) after the wake-up. Its backup
+// is work toward the phase's end — cancelled when the holder commits, the winner when the holder
+// was descheduled — and it fills time its CPU would otherwise idle in.
 #include <sched.h>
 
 #include <atomic>
@@ -97,6 +102,9 @@ struct TaskPoolStats {
   uint64_t backup_wins = 0;  // tasks committed by their backup run
   uint64_t cancelled = 0;    // runs that stopped early at check_task_cancelled()
   uint64_t placements = 0;   // helpers woken off the caller's CPU (see TaskPool::run)
+  // Backups the caller started at once, on a busy machine, of a task held on another CPU (see
+  // the top): counted in `backups` too.
+  uint64_t eager_backups = 0;
 };
 
 class TaskPool {
@@ -203,7 +211,7 @@ class TaskPool {
   std::atomic<bool> has_hook_{false}, has_join_hook_{false};
   uint64_t sequence_ = 0;  // the caller's count of phases run
   mutable std::atomic<uint64_t> runs_{0}, backups_{0}, backup_wins_{0}, cancelled_{0},
-      placements_{0};
+      placements_{0}, eager_backups_{0};
 };
 
 }  // namespace lockstep::distribute

@@ -49,7 +49,8 @@ struct TaskPool::TaskState {
   std::atomic<uint32_t> done{0};  // also the runs' cancellation flag
   std::atomic<uint32_t> runners{0};
   std::atomic<int64_t> started_ns{0};
-  std::atomic<int> holder{-1};  // thread index of the first run
+  std::atomic<int> holder{-1};      // thread index of the first run
+  std::atomic<int> holder_cpu{-1};  // the CPU it claimed the task on
   // The last sample of the holder's CPU clock by an idle thread (wall 0: none yet).
   std::atomic<int64_t> sample_wall_ns{0}, sample_cpu_ns{0};
 };
@@ -177,8 +178,8 @@ void TaskPool::set_join_hook(JoinHook hook) {
 }
 
 TaskPoolStats TaskPool::stats() const {
-  return {sequence_,           runs_.load(),      backups_.load(),
-          backup_wins_.load(), cancelled_.load(), placements_.load()};
+  return {sequence_,         runs_.load(),       backups_.load(),      backup_wins_.load(),
+          cancelled_.load(), placements_.load(), eager_backups_.load()};
 }
 
 bool TaskPool::spinning_allowed() {
@@ -235,6 +236,7 @@ uint64_t TaskPool::run(TaskPhase& phase) {
     rec.tasks[i].runners.store(0, std::memory_order_relaxed);
     rec.tasks[i].started_ns.store(0, std::memory_order_relaxed);
     rec.tasks[i].holder.store(-1, std::memory_order_relaxed);
+    rec.tasks[i].holder_cpu.store(-1, std::memory_order_relaxed);
     rec.tasks[i].sample_wall_ns.store(0, std::memory_order_relaxed);
   }
   register_cpu_clock(0);
@@ -455,6 +457,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
       TaskState& ts = rec.tasks[claimed];
       ts.runners.store(1, std::memory_order_relaxed);
       ts.holder.store(thread, std::memory_order_relaxed);
+      ts.holder_cpu.store(sched_getcpu(), std::memory_order_relaxed);
       ts.started_ns.store(now_ns(), std::memory_order_release);
       execute(rec, claimed, thread, false);
       continue;
@@ -465,6 +468,9 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
     const int64_t now = now_ns();
     int64_t earliest = INT64_MAX;
     bool ran = false;
+    // On a busy machine the caller backs up at once a task held on another CPU (see the header);
+    // a holder on the caller's own CPU is left that CPU.
+    const int here = thread == 0 && placing_.load(std::memory_order_relaxed) ? sched_getcpu() : -1;
     for (int j = 0; j < n && !ran; ++j) {
       TaskState& ts = rec.tasks[j];
       if (ts.done.load(std::memory_order_acquire) != 0) continue;
@@ -472,12 +478,14 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
       if (started == 0) continue;
       const int64_t deadline = started + threshold;
-      if (now < deadline && !holder_descheduled(ts, now, wake_ns)) {
+      const bool eager = here >= 0 && ts.holder_cpu.load(std::memory_order_relaxed) != here;
+      if (!eager && now < deadline && !holder_descheduled(ts, now, wake_ns)) {
         earliest = std::min(earliest, deadline);
         continue;
       }
       uint32_t one = 1;
       if (ts.runners.compare_exchange_strong(one, 2, std::memory_order_acq_rel)) {
+        if (eager && now < deadline) eager_backups_.fetch_add(1, std::memory_order_relaxed);
         execute(rec, j, thread, true);
         ran = true;
       }
