@@ -251,8 +251,9 @@ TEST(OneDeviceStrategy, ParsesDeviceNamesAndRejectsOthers) {
   }
 }
 
-// A task pool with a thread for every core gets one more for busy machines, unless other workers
-// of the job share the host: then the ranks' own threads are what keeps the cores busy.
+// A task pool with a thread for every core gets one more for busy machines, and its caller backs
+// tasks up at once there, unless other workers of the job share the host: then the ranks' own
+// threads are what keeps the cores busy.
 TEST(Strategy, TheBusyMachineExtraThreadIsOnlyForAWorkerAloneOnItsHost) {
   const int cores = available_core_count();
   auto config = [&](bool shares) {
@@ -264,8 +265,10 @@ TEST(Strategy, TheBusyMachineExtraThreadIsOnlyForAWorkerAloneOnItsHost) {
   };
   Strategy alone(config(false));
   EXPECT_EQ(alone.task_pool().total_threads(), cores + 1);
+  EXPECT_TRUE(alone.task_pool().eager_caller_backups());
   Strategy shared(config(true));
   EXPECT_EQ(shared.task_pool().total_threads(), cores);
+  EXPECT_FALSE(shared.task_pool().eager_caller_backups());
 }
 
 }  // namespace

@@ -90,6 +90,10 @@ struct TaskPoolOptions {
   // back it up; on a quiet machine they sleep, since there they would only take cores from the
   // others. Their thread indices are num_threads .. num_threads + busy_extra_threads - 1.
   int busy_extra_threads = 0;
+  // On a busy machine the caller backs up at once a task held on another CPU rather than sleep
+  // (see the top). Off for a worker that shares its host with other workers of the job: there
+  // the busy process is mostly the job itself, whose other ranks the duplicate work would slow.
+  bool eager_caller_backups = true;
   // Test hook: when set, decides whether another process is runnable instead of /proc/stat, and
   // is asked at every run().
   std::function<bool()> machine_busy;
@@ -120,6 +124,7 @@ class TaskPool {
   // Threads that may run tasks: num_threads() and the busy-machine extras (TaskPhase::run's
   // `thread` is below this).
   int total_threads() const { return options_.num_threads + options_.busy_extra_threads; }
+  bool eager_caller_backups() const { return options_.eager_caller_backups; }
 
   // Runs every task of `phase` and returns once each has committed; returns the phase's sequence
   // number (1, 2, ...). Runs that lost may still be executing afterwards. Not reentrant: one

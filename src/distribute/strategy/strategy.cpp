@@ -84,6 +84,8 @@ TaskPool& Strategy::task_pool() {
         num_threads_ >= available_core_count()) {
       o.busy_extra_threads = 1;
     }
+    // The same reason: beside other ranks of the job the caller's duplicate runs slow them.
+    o.eager_caller_backups = !config_.shares_host_with_workers;
     if (config_.pin_threads) {
       // Thread 0 is the caller (never pinned); helper t takes replica t's cores.
       o.pin_cores.resize(static_cast<size_t>(num_threads_));

@@ -470,7 +470,10 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
     bool ran = false;
     // On a busy machine the caller backs up at once a task held on another CPU (see the header);
     // a holder on the caller's own CPU is left that CPU.
-    const int here = thread == 0 && placing_.load(std::memory_order_relaxed) ? sched_getcpu() : -1;
+    const int here =
+        thread == 0 && options_.eager_caller_backups && placing_.load(std::memory_order_relaxed)
+            ? sched_getcpu()
+            : -1;
     for (int j = 0; j < n && !ran; ++j) {
       TaskState& ts = rec.tasks[j];
       if (ts.done.load(std::memory_order_acquire) != 0) continue;
