@@ -106,8 +106,8 @@ struct TaskPoolStats {
   uint64_t backup_wins = 0;  // tasks committed by their backup run
   uint64_t cancelled = 0;    // runs that stopped early at check_task_cancelled()
   uint64_t placements = 0;   // helpers woken off the caller's CPU (see TaskPool::run)
-  // Backups the caller started at once, on a busy machine, of a task held on another CPU (see
-  // the top): counted in `backups` too.
+  // Backups the caller claimed at once, on a busy machine, of a task held on another CPU (see
+  // the top). Each is in `backups` too, unless its task was done before it began.
   uint64_t eager_backups = 0;
 };
 
