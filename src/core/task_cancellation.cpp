@@ -4,15 +4,22 @@ namespace lockstep {
 
 namespace {
 thread_local const std::atomic<uint32_t>* current_done = nullptr;
-}
+thread_local bool current_fine = false;
+}  // namespace
 
-TaskCancellationScope::TaskCancellationScope(const std::atomic<uint32_t>* done)
-    : previous_(current_done) {
+TaskCancellationScope::TaskCancellationScope(const std::atomic<uint32_t>* done, bool fine)
+    : previous_(current_done), previous_fine_(current_fine) {
   current_done = done;
+  current_fine = fine;
 }
 
 TaskCancellationScope::~TaskCancellationScope() {
   current_done = previous_;
+  current_fine = previous_fine_;
+}
+
+bool task_wants_fine_checks() {
+  return current_fine && current_done != nullptr;
 }
 
 void check_task_cancelled() {

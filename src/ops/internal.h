@@ -9,6 +9,12 @@ namespace lockstep::ops::detail {
 void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool transpose_a,
                bool transpose_b, FusedActivation act, const Tensor& out);
 
+// Whether a float32 x [m, k] · kernel [k, n] (+ bias) computed in linear's row blocks gives the
+// bits of the whole call (checked once per shape, on random operands). A run that wants more safe
+// points (task_wants_fine_checks) computes linear's long forward matmuls in row blocks, with a
+// cancellation check between them, only where it does.
+bool row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias);
+
 // float32 copy of a bfloat16 tensor (exact), or t itself when it is float32.
 Tensor widen_to_f32(const Tensor& t);
 

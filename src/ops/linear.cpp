@@ -2,9 +2,13 @@
 #include "core/cpu_dispatch.h"
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "lockstep/core/check.h"
+#include "lockstep/core/task_cancellation.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
 
@@ -105,8 +109,85 @@ LOCKSTEP_TARGET_CLONES void relu_grad_widen(const uint16_t* dy, const uint16_t* 
   }
 }
 
+// A run that wants more safe points (a backup run, task_wants_fine_checks: the run it backs up
+// usually commits within tens of microseconds, and the seed model's first forward matmul is one
+// ~150 µs oneDNN call with no safe point in it) computes a long float32 forward matmul in row
+// blocks, checking for cancellation between them — only for a shape whose row blocks give the
+// bits of the whole call, so that a backup that wins commits what the first run would have. Each
+// shape is checked once, on random operands: oneDNN may pick its kernel by the row count.
+constexpr int kFineBlocks = 4;
+constexpr int64_t kFineMinMacs = int64_t{1} << 21;  // ~2 M multiply-adds: ~10 µs on one core
+
+int64_t fine_block_begin(int64_t rows, int block) {
+  if (block == kFineBlocks) return rows;
+  return (rows * block / kFineBlocks) & ~int64_t{15};
+}
+
+void gemm_in_row_blocks(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y,
+                        bool check) {
+  const int64_t rows = x.dim(0);
+  for (int b = 0; b < kFineBlocks; ++b) {
+    const int64_t r0 = fine_block_begin(rows, b), r1 = fine_block_begin(rows, b + 1);
+    if (r1 == r0) continue;
+    if (check && b > 0) check_task_cancelled();
+    detail::gemm_into(x.slice(r0, r1), kernel, bias, false, false, FusedActivation::none,
+                      y.slice(r0, r1));
+  }
+}
+
+}  // namespace
+
+bool detail::row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias) {
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, bool>, bool> known;
+  const auto key = std::make_tuple(m, k, n, with_bias);
+  {
+    std::lock_guard lock(mu);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  Tensor x({m, k}, DType::float32), w({k, n}, DType::float32), bias;
+  uint32_t state = 0x9e3779b9u;
+  auto fill = [&](const Tensor& t) {
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      state = state * 1664525u + 1013904223u;
+      p[i] = static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / float(1 << 23);
+    }
+  };
+  fill(x);
+  fill(w);
+  if (with_bias) {
+    bias = Tensor({n}, DType::float32);
+    fill(bias);
+  }
+  Tensor whole({m, n}, DType::float32), blocks({m, n}, DType::float32);
+  detail::gemm_into(x, w, bias, false, false, FusedActivation::none, whole);
+  gemm_in_row_blocks(x, w, bias, blocks, /*check=*/false);
+  const bool same = std::memcmp(whole.data<float>(), blocks.data<float>(),
+                                static_cast<size_t>(m * n) * sizeof(float)) == 0;
+  std::lock_guard lock(mu);
+  known.emplace(key, same);
+  return same;
+}
+
+namespace {
+
+bool wants_row_blocks(const Tensor& x, const Tensor& kernel, FusedActivation activation,
+                      const Tensor& y) {
+  return task_wants_fine_checks() && x.dtype() == DType::float32 &&
+         kernel.dtype() == DType::float32 && y.dtype() == DType::float32 &&
+         (activation == FusedActivation::none || activation == FusedActivation::relu) &&
+         x.dim(0) >= 16 * kFineBlocks && x.dim(0) * x.dim(1) * kernel.dim(1) >= kFineMinMacs;
+}
+
 void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                           FusedActivation activation, const Tensor& y) {
+  if (wants_row_blocks(x, kernel, activation, y) &&
+      detail::row_blocks_give_the_same_bits(x.dim(0), x.dim(1), kernel.dim(1), bias.defined())) {
+    gemm_in_row_blocks(x, kernel, bias, y, /*check=*/true);
+    if (activation == FusedActivation::relu) relu_keeping_nan(y.data<float>(), y.num_elements());
+    return;
+  }
   if (activation == FusedActivation::relu && y.dtype() == DType::bfloat16 &&
       (kernel.dtype() == DType::float32 ||
        bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), kernel.dim(1)))) {

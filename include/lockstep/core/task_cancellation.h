@@ -18,19 +18,25 @@ class TaskCancelled : public std::exception {
   const char* what() const noexcept override { return "task cancelled: another run finished it"; }
 };
 
-// While alive on this thread, check_task_cancelled() throws once `*done` is nonzero.
+// While alive on this thread, check_task_cancelled() throws once `*done` is nonzero. `fine`: the
+// run is likely to lose (a backup of a run already under way), so long kernels that can stop at
+// more points without changing a bit should (task_wants_fine_checks()).
 class TaskCancellationScope {
  public:
-  explicit TaskCancellationScope(const std::atomic<uint32_t>* done);
+  explicit TaskCancellationScope(const std::atomic<uint32_t>* done, bool fine = false);
   ~TaskCancellationScope();
   TaskCancellationScope(const TaskCancellationScope&) = delete;
   TaskCancellationScope& operator=(const TaskCancellationScope&) = delete;
 
  private:
   const std::atomic<uint32_t>* previous_;
+  bool previous_fine_;
 };
 
 // Throws TaskCancelled when the task this thread runs has been finished by another run.
 void check_task_cancelled();
+
+// Whether the task this thread runs asked for more safe points (TaskCancellationScope's `fine`).
+bool task_wants_fine_checks();
 
 }  // namespace lockstep

@@ -603,7 +603,7 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
     rec.bump_progress();
   };
   try {
-    TaskCancellationScope scope(&ts.done);
+    TaskCancellationScope scope(&ts.done, /*fine=*/backup);
     BackupRunFlag flag(backup);
     result = rec.phase->run(task, thread);
   } catch (const TaskCancelled&) {

@@ -1,0 +1,81 @@
+// A backup run computes linear's long float32 forward matmuls in row blocks, checking for
+// cancellation between them, where the blocks give the bits of the whole call: its result must be
+// the first run's, byte for byte, so that a backup that wins changes nothing.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "lockstep/core/task_cancellation.h"
+#include "lockstep/ops/linear.h"
+#include "ops/internal.h"
+
+namespace lockstep {
+namespace {
+
+Tensor random_tensor(const Shape& shape, uint32_t seed) {
+  Tensor t(shape, DType::float32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    seed = seed * 22695477u + 1u;
+    p[i] = static_cast<float>(static_cast<int>(seed >> 9) % 2001 - 1000) / 997.0f;
+  }
+  return t;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() &&
+         std::memcmp(a.data<float>(), b.data<float>(),
+                     static_cast<size_t>(a.num_elements()) * sizeof(float)) == 0;
+}
+
+// The seed model's first layer, a batch none of the blocks divides evenly, no bias, and a shape
+// too small to be split: inside a run that wants fine checks the output is the same bytes.
+TEST(LinearFineChecks, ABackupRunsForwardHasTheFirstRunsBits) {
+  const std::vector<std::tuple<int64_t, int64_t, int64_t, bool, ops::FusedActivation>> cases = {
+      {128, 784, 128, true, ops::FusedActivation::relu},
+      {100, 300, 96, true, ops::FusedActivation::none},
+      {256, 512, 64, false, ops::FusedActivation::relu},
+      {8, 16, 4, true, ops::FusedActivation::relu},
+  };
+  uint32_t seed = 1;
+  for (const auto& [m, k, n, with_bias, act] : cases) {
+    const Tensor x = random_tensor({m, k}, seed++);
+    const Tensor w = random_tensor({k, n}, seed++);
+    const Tensor b = with_bias ? random_tensor({n}, seed++) : Tensor();
+    const Tensor first = ops::linear_forward(x, w, b, act);
+    std::atomic<uint32_t> done{0};
+    Tensor backup;
+    {
+      TaskCancellationScope scope(&done, /*fine=*/true);
+      ASSERT_TRUE(task_wants_fine_checks());
+      backup = ops::linear_forward(x, w, b, act);
+    }
+    EXPECT_TRUE(same_bytes(first, backup)) << m << "x" << k << "x" << n;
+  }
+  EXPECT_FALSE(task_wants_fine_checks());
+}
+
+// Where the seed model's first layer is computed in blocks, a run whose twin has committed stops
+// inside the matmul (at the first block boundary); where it is not, the call runs to its end.
+// Outside a run that wants fine checks it always runs to its end.
+TEST(LinearFineChecks, ARunWhoseTwinCommittedStopsBetweenRowBlocks) {
+  const Tensor x = random_tensor({128, 784}, 7), w = random_tensor({784, 128}, 8),
+               b = random_tensor({128}, 9);
+  std::atomic<uint32_t> done{1};
+  {
+    TaskCancellationScope scope(&done);  // a first run: no blocks
+    EXPECT_NO_THROW(ops::linear_forward(x, w, b, ops::FusedActivation::relu));
+  }
+  TaskCancellationScope scope(&done, /*fine=*/true);
+  if (ops::detail::row_blocks_give_the_same_bits(128, 784, 128, true)) {
+    EXPECT_THROW(ops::linear_forward(x, w, b, ops::FusedActivation::relu), TaskCancelled);
+  } else {
+    EXPECT_NO_THROW(ops::linear_forward(x, w, b, ops::FusedActivation::relu));
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
