@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "lockstep/core/check.h"
+#include "lockstep/core/random.h"
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
@@ -145,21 +146,9 @@ bool detail::row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool
     std::lock_guard lock(mu);
     if (auto it = known.find(key); it != known.end()) return it->second;
   }
-  Tensor x({m, k}, DType::float32), w({k, n}, DType::float32), bias;
-  uint32_t state = 0x9e3779b9u;
-  auto fill = [&](const Tensor& t) {
-    float* p = t.data<float>();
-    for (int64_t i = 0; i < t.num_elements(); ++i) {
-      state = state * 1664525u + 1013904223u;
-      p[i] = static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / float(1 << 23);
-    }
-  };
-  fill(x);
-  fill(w);
-  if (with_bias) {
-    bias = Tensor({n}, DType::float32);
-    fill(bias);
-  }
+  Generator g(/*seed=*/1);
+  const Tensor x = g.uniform({m, k}, -1.0, 1.0), w = g.uniform({k, n}, -1.0, 1.0);
+  const Tensor bias = with_bias ? g.uniform({n}, -1.0, 1.0) : Tensor();
   Tensor whole({m, n}, DType::float32), blocks({m, n}, DType::float32);
   detail::gemm_into(x, w, bias, false, false, FusedActivation::none, whole);
   gemm_in_row_blocks(x, w, bias, blocks, /*check=*/false);

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "lockstep/core/random.h"
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/ops/linear.h"
 #include "ops/internal.h"
@@ -16,13 +17,7 @@ namespace lockstep {
 namespace {
 
 Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  Tensor t(shape, DType::float32);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    seed = seed * 22695477u + 1u;
-    p[i] = static_cast<float>(static_cast<int>(seed >> 9) % 2001 - 1000) / 997.0f;
-  }
-  return t;
+  return Generator(seed, /*stream=*/7).uniform(shape, -1.0, 1.0);
 }
 
 bool same_bytes(const Tensor& a, const Tensor& b) {

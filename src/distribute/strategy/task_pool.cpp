@@ -539,23 +539,9 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
   rec.waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-namespace {
-thread_local bool t_in_backup_run = false;
-
-class BackupRunFlag {
- public:
-  explicit BackupRunFlag(bool backup) : previous_(t_in_backup_run) { t_in_backup_run = backup; }
-  ~BackupRunFlag() { t_in_backup_run = previous_; }
-  BackupRunFlag(const BackupRunFlag&) = delete;
-  BackupRunFlag& operator=(const BackupRunFlag&) = delete;
-
- private:
-  bool previous_;
-};
-}  // namespace
-
 bool TaskPool::in_backup_run() {
-  return t_in_backup_run;
+  // execute() asks for fine cancellation checks exactly for backup runs.
+  return task_wants_fine_checks();
 }
 
 void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
@@ -604,7 +590,6 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
   };
   try {
     TaskCancellationScope scope(&ts.done, /*fine=*/backup);
-    BackupRunFlag flag(backup);
     result = rec.phase->run(task, thread);
   } catch (const TaskCancelled&) {
     cancelled_.fetch_add(1, std::memory_order_relaxed);
