@@ -92,6 +92,19 @@ TEST_P(OneDnnOps, MatmulMatchesNaiveLoopForAllTransposes) {
   }
 }
 
+// The weight gradient of the seed model's first layer, xᵀ·dz, at full size: float32 products with
+// a transposed left operand take their own kernel (sgemm), checked here against float64 loops.
+TEST(OneDnnOpsFloat32, TheSeedModelsWeightGradientShapeMatchesNaiveLoops) {
+  Generator g(11);
+  const int64_t batch = 128, in = 784, out = 128;
+  Input x = make_input(g, {batch, in}, DType::float32);
+  Input dz = make_input(g, {batch, out}, DType::float32);
+  Tensor dk = ops::matmul_forward(x.t, dz.t, true, false);
+  EXPECT_EQ(dk.shape(), (Shape{in, out}));
+  EXPECT_LT(rel_error(dk, ref_matmul(x.ref, dz.ref, in, batch, out, true, false)),
+            tolerance(DType::float32));
+}
+
 TEST_P(OneDnnOps, MatmulBackwardMatchesNaiveLoops) {
   const DType dt = GetParam();
   const int64_t m = 13, k = 7, n = 9;
