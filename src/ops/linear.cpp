@@ -115,8 +115,9 @@ LOCKSTEP_TARGET_CLONES void relu_grad_widen(const uint16_t* dy, const uint16_t* 
 // ~150 µs oneDNN call with no safe point in it) computes a long float32 forward matmul in row
 // blocks, checking for cancellation between them — only for a shape whose row blocks give the
 // bits of the whole call, so that a backup that wins commits what the first run would have. Each
-// shape is checked once, on random operands: oneDNN may pick its kernel by the row count.
-constexpr int kFineBlocks = 4;
+// shape is checked once, on random operands: oneDNN may pick its kernel by the row count. The
+// first check comes before the first block: the twin may have committed while this run got here.
+constexpr int kFineBlocks = 8;
 constexpr int64_t kFineMinMacs = int64_t{1} << 21;  // ~2 M multiply-adds: ~10 µs on one core
 
 int64_t fine_block_begin(int64_t rows, int block) {
@@ -130,7 +131,7 @@ void gemm_in_row_blocks(const Tensor& x, const Tensor& kernel, const Tensor& bia
   for (int b = 0; b < kFineBlocks; ++b) {
     const int64_t r0 = fine_block_begin(rows, b), r1 = fine_block_begin(rows, b + 1);
     if (r1 == r0) continue;
-    if (check && b > 0) check_task_cancelled();
+    if (check) check_task_cancelled();
     detail::gemm_into(x.slice(r0, r1), kernel, bias, false, false, FusedActivation::none,
                       y.slice(r0, r1));
   }
@@ -166,7 +167,7 @@ bool wants_row_blocks(const Tensor& x, const Tensor& kernel, FusedActivation act
   return task_wants_fine_checks() && x.dtype() == DType::float32 &&
          kernel.dtype() == DType::float32 && y.dtype() == DType::float32 &&
          (activation == FusedActivation::none || activation == FusedActivation::relu) &&
-         x.dim(0) >= 16 * kFineBlocks && x.dim(0) * x.dim(1) * kernel.dim(1) >= kFineMinMacs;
+         x.dim(0) >= 64 && x.dim(0) * x.dim(1) * kernel.dim(1) >= kFineMinMacs;
 }
 
 void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,

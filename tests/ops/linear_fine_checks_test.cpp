@@ -54,7 +54,7 @@ TEST(LinearFineChecks, ABackupRunsForwardHasTheFirstRunsBits) {
 }
 
 // Where the seed model's first layer is computed in blocks, a run whose twin has committed stops
-// inside the matmul (at the first block boundary); where it is not, the call runs to its end.
+// inside the matmul (before its first block); where it is not, the call runs to its end.
 // Outside a run that wants fine checks it always runs to its end.
 TEST(LinearFineChecks, ARunWhoseTwinCommittedStopsBetweenRowBlocks) {
   const Tensor x = random_tensor({128, 784}, 7), w = random_tensor({784, 128}, 8),
