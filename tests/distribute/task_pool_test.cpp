@@ -1,6 +1,7 @@
 // TaskPool: every task commits exactly once whatever the number of threads; a task whose thread
 // stalls (held in a test hook, not slept on) is finished by a backup run on another thread; a
-// failing task's error reaches the caller.
+// failing task's error reaches the caller; a phase's second stage starts only once its first has
+// committed and ended.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -385,6 +386,96 @@ TEST(TaskPool, OnABusyMachineTheCallerBacksUpATaskHeldOnAnotherCpuAtOnce) {
     EXPECT_EQ(s.backup_wins, 1u) << (same_cpu ? "same CPU" : "two CPUs");
     EXPECT_EQ(s.eager_backups, eager ? 1u : 0u) << (same_cpu ? "same CPU" : "two CPUs");
   }
+}
+
+// A first stage that counts its stage_done() calls and what its commits had reached then; a
+// second stage whose runs record what of the first they saw when they started.
+class FirstStage : public CountingPhase {
+ public:
+  using CountingPhase::CountingPhase;
+  void stage_done() override {
+    int committed = 0;
+    for (const auto& c : commits_) committed += c.load();
+    committed_at_end_.store(committed);
+    ends_.fetch_add(1);
+  }
+  std::atomic<int> ends_{0}, committed_at_end_{-1};
+};
+
+class SecondStage : public CountingPhase {
+ public:
+  SecondStage(int n, const FirstStage& first) : CountingPhase(n), first_(first) {}
+  void* run(int task, int thread) override {
+    if (first_.ends_.load() != 1) early_.fetch_add(1);
+    return CountingPhase::run(task, thread);
+  }
+  const FirstStage& first_;
+  std::atomic<int> early_{0};
+};
+
+TEST(TaskPool, ASecondStageStartsOnlyAfterEveryTaskOfTheFirstCommittedAndItsEnd) {
+  for (int threads : {1, 2, 3, 5}) {
+    TaskPool pool({.num_threads = threads});
+    for (int round = 0; round < 20; ++round) {
+      FirstStage first(3);
+      SecondStage second(11, first);
+      const uint64_t seq = pool.run(first, second);
+      EXPECT_EQ(pool.stats().phases, seq) << "one phase";
+      EXPECT_EQ(first.ends_.load(), 1);
+      EXPECT_EQ(first.committed_at_end_.load(), 3) << "stage_done after the last commit";
+      EXPECT_EQ(second.early_.load(), 0) << "a second-stage run started before the first ended";
+      for (int t = 0; t < 3; ++t) EXPECT_EQ(first.commits_[static_cast<size_t>(t)].load(), 1);
+      for (int t = 0; t < 11; ++t) {
+        EXPECT_EQ(second.commits_[static_cast<size_t>(t)].load(), 1) << "task " << t;
+        EXPECT_EQ(second.values_[static_cast<size_t>(t)], static_cast<long>(t) * (t + 1) / 2);
+      }
+      pool.wait_for_runs_before(UINT64_MAX);
+    }
+  }
+}
+
+// The helper stalls in the first stage: the caller's backup completes that stage, ends it and
+// runs the whole second stage, and run() returns while the helper is still held.
+TEST(TaskPool, AStalledFirstStageTaskIsBackedUpAndTheSecondStageFollows) {
+  TaskPool pool({.num_threads = 2, .backup_slack = std::chrono::microseconds(100)});
+  HeldHelperRun held(pool);
+  FirstStage first(2);
+  SecondStage second(4, first);
+  pool.run(first, second);
+  held.expect_backup_committed_and_release(first);
+  pool.wait_for_runs_before(UINT64_MAX);
+  EXPECT_EQ(first.ends_.load(), 1);
+  EXPECT_EQ(second.early_.load(), 0);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(second.commits_[static_cast<size_t>(t)].load(), 1);
+  EXPECT_EQ(pool.stats().backup_wins, 1u);
+}
+
+class FailingEnd : public CountingPhase {
+ public:
+  using CountingPhase::CountingPhase;
+  void stage_done() override { throw std::runtime_error("the first stage's end failed"); }
+};
+
+// An error at the end of the first stage fails the phase: no task of the second runs.
+TEST(TaskPool, AnErrorEndingTheFirstStageReachesTheCallerAndTheSecondNeverRuns) {
+  TaskPool pool({.num_threads = 3});
+  FailingEnd first(4);
+  CountingPhase second(5);
+  EXPECT_THROW(
+      {
+        try {
+          pool.run(first, second);
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "the first stage's end failed");
+          throw;
+        }
+      },
+      std::runtime_error);
+  pool.wait_for_runs_before(UINT64_MAX);
+  for (int t = 0; t < 5; ++t) EXPECT_EQ(second.commits_[static_cast<size_t>(t)].load(), 0);
+  CountingPhase fine(7);
+  pool.run(fine);
+  for (int t = 0; t < 7; ++t) EXPECT_EQ(fine.commits_[static_cast<size_t>(t)].load(), 1);
 }
 
 class FailingPhase : public TaskPhase {

@@ -25,6 +25,7 @@
 // its replicas as a gang — one thread each, as Strategy::run does — from then on. The sum and the
 // update stay tasks.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -191,7 +192,15 @@ class ReplicatedStep {
 
   Slot* acquire();
   void release(Slot* s);
-  void run_replicas(ReplicaFn fn);
+  // The replica phase. With `update` (a step that applies an update on one worker, no gradient
+  // norms): the same phase's second stage applies it (TaskPool::run(first, then)), and the
+  // function returns true; false when it did not (the replicas ran as a gang, or no update).
+  bool run_replicas(ReplicaFn fn, ChunkPhase* update = nullptr);
+  // Between the replicas and the update: per-replica state committed in replica order, the
+  // sum_after_step values applied, the update's buffers and step constants prepared.
+  void end_replicas();
+  // After the update: the spare buffers of backups that won, the buffers flipped.
+  void finish_update();
   // The sums of sum_after_step across workers, then their updates. `carried`: the two count
   // elements the gradient all-reduce carried (see deferred_count_from_sums), or nullptr to check
   // the counts with an all-reduce of their own.
@@ -290,6 +299,8 @@ class ReplicatedStep {
   size_t max_slots_ = 0;
   bool stream_next_ = false;  // see set_streaming_threshold()
   int64_t chunk_ = kMinChunk;
+  // When the last replica of a two-stage step committed (end_replicas), for stats_.local_seconds.
+  std::chrono::steady_clock::time_point replicas_ended_{};
 
   SyncStats stats_;
 };

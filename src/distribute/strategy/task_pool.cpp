@@ -58,8 +58,14 @@ struct TaskPool::TaskState {
 struct TaskPool::Record {
   std::atomic<uint64_t> sequence{0};  // 0 while being reset
   TaskPhase* phase = nullptr;
+  // A phase in two stages (run(first, then)): tasks [0, split) are `phase`'s, the others
+  // `then`'s, which open once every task of the first stage has committed and its stage_done()
+  // has returned.
+  TaskPhase* then = nullptr;
+  int split = 0;
+  std::atomic<bool> open{true};
   int num_tasks = 0;
-  int kind = 0;
+  int kinds[2] = {0, 0};
   int threads = 1;  // threads taking part (TaskPool::phase_threads_ when announced)
   std::unique_ptr<TaskState[]> tasks;
   int capacity = 0;
@@ -71,7 +77,7 @@ struct TaskPool::Record {
     std::atomic<int> next{0};
     int end = 0;
   };
-  std::unique_ptr<Cursor[]> cursors;
+  std::unique_ptr<Cursor[]> cursors, then_cursors;  // the first stage's, the second's
   std::atomic<int> committed{0};
   std::atomic<uint32_t> progress{0};  // futex word: bumped at every commit and at failure
   std::atomic<int> waiters{0};
@@ -86,6 +92,10 @@ struct TaskPool::Record {
   std::mutex error_mu;
   std::exception_ptr error;
   int error_task = INT_MAX;
+
+  TaskPhase& phase_of(int task) const { return task < split ? *phase : *then; }
+  int local(int task) const { return task < split ? task : task - split; }
+  int kind_of(int task) const { return kinds[task < split ? 0 : 1]; }
 
   bool complete() const {
     return failed.load(std::memory_order_acquire) ||
@@ -151,6 +161,7 @@ TaskPool::TaskPool(TaskPoolOptions options) : options_(std::move(options)) {
   for (size_t i = 0; i < kRing; ++i) {
     ring_.push_back(std::make_unique<Record>());
     ring_.back()->cursors = std::make_unique<Record::Cursor[]>(static_cast<size_t>(total));
+    ring_.back()->then_cursors = std::make_unique<Record::Cursor[]>(static_cast<size_t>(total));
   }
   awake_.store(total - 1);
   for (int t = 1; t < total; ++t) threads_.emplace_back(&TaskPool::helper, this, t);
@@ -218,6 +229,14 @@ bool TaskPool::spinning_allowed() {
 }
 
 uint64_t TaskPool::run(TaskPhase& phase) {
+  return run_stages(phase, nullptr);
+}
+
+uint64_t TaskPool::run(TaskPhase& first, TaskPhase& then) {
+  return run_stages(first, &then);
+}
+
+uint64_t TaskPool::run_stages(TaskPhase& phase, TaskPhase* then) {
   // Holds the caller's runs and waits; the rest of it is scheduling, or time the caller was
   // descheduled while the helpers it woke ran the phase (a busy machine).
   profiler::ScopedSpan tasks(profiler::Phase::tasks);
@@ -226,7 +245,8 @@ uint64_t TaskPool::run(TaskPhase& phase) {
   // A record is reused only once nobody works on its old phase (losing runs may linger).
   rec.sequence.store(0, std::memory_order_seq_cst);
   rec.wait_drained();
-  const int n = phase.num_tasks();
+  const int split = phase.num_tasks();
+  const int n = split + (then != nullptr ? then->num_tasks() : 0);
   if (n > rec.capacity) {
     rec.tasks = std::make_unique<TaskState[]>(static_cast<size_t>(n));
     rec.capacity = n;
@@ -241,14 +261,22 @@ uint64_t TaskPool::run(TaskPhase& phase) {
   }
   register_cpu_clock(0);
   rec.phase = &phase;
+  rec.then = then;
+  rec.split = split;
   rec.num_tasks = n;
-  rec.kind = std::clamp(phase.kind(), 0, kMaxKinds - 1);
+  rec.kinds[0] = std::clamp(phase.kind(), 0, kMaxKinds - 1);
+  rec.kinds[1] = then != nullptr ? std::clamp(then->kind(), 0, kMaxKinds - 1) : rec.kinds[0];
+  if (then != nullptr && split == 0) phase.stage_done();  // nothing to wait for
+  rec.open.store(then == nullptr || split == 0, std::memory_order_relaxed);
   if (!threads_.empty()) spinning_allowed();
   rec.threads = phase_threads_.load(std::memory_order_relaxed);
   for (int t = 0, threads = rec.threads; t < threads; ++t) {
-    rec.cursors[t].next.store(static_cast<int>(int64_t{n} * t / threads),
+    rec.cursors[t].next.store(static_cast<int>(int64_t{split} * t / threads),
                               std::memory_order_relaxed);
-    rec.cursors[t].end = static_cast<int>(int64_t{n} * (t + 1) / threads);
+    rec.cursors[t].end = static_cast<int>(int64_t{split} * (t + 1) / threads);
+    rec.then_cursors[t].next.store(split + static_cast<int>(int64_t{n - split} * t / threads),
+                                   std::memory_order_relaxed);
+    rec.then_cursors[t].end = split + static_cast<int>(int64_t{n - split} * (t + 1) / threads);
   }
   rec.committed.store(0, std::memory_order_relaxed);
   rec.failed.store(false, std::memory_order_relaxed);
@@ -444,14 +472,19 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
   const int n = rec.num_tasks;
   const int threads = rec.threads;
   for (;;) {
-    // This thread's own range first, then the others' in turn.
+    // This thread's own range first, then the others' in turn; the second stage's once it is
+    // open.
     int claimed = -1;
-    for (int k = 0; k < threads && claimed < 0; ++k) {
-      if (rec.failed.load(std::memory_order_acquire)) return false;
-      Record::Cursor& c = rec.cursors[(thread + k) % threads];
-      if (c.next.load(std::memory_order_relaxed) >= c.end) continue;
-      const int i = c.next.fetch_add(1, std::memory_order_acq_rel);
-      if (i < c.end) claimed = i;
+    for (int stage = 0; stage < 2 && claimed < 0; ++stage) {
+      if (stage == 1 && (rec.then == nullptr || !rec.open.load(std::memory_order_acquire))) break;
+      Record::Cursor* cursors = stage == 0 ? rec.cursors.get() : rec.then_cursors.get();
+      for (int k = 0; k < threads && claimed < 0; ++k) {
+        if (rec.failed.load(std::memory_order_acquire)) return false;
+        Record::Cursor& c = cursors[(thread + k) % threads];
+        if (c.next.load(std::memory_order_relaxed) >= c.end) continue;
+        const int i = c.next.fetch_add(1, std::memory_order_acq_rel);
+        if (i < c.end) claimed = i;
+      }
     }
     if (claimed >= 0) {
       TaskState& ts = rec.tasks[claimed];
@@ -464,7 +497,8 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
     }
     if (rec.complete()) return false;
     // Nothing left to take: back up a task whose deadline passed or whose holder is descheduled.
-    const int64_t threshold = backup_threshold_ns(rec.kind);
+    const int64_t thresholds[2] = {backup_threshold_ns(rec.kinds[0]),
+                                   backup_threshold_ns(rec.kinds[1])};
     const int64_t now = now_ns();
     int64_t earliest = INT64_MAX;
     bool ran = false;
@@ -480,7 +514,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
       if (ts.runners.load(std::memory_order_acquire) != 1) continue;
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
       if (started == 0) continue;
-      const int64_t deadline = started + threshold;
+      const int64_t deadline = started + thresholds[j < rec.split ? 0 : 1];
       const bool eager = here >= 0 && ts.holder_cpu.load(std::memory_order_relaxed) != here;
       if (!eager && now < deadline && !holder_descheduled(ts, now, wake_ns)) {
         earliest = std::min(earliest, deadline);
@@ -520,14 +554,16 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
     // Sleep until a commit (or failure), or until a backup may be due: work_on's wake_ns, or the
     // deadline of a task claimed since its scan (a task claimed but not yet stamped: look again
     // soon).
-    const int64_t threshold = backup_threshold_ns(rec.kind);
+    const int64_t thresholds[2] = {backup_threshold_ns(rec.kinds[0]),
+                                   backup_threshold_ns(rec.kinds[1])};
     const int64_t now = now_ns();
     for (int j = 0; j < rec.num_tasks; ++j) {
       TaskState& ts = rec.tasks[j];
       if (ts.done.load(std::memory_order_acquire) != 0) continue;
       if (ts.runners.load(std::memory_order_acquire) != 1) continue;
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
-      wake_ns = std::min(wake_ns, started != 0 ? started + threshold : now + 50000);
+      wake_ns = std::min(wake_ns,
+                         started != 0 ? started + thresholds[j < rec.split ? 0 : 1] : now + 50000);
     }
     if (wake_ns == INT64_MAX) {
       detail::futex_wait(&rec.progress, p);
@@ -561,7 +597,10 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
       std::lock_guard lock(hook_mu_);
       hook = hook_;
     }
-    if (hook) hook(rec.kind, task, thread, backup, rec.sequence.load(std::memory_order_acquire));
+    if (hook) {
+      hook(rec.kind_of(task), rec.local(task), thread, backup,
+           rec.sequence.load(std::memory_order_acquire));
+    }
   }
   if (ts.done.load(std::memory_order_seq_cst) != 0) {
     // Its twin committed (or the phase failed) while this run was on its way: nothing to do.
@@ -571,7 +610,9 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
   ScopedFlushDenormal flush;
   profiler::BackupRunScope backup_run(backup);
   profiler::ScopedSpan trace;
-  if (profiler::recording()) trace.open(rec.phase->trace_phase(), rec.phase->trace_replica(task));
+  TaskPhase& phase = rec.phase_of(task);
+  const int local = rec.local(task);
+  if (profiler::recording()) trace.open(phase.trace_phase(), phase.trace_replica(local));
   runs_.fetch_add(1, std::memory_order_relaxed);
   if (backup) backups_.fetch_add(1, std::memory_order_relaxed);
   const int64_t t0 = now_ns();
@@ -590,7 +631,7 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
   };
   try {
     TaskCancellationScope scope(&ts.done, /*fine=*/backup);
-    result = rec.phase->run(task, thread);
+    result = phase.run(local, thread);
   } catch (const TaskCancelled&) {
     cancelled_.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -601,19 +642,31 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
   }
   if (ts.done.exchange(1, std::memory_order_seq_cst) == 0) {
     try {
-      rec.phase->commit(task, result);
+      phase.commit(local, result);
     } catch (...) {
       fail(std::current_exception());
       return;
     }
     const int64_t d = now_ns() - t0;
-    const int64_t old = typical_ns_[rec.kind].load(std::memory_order_relaxed);
-    typical_ns_[rec.kind].store(old == 0 ? d : old + (d - old) / 4, std::memory_order_relaxed);
+    const int kind = rec.kind_of(task);
+    const int64_t old = typical_ns_[kind].load(std::memory_order_relaxed);
+    typical_ns_[kind].store(old == 0 ? d : old + (d - old) / 4, std::memory_order_relaxed);
     if (backup) backup_wins_.fetch_add(1, std::memory_order_relaxed);
-    rec.committed.fetch_add(1, std::memory_order_acq_rel);
+    if (rec.committed.fetch_add(1, std::memory_order_acq_rel) + 1 == rec.split &&
+        rec.then != nullptr) {
+      // This commit completed the first stage: its end, then the second stage opens, on this
+      // thread — whoever finishes the first stage goes on to the second without a wake-up.
+      try {
+        rec.phase->stage_done();
+      } catch (...) {
+        fail(std::current_exception());
+        return;
+      }
+      rec.open.store(true, std::memory_order_release);
+    }
     rec.bump_progress();
   } else {
-    rec.phase->discard(task, result);
+    phase.discard(local, result);
   }
 }
 
