@@ -196,6 +196,8 @@ class ReplicatedStep {
   // norms): the same phase's second stage applies it (TaskPool::run(first, then)), and the
   // function returns true; false when it did not (the replicas ran as a gang, or no update).
   bool run_replicas(ReplicaFn fn, ChunkPhase* update = nullptr);
+  // Waits until no run of an earlier step executes, then releases the previous step's slots.
+  void retire_previous_step();
   // Between the replicas and the update: per-replica state committed in replica order, the
   // sum_after_step values applied, the update's buffers and step constants prepared.
   void end_replicas();

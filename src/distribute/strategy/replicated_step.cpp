@@ -620,6 +620,16 @@ bool ReplicatedStep::run_replicas(ReplicaFn fn, ChunkPhase* update) {
   return false;
 }
 
+void ReplicatedStep::retire_previous_step() {
+  // What the update overwrites — the variables' next buffers, the accumulator, the sum, the
+  // previous step's gradient slots — no run of an earlier step may still read.
+  strategy_.task_pool().wait_for_runs_before(step_first_phase_);
+  for (Slot*& s : committed_[1 - parity_]) {
+    if (s) release(s);
+    s = nullptr;
+  }
+}
+
 void ReplicatedStep::end_replicas() {
   replicas_ended_ = Clock::now();
   for (Slot* s : committed_[parity_]) s->run.commit();
@@ -878,16 +888,11 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   }
   const bool workers = strategy_.num_workers() > 1;
   // The common step — an update on one worker, no gradient norms — is one phase in two stages:
-  // the replicas, then the update. What the update overwrites (the variables' next buffers, the
-  // previous step's gradient slots) no run of an earlier step may still read: waited for before
-  // the step rather than between its phases.
+  // the replicas, then the update; the previous step is retired before it rather than between
+  // the phases.
   const bool staged = apply && !gang_ && !workers && !update_.wants_gradient_norms();
   if (staged) {
-    pool.wait_for_runs_before(step_first_phase_);
-    for (Slot*& s : committed_[1 - parity_]) {
-      if (s) release(s);
-      s = nullptr;
-    }
+    retire_previous_step();
     if (run_replicas(std::move(fn), chunk_phases_[static_cast<int>(ChunkMode::apply)].get())) {
       finish_update();
       stats_.steps += 1;
@@ -900,13 +905,7 @@ void ReplicatedStep::run(ReplicaFn fn, bool apply) {
   }
 
   const auto t0 = Clock::now();
-  // What follows overwrites the variables' next buffers, the accumulator, the sum and the
-  // previous step's gradient slots: no run of an earlier step may still read them.
-  pool.wait_for_runs_before(step_first_phase_);
-  for (Slot*& s : committed_[1 - parity_]) {
-    if (s) release(s);
-    s = nullptr;
-  }
+  retire_previous_step();
 
   if (overlap_step_) {
     const auto tc = Clock::now();

@@ -497,8 +497,6 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
     }
     if (rec.complete()) return false;
     // Nothing left to take: back up a task whose deadline passed or whose holder is descheduled.
-    const int64_t thresholds[2] = {backup_threshold_ns(rec.kinds[0]),
-                                   backup_threshold_ns(rec.kinds[1])};
     const int64_t now = now_ns();
     int64_t earliest = INT64_MAX;
     bool ran = false;
@@ -514,7 +512,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
       if (ts.runners.load(std::memory_order_acquire) != 1) continue;
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
       if (started == 0) continue;
-      const int64_t deadline = started + thresholds[j < rec.split ? 0 : 1];
+      const int64_t deadline = started + backup_threshold_ns(rec.kind_of(j));
       const bool eager = here >= 0 && ts.holder_cpu.load(std::memory_order_relaxed) != here;
       if (!eager && now < deadline && !holder_descheduled(ts, now, wake_ns)) {
         earliest = std::min(earliest, deadline);
@@ -554,16 +552,14 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
     // Sleep until a commit (or failure), or until a backup may be due: work_on's wake_ns, or the
     // deadline of a task claimed since its scan (a task claimed but not yet stamped: look again
     // soon).
-    const int64_t thresholds[2] = {backup_threshold_ns(rec.kinds[0]),
-                                   backup_threshold_ns(rec.kinds[1])};
     const int64_t now = now_ns();
     for (int j = 0; j < rec.num_tasks; ++j) {
       TaskState& ts = rec.tasks[j];
       if (ts.done.load(std::memory_order_acquire) != 0) continue;
       if (ts.runners.load(std::memory_order_acquire) != 1) continue;
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
-      wake_ns = std::min(wake_ns,
-                         started != 0 ? started + thresholds[j < rec.split ? 0 : 1] : now + 50000);
+      wake_ns = std::min(
+          wake_ns, started != 0 ? started + backup_threshold_ns(rec.kind_of(j)) : now + 50000);
     }
     if (wake_ns == INT64_MAX) {
       detail::futex_wait(&rec.progress, p);
