@@ -12,6 +12,10 @@ function(lockstep_target_options target)
     # is exactly how options structs are meant to be used (`Dense({.units = 128})`); GCC 13 stopped.
     target_compile_options(${target} PRIVATE -Wno-missing-field-initializers)
   endif()
+  # No floating-point contraction: the hand-written loops are built for baseline x86-64 (no FMA) and
+  # for x86-64-v3/v4 (src/core/cpu_dispatch.h), and every build must give the same bits, so no
+  # build may fuse a multiply and an add that the others round twice.
+  target_compile_options(${target} PRIVATE -ffp-contract=off)
   if(CMAKE_BUILD_TYPE STREQUAL "Release")
     # The hot loops are written to be vectorised; this machine class has AVX-512 but the binary must
     # still run on any x86-64, so vector width is chosen at run time by oneDNN, not here.

@@ -6,6 +6,7 @@
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/cpu_cores.h"
+#include "lockstep/core/cpu_isa.h"
 #include "lockstep/core/denormals.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/error.h"

@@ -26,19 +26,21 @@ inline float float_of(uint32_t u) {
 
 }  // namespace
 
-// Exact integer bit operations: the AVX-512 clone (picked at load time; the library targets
-// baseline x86-64) gives the same bits as the scalar one.
-LOCKSTEP_TARGET_CLONES void float_to_bfloat16(const float* src, bfloat16* dst, size_t n) {
+// Exact integer bit operations: every build (cpu_dispatch.h) gives the same bits.
+LOCKSTEP_DISPATCHED(void, float_to_bfloat16, (const float* src, bfloat16* dst, size_t n),
+                    (src, dst, n)) {
   uint16_t* out = reinterpret_cast<uint16_t*>(dst);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint16_t>(round_bits(bits_of(src[i])));
 }
 
-LOCKSTEP_TARGET_CLONES void bfloat16_to_float(const bfloat16* src, float* dst, size_t n) {
+LOCKSTEP_DISPATCHED(void, bfloat16_to_float, (const bfloat16* src, float* dst, size_t n),
+                    (src, dst, n)) {
   const uint16_t* in = reinterpret_cast<const uint16_t*>(src);
   for (size_t i = 0; i < n; ++i) dst[i] = float_of(static_cast<uint32_t>(in[i]) << 16);
 }
 
-LOCKSTEP_TARGET_CLONES void round_to_bfloat16_values(const float* src, float* dst, size_t n) {
+LOCKSTEP_DISPATCHED(void, round_to_bfloat16_values, (const float* src, float* dst, size_t n),
+                    (src, dst, n)) {
   for (size_t i = 0; i < n; ++i) dst[i] = round_to_bfloat16_value(src[i]);
 }
 

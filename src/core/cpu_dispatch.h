@@ -1,16 +1,66 @@
 #pragma once
-// LOCKSTEP_TARGET_CLONES: build a hot loop for AVX-512 as well as baseline x86-64 and pick the
-// version at load time (GCC's target_clones). The library targets any x86-64, but the loops that
-// are not oneDNN's (Adam's update, bf16 conversions, relu) gain 2-4x from AVX-512.
+// LOCKSTEP_DISPATCHED: one hot loop built for baseline x86-64, x86-64-v3 (AVX2, FMA) and x86-64-v4
+// (AVX-512 F/BW/CD/DQ/VL), the build chosen once, at the first call, from lockstep::loop_isa() —
+// which obeys LOCKSTEP_MAX_CPU_ISA / ONEDNN_MAX_CPU_ISA (lockstep/core/cpu_isa.h). GCC's
+// target_clones cannot obey a cap: its resolvers run during relocation, before main and before any
+// variable could be read. The loops that are not oneDNN's gain 2-4x from the wider vectors.
 //
-// The clone targets x86-64-v4 (AVX-512 F/BW/CD/DQ/VL), not just avx512f: with BW and VL GCC packs
-// 32-bit lanes into 16-bit ones in zmm registers, which made float32 -> bfloat16 loops 2.4x faster
-// here (avx512f alone gets ymm code with a permute per store).
+//   LOCKSTEP_DISPATCHED(void, relu_f32, (const float* x, float* y, int64_t n), (x, y, n)) {
+//     for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+//   }
 //
-// Under ASan/TSan the clones are off: their ifunc resolvers run during dynamic relocation, before
-// the sanitizer runtime is initialised, and instrumented resolvers crash there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define LOCKSTEP_TARGET_CLONES
+// defines relu_f32 (with the linkage of the scope it is written in) and its three builds; the body
+// is written once and inlined into each. Overloads of one name work: each is its own dispatch.
+// The builds give the same bits: the library compiles without floating-point contraction
+// (lockstep_target_options), so v3/v4 use no FMA that the baseline lacks, and GCC keeps the order
+// of floating-point sums when it vectorises.
+//
+// Why x86-64-v4 and not just avx512f: with BW and VL GCC packs 32-bit lanes into 16-bit ones in
+// zmm registers (float32 -> bfloat16 loops; avx512f alone gets ymm code with a permute per store).
+#include "lockstep/core/cpu_isa.h"
+
+namespace lockstep::detail {
+
+template <typename Fn>
+Fn choose_loop(Fn baseline, Fn x86_64_v3, Fn x86_64_v4) {
+  switch (loop_isa()) {
+    case LoopIsa::x86_64_v4:
+      return x86_64_v4;
+    case LoopIsa::x86_64_v3:
+      return x86_64_v3;
+    case LoopIsa::baseline:
+      break;
+  }
+  return baseline;
+}
+
+}  // namespace lockstep::detail
+
+#if defined(__x86_64__)
+#define LOCKSTEP_TARGET_X86_64_V3 __attribute__((target("arch=x86-64-v3")))
+#define LOCKSTEP_TARGET_X86_64_V4 __attribute__((target("arch=x86-64-v4")))
 #else
-#define LOCKSTEP_TARGET_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#define LOCKSTEP_TARGET_X86_64_V3
+#define LOCKSTEP_TARGET_X86_64_V4
 #endif
+
+#define LOCKSTEP_DISPATCHED(ret, name, params, args)                                            \
+  [[gnu::always_inline]] static inline ret name##_body params;                                  \
+  namespace {                                                                                   \
+  ret name##_x86_64 params {                                                                    \
+    return name##_body args;                                                                    \
+  }                                                                                             \
+  LOCKSTEP_TARGET_X86_64_V3 ret name##_x86_64_v3 params {                                       \
+    return name##_body args;                                                                    \
+  }                                                                                             \
+  LOCKSTEP_TARGET_X86_64_V4 ret name##_x86_64_v4 params {                                       \
+    return name##_body args;                                                                    \
+  }                                                                                             \
+  }                                                                                             \
+  ret name params {                                                                             \
+    using Fn = ret(*) params;                                                                   \
+    static const Fn chosen =                                                                    \
+        ::lockstep::detail::choose_loop<Fn>(name##_x86_64, name##_x86_64_v3, name##_x86_64_v4); \
+    return chosen args;                                                                         \
+  }                                                                                             \
+  [[gnu::always_inline]] inline ret name##_body params

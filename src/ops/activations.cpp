@@ -77,6 +77,9 @@ Tensor unary(Unary u, const Tensor& x, const char* op) {
     for (int64_t i = 0; i < n; ++i) ys[i] = unary_value(u, xs[i]);
     return y;
   }
+  if (detail::emulates_bf16(x.dtype())) {
+    return detail::narrow_to_bf16(unary(u, detail::widen_to_f32(x), op));
+  }
   onednn::Key key("eltwise");
   key.add(static_cast<int>(u)).add(n).add(x.dtype());
   auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
@@ -94,13 +97,16 @@ Tensor unary(Unary u, const Tensor& x, const char* op) {
 
 // dx[i] = dy[i] · g(s[i]) where s is the saved tensor (x or y).
 // float32 relu and its gradient, built for AVX-512 too: these passes over a conv layer's output
-// (millions of elements per step) are memory-bound, and the wider clone halves the instructions.
+// (millions of elements per step) are memory-bound, and the wider builds halve the instructions.
 // Same arithmetic as the generic loops: y = x < 0 ? 0 : x keeps NaN; dx = dy * (y > 0 ? 1 : 0).
-LOCKSTEP_TARGET_CLONES void relu_f32(const float* __restrict x, float* __restrict y, int64_t n) {
+LOCKSTEP_DISPATCHED(void, relu_f32, (const float* __restrict x, float* __restrict y, int64_t n),
+                    (x, y, n)) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
-LOCKSTEP_TARGET_CLONES void relu_grad_f32(const float* __restrict dy, const float* __restrict y,
-                                          float* __restrict dx, int64_t n) {
+LOCKSTEP_DISPATCHED(void, relu_grad_f32,
+                    (const float* __restrict dy, const float* __restrict y, float* __restrict dx,
+                     int64_t n),
+                    (dy, y, dx, n)) {
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (y[i] > 0.0f ? 1.0f : 0.0f);
 }
 

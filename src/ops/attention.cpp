@@ -144,8 +144,8 @@ void set_dropped(A* scores, const Plan& p, int64_t b0, int64_t n, int64_t ld, A 
   }
 }
 
-// GCC vector extensions: 16 lanes (one AVX-512 register in the x86-64-v4 clone, four SSE ones in
-// the baseline clone), passed by reference (by value they would change the baseline ABI).
+// GCC vector extensions: 16 lanes (one AVX-512 register in the x86-64-v4 build, four SSE ones in
+// the baseline build), passed by reference (by value they would change the baseline ABI).
 typedef float F16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
 typedef uint32_t U16 __attribute__((vector_size(64)));
@@ -190,8 +190,10 @@ inline void exp_nonpositive(F16& x) {
 // max, the exponentials and their sum run down the columns, 16 at a time, with no reduction
 // across lanes. With `rounded`, the probabilities rounded to bfloat16 values also go there (same
 // layout), in the same pass.
-LOCKSTEP_TARGET_CLONES void softmax_columns_f32(float* __restrict x, int64_t count, int64_t rows,
-                                                int64_t ld, float* __restrict rounded) {
+LOCKSTEP_DISPATCHED(void, softmax_columns_f32,
+                    (float* __restrict x, int64_t count, int64_t rows, int64_t ld,
+                     float* __restrict rounded),
+                    (x, count, rows, ld, rounded)) {
   F16 v, m, sum;
   for (int64_t c = 0; c < count; ++c, x += rows * ld) {
     for (int64_t j = 0; j < ld; j += 16) {
@@ -224,9 +226,10 @@ LOCKSTEP_TARGET_CLONES void softmax_columns_f32(float* __restrict x, int64_t cou
 }
 
 // dP <- P ⊙ (dP − Σ_rows P ⊙ dP) down each column, likewise.
-LOCKSTEP_TARGET_CLONES void softmax_grad_columns_f32(const float* __restrict p,
-                                                     float* __restrict dp, int64_t count,
-                                                     int64_t rows, int64_t ld) {
+LOCKSTEP_DISPATCHED(void, softmax_grad_columns_f32,
+                    (const float* __restrict p, float* __restrict dp, int64_t count, int64_t rows,
+                     int64_t ld),
+                    (p, dp, count, rows, ld)) {
   F16 a, g, dot;
   for (int64_t c = 0; c < count; ++c, p += rows * ld, dp += rows * ld) {
     for (int64_t j = 0; j < ld; j += 16) {
@@ -340,14 +343,16 @@ template <typename T>
     }
   }
 }
-LOCKSTEP_TARGET_CLONES void scores_f32(const float* a, int64_t a_rs, int64_t S, const float* b,
-                                       int64_t b_rs, int64_t T, int64_t D, int64_t ld, float alpha,
-                                       float* bt, float* yt) {
+LOCKSTEP_DISPATCHED(void, scores_f32,
+                    (const float* a, int64_t a_rs, int64_t S, const float* b, int64_t b_rs,
+                     int64_t T, int64_t D, int64_t ld, float alpha, float* bt, float* yt),
+                    (a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt)) {
   scores_kernel(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
 }
-LOCKSTEP_TARGET_CLONES void scores_bf16(const uint16_t* a, int64_t a_rs, int64_t S,
-                                        const uint16_t* b, int64_t b_rs, int64_t T, int64_t D,
-                                        int64_t ld, float alpha, float* bt, float* yt) {
+LOCKSTEP_DISPATCHED(void, scores_bf16,
+                    (const uint16_t* a, int64_t a_rs, int64_t S, const uint16_t* b, int64_t b_rs,
+                     int64_t T, int64_t D, int64_t ld, float alpha, float* bt, float* yt),
+                    (a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt)) {
   scores_kernel(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
 }
 
@@ -402,14 +407,17 @@ template <typename T>
     }
   }
 }
-LOCKSTEP_TARGET_CLONES void weighted_rows_f32(const float* w, int64_t wi, int64_t wj, int64_t I,
-                                              int64_t J, const float* x, int64_t x_rs, int64_t D,
-                                              float alpha, float* y, int64_t y_rs) {
+LOCKSTEP_DISPATCHED(void, weighted_rows_f32,
+                    (const float* w, int64_t wi, int64_t wj, int64_t I, int64_t J, const float* x,
+                     int64_t x_rs, int64_t D, float alpha, float* y, int64_t y_rs),
+                    (w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs)) {
   weighted_rows(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
 }
-LOCKSTEP_TARGET_CLONES void weighted_rows_bf16(const float* w, int64_t wi, int64_t wj, int64_t I,
-                                               int64_t J, const uint16_t* x, int64_t x_rs,
-                                               int64_t D, float alpha, uint16_t* y, int64_t y_rs) {
+LOCKSTEP_DISPATCHED(void, weighted_rows_bf16,
+                    (const float* w, int64_t wi, int64_t wj, int64_t I, int64_t J,
+                     const uint16_t* x, int64_t x_rs, int64_t D, float alpha, uint16_t* y,
+                     int64_t y_rs),
+                    (w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs)) {
   weighted_rows(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
 }
 

@@ -57,8 +57,9 @@ template <Binary OP>
   for (int64_t j = 0; j < n; ++j)
     y[j] = round_to_bits(apply(OP, widen_bits(a[j]), widen_bits(b[j])));
 }
-LOCKSTEP_TARGET_CLONES void contiguous(Binary op, const float* a, const float* b, float* y,
-                                       int64_t n) {
+LOCKSTEP_DISPATCHED(void, contiguous,
+                    (Binary op, const float* a, const float* b, float* y, int64_t n),
+                    (op, a, b, y, n)) {
   switch (op) {
     case Binary::add:
       return contiguous_f32<Binary::add>(a, b, y, n);
@@ -70,8 +71,9 @@ LOCKSTEP_TARGET_CLONES void contiguous(Binary op, const float* a, const float* b
       return contiguous_f32<Binary::div>(a, b, y, n);
   }
 }
-LOCKSTEP_TARGET_CLONES void contiguous(Binary op, const uint16_t* a, const uint16_t* b, uint16_t* y,
-                                       int64_t n) {
+LOCKSTEP_DISPATCHED(void, contiguous,
+                    (Binary op, const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n),
+                    (op, a, b, y, n)) {
   switch (op) {
     case Binary::add:
       return contiguous_bf16<Binary::add>(a, b, y, n);
@@ -184,13 +186,15 @@ Tensor div_forward(const Tensor& a, const Tensor& b) {
   return binary<Binary::div>(a, b, "div");
 }
 
-LOCKSTEP_TARGET_CLONES void add_into(float* __restrict dst, const float* __restrict src,
-                                     int64_t n) {
+LOCKSTEP_DISPATCHED(void, add_into, (float* __restrict dst, const float* __restrict src, int64_t n),
+                    (dst, src, n)) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-LOCKSTEP_TARGET_CLONES void sum_into(float* __restrict out, const float* __restrict a,
-                                     const float* __restrict b, int64_t n) {
+LOCKSTEP_DISPATCHED(void, sum_into,
+                    (float* __restrict out, const float* __restrict a, const float* __restrict b,
+                     int64_t n),
+                    (out, a, b, n)) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gelu_kernels.h"
+#include "internal.h"
 #include "kernel_util.h"
 #include "onednn.h"
 
@@ -57,6 +58,9 @@ Tensor gelu_forward(const Tensor& x, bool approximate) {
     for (int64_t i = 0; i < n; ++i) ys[i] = gelu_value(xs[i], approximate);
     return y;
   }
+  if (detail::emulates_bf16(x.dtype())) {
+    return detail::narrow_to_bf16(gelu_forward(detail::widen_to_f32(x), approximate));
+  }
   onednn::Key key("gelu");
   key.add(approximate).add(n).add(x.dtype());
   auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
@@ -83,6 +87,12 @@ void gelu_backward_into(const Tensor& dy, const Tensor& x, const Tensor& dx, boo
     const double* xs = x.data<double>();
     double* out = dx.data<double>();
     for (int64_t i = 0; i < n; ++i) out[i] = d[i] * gelu_derivative(xs[i], approximate);
+    return;
+  }
+  if (detail::emulates_bf16(dy.dtype())) {
+    Tensor dx32(dx.shape(), DType::float32);
+    gelu_backward_into(detail::widen_to_f32(dy), detail::widen_to_f32(x), dx32, approximate);
+    float_to_bfloat16(dx32.data<float>(), dx.data<bfloat16>(), static_cast<size_t>(n));
     return;
   }
   onednn::Key key("gelu_backward");

@@ -17,6 +17,13 @@ bool row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bi
 
 // float32 copy of a bfloat16 tensor (exact), or t itself when it is float32.
 Tensor widen_to_f32(const Tensor& t);
+// bfloat16 copy of a float32 tensor (round to nearest even).
+Tensor narrow_to_bf16(const Tensor& t);
+
+// True when an op on operands of `dtype` must compute in float32 kernels because oneDNN has no
+// bfloat16 kernels here (ops/cpu_kernels.h): the op widens its bfloat16 operands, runs its
+// float32 path and rounds its results back.
+bool emulates_bf16(DType dtype);
 
 // dz = dy ⊙ act'(·) where `saved` is the output y (relu, sigmoid, tanh) or the input z (gelu).
 // dz may alias dy.

@@ -83,7 +83,8 @@ void relu_keeping_nan<bfloat16>(bfloat16* y, int64_t n) {
 // float32 -> bfloat16 rounding (bfloat16::round_from_float, branch-free) and relu_keeping_nan on
 // the rounded bits, in one pass: the bfloat16 output of a relu layer whose matmul computed in
 // float32. Bit for bit float_to_bfloat16 followed by relu_keeping_nan<bfloat16>.
-LOCKSTEP_TARGET_CLONES void round_relu_into(const float* src, uint16_t* dst, int64_t n) {
+LOCKSTEP_DISPATCHED(void, round_relu_into, (const float* src, uint16_t* dst, int64_t n),
+                    (src, dst, n)) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, src + i, sizeof u);
@@ -99,8 +100,8 @@ LOCKSTEP_TARGET_CLONES void round_relu_into(const float* src, uint16_t* dst, int
 // dz = float32(dy) * (float32(y) > 0 ? 1 : 0) from bfloat16 dy and y, written as float32: relu's
 // gradient widened in the same pass (exact: dy * 1, a signed zero, or NaN, as the bfloat16 loop
 // gives before widening).
-LOCKSTEP_TARGET_CLONES void relu_grad_widen(const uint16_t* dy, const uint16_t* y, float* dz,
-                                            int64_t n) {
+LOCKSTEP_DISPATCHED(void, relu_grad_widen,
+                    (const uint16_t* dy, const uint16_t* y, float* dz, int64_t n), (dy, y, dz, n)) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t du = static_cast<uint32_t>(dy[i]) << 16, yu = static_cast<uint32_t>(y[i]) << 16;
     float d, v;

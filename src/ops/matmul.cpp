@@ -133,6 +133,14 @@ namespace detail {
 Tensor widen_to_f32(const Tensor& t) {
   return as_f32(t);
 }
+Tensor narrow_to_bf16(const Tensor& t) {
+  Tensor y(t.shape(), DType::bfloat16);
+  float_to_bfloat16(t.data<float>(), y.data<bfloat16>(), static_cast<size_t>(t.num_elements()));
+  return y;
+}
+bool emulates_bf16(DType dtype) {
+  return dtype == DType::bfloat16 && !onednn::has_bf16();
+}
 }  // namespace detail
 
 namespace {
@@ -157,6 +165,7 @@ Bf16MatmulMode bf16_matmul_mode() {
 }
 
 bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
+  if (!onednn::has_bf16()) return true;  // no bfloat16 kernel to choose, whatever the mode
   switch (bf16_matmul_mode()) {
     case Bf16MatmulMode::float32_compute:
       return true;
@@ -263,6 +272,7 @@ void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, 
   // count.
   if (ta && !tb && !bias.defined() && act == FusedActivation::none && a.dtype() == DType::float32 &&
       b.dtype() == DType::float32 && out.dtype() == DType::float32) {
+    onednn::apply_isa_cap();
     if (dnnl_sgemm('T', 'N', m, n, k, 1.0f, a.data<float>(), m, b.data<float>(), n, 0.0f,
                    out.data<float>(), n) == dnnl_success)
       return;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "internal.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "onednn.h"
@@ -241,7 +242,46 @@ struct ConvBuffers {
   const void* dst = nullptr;
 };
 
+void run_onednn(Pass pass, const ConvDims& d, DType dtype, const ConvBuffers& b);
+
+// bfloat16 buffers where oneDNN has no bfloat16 convolution: the float32 convolution of the
+// widened inputs (exact), its output rounded to bfloat16 (ops/cpu_kernels.h).
+void run_widened(Pass pass, const ConvDims& d, const ConvBuffers& b) {
+  const size_t src_n = static_cast<size_t>(d.n * d.h * d.w * d.c);
+  const size_t weights_n = static_cast<size_t>(d.kh * d.kw * d.c * d.o);
+  const size_t dst_n = static_cast<size_t>(d.n * d.oh * d.ow * d.o);
+  std::vector<float> src(src_n), weights(weights_n), bias(b.bias ? static_cast<size_t>(d.o) : 0),
+      dst(dst_n);
+  auto widen = [](const void* from, std::vector<float>& to) {
+    bfloat16_to_float(static_cast<const bfloat16*>(from), to.data(), to.size());
+  };
+  auto narrow = [](const std::vector<float>& from, const void* to) {
+    float_to_bfloat16(from.data(), static_cast<bfloat16*>(const_cast<void*>(to)), from.size());
+  };
+  if (pass != Pass::backward_data) widen(b.src, src);
+  if (pass != Pass::backward_weights) widen(b.weights, weights);
+  if (b.bias) widen(b.bias, bias);
+  if (pass != Pass::forward) widen(b.dst, dst);
+  run_onednn(pass, d, DType::float32,
+             {src.data(), weights.data(), b.bias ? bias.data() : nullptr, dst.data()});
+  switch (pass) {
+    case Pass::forward:
+      narrow(dst, b.dst);
+      break;
+    case Pass::backward_data:
+      narrow(src, b.src);
+      break;
+    case Pass::backward_weights:
+      narrow(weights, b.weights);
+      break;
+  }
+}
+
 void run_onednn(Pass pass, const ConvDims& d, DType dtype, const ConvBuffers& b) {
+  if (detail::emulates_bf16(dtype)) {
+    run_widened(pass, d, b);
+    return;
+  }
   bool bias = b.bias != nullptr;
   onednn::Key key("nn_conv2d");
   key.add(static_cast<int>(pass)).add(dtype).add(bias);

@@ -33,8 +33,10 @@ void update_maxima(const T* __restrict xr, T* __restrict best, int64_t* __restri
   }
 }
 
-LOCKSTEP_TARGET_CLONES void update_maxima_f32(const float* __restrict xr, float* __restrict best,
-                                              int64_t* __restrict at, int64_t base, int64_t c) {
+LOCKSTEP_DISPATCHED(void, update_maxima_f32,
+                    (const float* __restrict xr, float* __restrict best, int64_t* __restrict at,
+                     int64_t base, int64_t c),
+                    (xr, best, at, base, c)) {
   for (int64_t ch = 0; ch < c; ++ch) {
     const float v = xr[ch], b = best[ch];
     const bool take = (v > b) | ((v != v) & (b == b));

@@ -3,14 +3,89 @@
 #include <cstring>
 #include <string>
 
+#include <mutex>
+
 #include "lockstep/core/check.h"
+#include "lockstep/core/cpu_isa.h"
 #include "lockstep/core/error.h"
 
 namespace lockstep::ops::onednn {
 
+void apply_isa_cap() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const CpuIsa cap = max_cpu_isa();  // throws on an unknown name, before oneDNN reads it
+    if (cap == CpuIsa::all) return;
+    static constexpr std::pair<CpuIsa, dnnl::cpu_isa> kMap[] = {
+        {CpuIsa::sse41, dnnl::cpu_isa::sse41},
+        {CpuIsa::avx, dnnl::cpu_isa::avx},
+        {CpuIsa::avx2, dnnl::cpu_isa::avx2},
+        {CpuIsa::avx2_vnni, dnnl::cpu_isa::avx2_vnni},
+        {CpuIsa::avx512_core, dnnl::cpu_isa::avx512_core},
+        {CpuIsa::avx512_core_vnni, dnnl::cpu_isa::avx512_core_vnni},
+        {CpuIsa::avx512_core_bf16, dnnl::cpu_isa::avx512_core_bf16},
+        {CpuIsa::avx512_core_amx, dnnl::cpu_isa::avx512_core_amx}};
+    for (const auto& [ours, theirs] : kMap) {
+      // Fails only when oneDNN has already fixed its ISA (it read ONEDNN_MAX_CPU_ISA itself, the
+      // same value unless LOCKSTEP_MAX_CPU_ISA differs): nothing to do about it this late.
+      if (ours == cap) (void)dnnl::set_max_cpu_isa(theirs);
+    }
+  });
+}
+
 const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine e = [] {
+    apply_isa_cap();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
+}
+
+std::string_view effective_isa_name() {
+  apply_isa_cap();
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41:
+      return "SSE41";
+    case dnnl::cpu_isa::avx:
+      return "AVX";
+    case dnnl::cpu_isa::avx2:
+      return "AVX2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "AVX2_VNNI";
+    case dnnl::cpu_isa::avx512_core:
+      return "AVX512_CORE";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "AVX512_CORE_VNNI";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "AVX512_CORE_BF16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "AVX512_CORE_AMX";
+    default:
+      return "below SSE41 (oneDNN's reference kernels)";
+  }
+}
+
+bool has_bf16() {
+  // Asked of oneDNN itself rather than inferred from the ISA: a bfloat16 matmul, eltwise and
+  // softmax exist or not together (oneDNN checks the same platform support for each).
+  static const bool available = [] {
+    try {
+      using dims = dnnl::memory::dims;
+      const dnnl::memory::desc md(dims{2, 2}, dnnl::memory::data_type::bf16,
+                                  dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc mm(dnnl::matmul::desc(md, md, md), engine());
+      dnnl::eltwise_forward::primitive_desc elt(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training,
+                                      dnnl::algorithm::eltwise_tanh, md, 0.0f, 0.0f),
+          engine());
+      dnnl::softmax_forward::primitive_desc sm(
+          dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, 1), engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
 }
 
 dnnl::stream& stream() {

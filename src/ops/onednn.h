@@ -34,7 +34,17 @@
 namespace lockstep::ops::onednn {
 
 // The process's CPU engine (engines are thread-safe to share; primitives are created against it).
+// Its creation hands Lockstep's ISA cap (lockstep/core/cpu_isa.h) to oneDNN first.
 const dnnl::engine& engine();
+// Hands the cap to oneDNN (dnnl::set_max_cpu_isa), once, before anything of oneDNN's dispatches on
+// the ISA. engine() calls it; so must any oneDNN entry point that needs no engine (dnnl_sgemm).
+void apply_isa_cap();
+// oneDNN's effective ISA under the cap, by oneDNN's name ("AVX2", "AVX512_CORE_AMX").
+std::string_view effective_isa_name();
+// True when oneDNN has bfloat16 primitives on this CPU under the cap (oneDNN 2.6: AVX512_CORE and
+// up). Ops whose operands are bfloat16 compute in float32 kernels where it is false: operands
+// widened exactly, results rounded to bfloat16, the policy's numerics kept.
+bool has_bf16();
 // This thread's in-order CPU stream.
 dnnl::stream& stream();
 

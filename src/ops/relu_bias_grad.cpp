@@ -20,9 +20,10 @@ float float_of_bits(uint32_t u) {
 }
 
 // float32: dz = dy · (y > 0 ? 1 : 0) (NaN dy stays NaN, as the separate kernel).
-LOCKSTEP_TARGET_CLONES void relu_bias_grad_f32(const float* __restrict dy,
-                                               const float* __restrict y, float* __restrict dz,
-                                               float* __restrict acc, int64_t rows, int64_t cols) {
+LOCKSTEP_DISPATCHED(void, relu_bias_grad_f32,
+                    (const float* __restrict dy, const float* __restrict y, float* __restrict dz,
+                     float* __restrict acc, int64_t rows, int64_t cols),
+                    (dy, y, dz, acc, rows, cols)) {
   for (int64_t j = 0; j < cols; ++j) acc[j] = 0.0f;
   for (int64_t i = 0; i < rows; ++i) {
     const float* d = dy + i * cols;
@@ -38,10 +39,10 @@ LOCKSTEP_TARGET_CLONES void relu_bias_grad_f32(const float* __restrict dy,
 
 // bfloat16 dy and y, float32 dz (the bfloat16 matmuls of this layer compute in float32): relu's
 // gradient widened in the same pass.
-LOCKSTEP_TARGET_CLONES void relu_bias_grad_widen(const uint16_t* __restrict dy,
-                                                 const uint16_t* __restrict y, float* __restrict dz,
-                                                 float* __restrict acc, int64_t rows,
-                                                 int64_t cols) {
+LOCKSTEP_DISPATCHED(void, relu_bias_grad_widen,
+                    (const uint16_t* __restrict dy, const uint16_t* __restrict y,
+                     float* __restrict dz, float* __restrict acc, int64_t rows, int64_t cols),
+                    (dy, y, dz, acc, rows, cols)) {
   for (int64_t j = 0; j < cols; ++j) acc[j] = 0.0f;
   for (int64_t i = 0; i < rows; ++i) {
     const uint16_t* d = dy + i * cols;
@@ -59,10 +60,10 @@ LOCKSTEP_TARGET_CLONES void relu_bias_grad_widen(const uint16_t* __restrict dy,
 // bfloat16 dy, y and dz, on the bits as the separate bfloat16 kernel does: y > 0 keeps dy (a NaN
 // comes out quiet); otherwise a zero of dy's sign, NaN for NaN dy, the default NaN for infinite
 // dy (inf · 0). The sum widens each dz, as column_sums does.
-LOCKSTEP_TARGET_CLONES void relu_bias_grad_bf16(const uint16_t* __restrict dy,
-                                                const uint16_t* __restrict y,
-                                                uint16_t* __restrict dz, float* __restrict acc,
-                                                int64_t rows, int64_t cols) {
+LOCKSTEP_DISPATCHED(void, relu_bias_grad_bf16,
+                    (const uint16_t* __restrict dy, const uint16_t* __restrict y,
+                     uint16_t* __restrict dz, float* __restrict acc, int64_t rows, int64_t cols),
+                    (dy, y, dz, acc, rows, cols)) {
   for (int64_t j = 0; j < cols; ++j) acc[j] = 0.0f;
   for (int64_t i = 0; i < rows; ++i) {
     const uint16_t* d = dy + i * cols;

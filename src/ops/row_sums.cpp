@@ -162,49 +162,57 @@ template <typename T>
 
 }  // namespace
 
-LOCKSTEP_TARGET_CLONES void layer_norm_rows(const float* x, int64_t rows, int64_t n,
-                                            const double* g, const double* b, double epsilon,
-                                            float* y, double* mean, double* inv_std) {
+LOCKSTEP_DISPATCHED(void, layer_norm_rows,
+                    (const float* x, int64_t rows, int64_t n, const double* g, const double* b,
+                     double epsilon, float* y, double* mean, double* inv_std),
+                    (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
   normalize_rows(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
-LOCKSTEP_TARGET_CLONES void layer_norm_rows(const bfloat16* x, int64_t rows, int64_t n,
-                                            const double* g, const double* b, double epsilon,
-                                            bfloat16* y, double* mean, double* inv_std) {
+LOCKSTEP_DISPATCHED(void, layer_norm_rows,
+                    (const bfloat16* x, int64_t rows, int64_t n, const double* g, const double* b,
+                     double epsilon, bfloat16* y, double* mean, double* inv_std),
+                    (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
   normalize_rows(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
-LOCKSTEP_TARGET_CLONES void layer_norm_rows_grad(const float* dy, const float* x, int64_t rows,
-                                                 int64_t n, const double* g, const double* mean,
-                                                 const double* inv_std, double* dgamma,
-                                                 double* dbeta, float* dx) {
+LOCKSTEP_DISPATCHED(void, layer_norm_rows_grad,
+                    (const float* dy, const float* x, int64_t rows, int64_t n, const double* g,
+                     const double* mean, const double* inv_std, double* dgamma, double* dbeta,
+                     float* dx),
+                    (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
   normalize_rows_grad(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
-LOCKSTEP_TARGET_CLONES void layer_norm_rows_grad(const bfloat16* dy, const bfloat16* x,
-                                                 int64_t rows, int64_t n, const double* g,
-                                                 const double* mean, const double* inv_std,
-                                                 double* dgamma, double* dbeta, bfloat16* dx) {
+LOCKSTEP_DISPATCHED(void, layer_norm_rows_grad,
+                    (const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
+                     const double* g, const double* mean, const double* inv_std, double* dgamma,
+                     double* dbeta, bfloat16* dx),
+                    (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
   normalize_rows_grad(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
 
-LOCKSTEP_TARGET_CLONES double row_sum(const float* x, int64_t n) {
+LOCKSTEP_DISPATCHED(double, row_sum, (const float* x, int64_t n), (x, n)) {
   return sum_of(x, n);
 }
-LOCKSTEP_TARGET_CLONES double row_sum(const bfloat16* x, int64_t n) {
+LOCKSTEP_DISPATCHED(double, row_sum, (const bfloat16* x, int64_t n), (x, n)) {
   return sum_of(x, n);
 }
-LOCKSTEP_TARGET_CLONES double row_centered_squares(const float* x, int64_t n, double mu) {
+LOCKSTEP_DISPATCHED(double, row_centered_squares, (const float* x, int64_t n, double mu),
+                    (x, n, mu)) {
   return centered_squares_of(x, n, mu);
 }
-LOCKSTEP_TARGET_CLONES double row_centered_squares(const bfloat16* x, int64_t n, double mu) {
+LOCKSTEP_DISPATCHED(double, row_centered_squares, (const bfloat16* x, int64_t n, double mu),
+                    (x, n, mu)) {
   return centered_squares_of(x, n, mu);
 }
-LOCKSTEP_TARGET_CLONES void row_gradient_sums(const float* dy, const float* x, const double* g,
-                                              int64_t n, double mu, double s, double& sum_g,
-                                              double& sum_gx) {
+LOCKSTEP_DISPATCHED(void, row_gradient_sums,
+                    (const float* dy, const float* x, const double* g, int64_t n, double mu,
+                     double s, double& sum_g, double& sum_gx),
+                    (dy, x, g, n, mu, s, sum_g, sum_gx)) {
   gradient_sums_of(dy, x, g, n, mu, s, sum_g, sum_gx);
 }
-LOCKSTEP_TARGET_CLONES void row_gradient_sums(const bfloat16* dy, const bfloat16* x,
-                                              const double* g, int64_t n, double mu, double s,
-                                              double& sum_g, double& sum_gx) {
+LOCKSTEP_DISPATCHED(void, row_gradient_sums,
+                    (const bfloat16* dy, const bfloat16* x, const double* g, int64_t n, double mu,
+                     double s, double& sum_g, double& sum_gx),
+                    (dy, x, g, n, mu, s, sum_g, sum_gx)) {
   gradient_sums_of(dy, x, g, n, mu, s, sum_g, sum_gx);
 }
 

@@ -21,7 +21,7 @@ void row_gradient_sums(const bfloat16* dy, const bfloat16* x, const double* g, i
                        double s, double& sum_g, double& sum_gx);
 
 // Layer normalization of `rows` rows of n features, whole tensors per call (the rows' loop runs
-// inside the AVX-512 clone, row_sums.cpp), in double like the sums above:
+// inside each ISA build, row_sums.cpp), in double like the sums above:
 //   forward:  mean = Σx / n,  inv_std = 1 / sqrt(Σ(x − mean)² / n + epsilon),
 //             y = (x − mean)·inv_std·g + b
 //   backward: xhat = (x − mean)·inv_std;  mean_g = Σ dy·g / n;  mean_gx = Σ dy·g·xhat / n;

@@ -181,10 +181,23 @@ std::vector<Tensor> concat_backward(const Tensor& dy, const std::vector<int64_t>
 Tensor cast_forward(const Tensor& x, DType dtype) {
   detail::check_defined(x, "cast", "x");
   if (x.dtype() == dtype) return x;
-  const bool reorder = onednn::has_data_type(x.dtype()) && onednn::has_data_type(dtype) &&
-                       (x.dtype() == DType::bfloat16 || dtype == DType::bfloat16);
-  if (!reorder || x.num_elements() == 0) return x.to(dtype);
   const int64_t n = x.num_elements();
+  // float32 <-> bfloat16 through Lockstep's own conversion loops: the same bits on every CPU (one
+  // rounding, round to nearest even), and no oneDNN bfloat16 support needed.
+  if (x.dtype() == DType::float32 && dtype == DType::bfloat16) {
+    Tensor y(x.shape(), dtype);
+    float_to_bfloat16(x.data<float>(), y.data<bfloat16>(), static_cast<size_t>(n));
+    return y;
+  }
+  if (x.dtype() == DType::bfloat16 && dtype == DType::float32) {
+    Tensor y(x.shape(), dtype);
+    bfloat16_to_float(x.data<bfloat16>(), y.data<float>(), static_cast<size_t>(n));
+    return y;
+  }
+  const bool reorder = onednn::has_data_type(x.dtype()) && onednn::has_data_type(dtype) &&
+                       (x.dtype() == DType::bfloat16 || dtype == DType::bfloat16) &&
+                       onednn::has_bf16();
+  if (!reorder || n == 0) return x.to(dtype);
   Tensor y(x.shape(), dtype);
   onednn::Key key("cast");
   key.add(n).add(x.dtype()).add(dtype);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "internal.h"
 #include "kernel_util.h"
 #include "onednn.h"
 
@@ -44,6 +45,9 @@ Tensor softmax_forward(const Tensor& x, int axis, const char* op) {
   if (x.dtype() == DType::float64) {
     softmax_f64<LOG>(x, y, ax);
     return y;
+  }
+  if (detail::emulates_bf16(x.dtype())) {
+    return detail::narrow_to_bf16(softmax_forward<LOG>(detail::widen_to_f32(x), axis, op));
   }
   onednn::Key key(LOG ? "log_softmax" : "softmax");
   key.add(x.shape()).add(x.dtype()).add(ax);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lockstep/core/random.h"
+#include "lockstep/ops/cpu_kernels.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
 #include "testing/bf16_matmul_mode.h"
@@ -26,9 +27,19 @@ TEST(Bf16MatmulMode, ForcedModesAnswerAsForced) {
     EXPECT_TRUE(ops::bf16_matmul_computes_in_f32(64, 32, 16));
   }
   {
+    // Forced bfloat16 kernels where oneDNN has them; where it has none (below AVX512_CORE, or
+    // under ONEDNN_MAX_CPU_ISA) the product computes in float32 whatever the mode.
     testing::Bf16MatmulModeGuard g(Bf16MatmulMode::bfloat16_kernels);
-    EXPECT_FALSE(ops::bf16_matmul_computes_in_f32(64, 32, 16));
+    EXPECT_EQ(ops::bf16_matmul_computes_in_f32(64, 32, 16), !ops::has_native_bfloat16_math());
   }
+}
+
+// Below AVX512_CORE (or under ONEDNN_MAX_CPU_ISA=AVX2: the isa-labelled runs) oneDNN has no
+// bfloat16 matmul, and even the measured mode computes in float32 rather than try one.
+TEST(Bf16MatmulMode, TheMeasuredModeComputesInFloat32WhereNoBfloat16KernelExists) {
+  testing::Bf16MatmulModeGuard g(Bf16MatmulMode::measured);
+  const bool in_f32 = ops::bf16_matmul_computes_in_f32(40, 24, 8);
+  EXPECT_TRUE(in_f32 || ops::has_native_bfloat16_math());
 }
 
 TEST(Bf16MatmulMode, TheAutomaticChoiceIsOnePerShapeForAllThreads) {

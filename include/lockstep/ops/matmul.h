@@ -33,7 +33,8 @@ struct MatmulGrads {
 // shape is multiplied, and keeps the faster for the rest of the process (the bfloat16 kernels
 // only when at least 10% faster, so that close calls do not flip between runs). The other two
 // force one path, for reproducibility across machines and for tests. The environment variable
-// LOCKSTEP_BF16_MATMUL=auto|bf16|f32 sets the starting mode.
+// LOCKSTEP_BF16_MATMUL=auto|bf16|f32 sets the starting mode. Where oneDNN has no bfloat16 kernels
+// (a CPU below AVX512_CORE, or a cap: lockstep/core/cpu_isa.h) every mode computes in float32.
 enum class Bf16MatmulMode { measured, float32_compute, bfloat16_kernels };
 void set_bf16_matmul_mode(Bf16MatmulMode mode);
 Bf16MatmulMode bf16_matmul_mode();

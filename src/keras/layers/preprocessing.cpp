@@ -10,20 +10,22 @@
 namespace lockstep::keras::layers {
 
 namespace {
-// Built for AVX-512 and the baseline, picked at load time; no FMA contraction, so both clones give
-// the float32 product-then-sum of the scalar definition, bit for bit.
+// Written once for every integer input type and built for each ISA level (cpu_dispatch.h); no
+// FMA contraction, so every build gives the float32 product-then-sum of the scalar definition,
+// bit for bit.
 template <typename T>
-LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void rescale_into(
-    const T* __restrict x, float* __restrict y, int64_t n, float scale, float offset) {
+[[gnu::always_inline]] inline void rescale_to_float(const T* __restrict x, float* __restrict y,
+                                                    int64_t n, float scale, float offset) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]) * scale + offset;
 }
 // Under a bfloat16 compute dtype the result is rounded as it is written (the same round-to-nearest-
 // even as a float32 pass followed by a conversion, without the float32 intermediate). The rounding
 // is bfloat16::round_from_float without its branch, so the loop vectorises (the branchy
-// constructor made this pass ~4x slower than the float32 one and cost ~5% of a seed-model step).
+// constructor made this pass several times slower than the float32 one).
 template <typename T>
-LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void rescale_into(
-    const T* __restrict x, bfloat16* __restrict y, int64_t n, float scale, float offset) {
+[[gnu::always_inline]] inline void rescale_to_bfloat16(const T* __restrict x,
+                                                       bfloat16* __restrict y, int64_t n,
+                                                       float scale, float offset) {
   uint16_t* out = reinterpret_cast<uint16_t*>(y);
   for (int64_t i = 0; i < n; ++i) {
     const float f = static_cast<float>(x[i]) * scale + offset;
@@ -35,10 +37,49 @@ LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void rescale
   }
 }
 
+LOCKSTEP_DISPATCHED(void, rescale_into,
+                    (const uint8_t* __restrict x, float* __restrict y, int64_t n, float scale,
+                     float offset),
+                    (x, y, n, scale, offset)) {
+  rescale_to_float(x, y, n, scale, offset);
+}
+LOCKSTEP_DISPATCHED(void, rescale_into,
+                    (const int32_t* __restrict x, float* __restrict y, int64_t n, float scale,
+                     float offset),
+                    (x, y, n, scale, offset)) {
+  rescale_to_float(x, y, n, scale, offset);
+}
+LOCKSTEP_DISPATCHED(void, rescale_into,
+                    (const int64_t* __restrict x, float* __restrict y, int64_t n, float scale,
+                     float offset),
+                    (x, y, n, scale, offset)) {
+  rescale_to_float(x, y, n, scale, offset);
+}
+LOCKSTEP_DISPATCHED(void, rescale_into,
+                    (const int32_t* __restrict x, bfloat16* __restrict y, int64_t n, float scale,
+                     float offset),
+                    (x, y, n, scale, offset)) {
+  rescale_to_bfloat16(x, y, n, scale, offset);
+}
+LOCKSTEP_DISPATCHED(void, rescale_into,
+                    (const int64_t* __restrict x, bfloat16* __restrict y, int64_t n, float scale,
+                     float offset),
+                    (x, y, n, scale, offset)) {
+  rescale_to_bfloat16(x, y, n, scale, offset);
+}
+LOCKSTEP_DISPATCHED(void, rescale_any_into,
+                    (const uint8_t* __restrict x, bfloat16* __restrict y, int64_t n, float scale,
+                     float offset),
+                    (x, y, n, scale, offset)) {
+  rescale_to_bfloat16(x, y, n, scale, offset);
+}
+
 // The same for results known to be finite (uint8 inputs, finite scale and offset, no overflow):
 // without the NaN select, ~1.5x faster.
-LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void rescale_finite_into(
-    const uint8_t* __restrict x, bfloat16* __restrict y, int64_t n, float scale, float offset) {
+LOCKSTEP_DISPATCHED(void, rescale_finite_into,
+                    (const uint8_t* __restrict x, bfloat16* __restrict y, int64_t n, float scale,
+                     float offset),
+                    (x, y, n, scale, offset)) {
   uint16_t* out = reinterpret_cast<uint16_t*>(y);
   for (int64_t i = 0; i < n; ++i) {
     const float f = static_cast<float>(x[i]) * scale + offset;
@@ -54,7 +95,7 @@ void rescale_into(const uint8_t* x, bfloat16* y, int64_t n, float scale, float o
   if (std::isfinite(scale) && std::isfinite(offset) && bound < 1e38) {
     rescale_finite_into(x, y, n, scale, offset);
   } else {
-    rescale_into<uint8_t>(x, y, n, scale, offset);
+    rescale_any_into(x, y, n, scale, offset);
   }
 }
 

@@ -54,18 +54,20 @@ struct AdamRule {
   }
 };
 
-LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update(
-    float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-    size_t n, AdamRule rule) {
+LOCKSTEP_DISPATCHED(void, adam_update,
+                    (float* __restrict w, const float* __restrict g, float* __restrict m,
+                     float* __restrict v, size_t n, AdamRule rule),
+                    (w, g, m, v, n, rule)) {
   for (size_t i = 0; i < n; ++i) w[i] = rule(w[i], g[i], m[i], v[i], m[i], v[i]);
 }
 
 // adam_update that also writes the new weights' bfloat16 rounding
 // (mixed_precision::rounded_weights): the rounding rides along the update's loop instead of a
 // second pass over the weights.
-LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update_rounded(
-    float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-    float* __restrict rounded, size_t n, AdamRule rule) {
+LOCKSTEP_DISPATCHED(void, adam_update_rounded,
+                    (float* __restrict w, const float* __restrict g, float* __restrict m,
+                     float* __restrict v, float* __restrict rounded, size_t n, AdamRule rule),
+                    (w, g, m, v, rounded, n, rule)) {
   for (size_t i = 0; i < n; ++i) {
     w[i] = rule(w[i], g[i], m[i], v[i], m[i], v[i]);
     rounded[i] = round_to_bfloat16_value(w[i]);
@@ -76,10 +78,12 @@ LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_up
 // (the old values stay readable by a concurrent run of the same chunk). The gradient is g0[i],
 // or g0[i] + g1[i] when g1 is not nullptr (the sum of two replicas', added as it is read: the
 // same bits as a separate sum pass). wo may be w.
-LOCKSTEP_TARGET_CLONES __attribute__((optimize("fp-contract=off"))) void adam_update_out(
-    const float* w, const float* __restrict g0, const float* __restrict g1,
-    const float* __restrict m, const float* __restrict v, float* wo, float* __restrict mo,
-    float* __restrict vo, float* __restrict rounded, size_t n, AdamRule rule) {
+LOCKSTEP_DISPATCHED(void, adam_update_out,
+                    (const float* w, const float* __restrict g0, const float* __restrict g1,
+                     const float* __restrict m, const float* __restrict v, float* wo,
+                     float* __restrict mo, float* __restrict vo, float* __restrict rounded,
+                     size_t n, AdamRule rule),
+                    (w, g0, g1, m, v, wo, mo, vo, rounded, n, rule)) {
   if (g1 == nullptr && rounded == nullptr) {
     for (size_t i = 0; i < n; ++i) wo[i] = rule(w[i], g0[i], m[i], v[i], mo[i], vo[i]);
   } else if (g1 == nullptr) {

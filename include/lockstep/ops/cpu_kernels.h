@@ -1,0 +1,24 @@
+#pragma once
+// What the ops of this process run on: oneDNN's instruction set under Lockstep's cap
+// (lockstep/core/cpu_isa.h), and how bfloat16 math runs.
+//
+// bfloat16 operands take oneDNN's bfloat16 kernels where the CPU has them (AVX512_CORE and up in
+// oneDNN 2.6; matmuls still choose per shape, see bf16_matmul_mode). Elsewhere every op keeps the
+// mixed_bfloat16 numerics — bfloat16-rounded operands and outputs, float32 accumulation — and
+// computes in float32 kernels: a bfloat16 value widens to float32 exactly and a product of two
+// bfloat16 values is exact in float32, so only the order of the sums can differ from a bfloat16
+// kernel.
+#include <string>
+#include <string_view>
+
+namespace lockstep::ops {
+
+// oneDNN's effective ISA under the cap, by oneDNN's name ("AVX2", "AVX512_CORE_AMX").
+std::string_view onednn_cpu_isa();
+// True when oneDNN has bfloat16 kernels here.
+bool has_native_bfloat16_math();
+// One line for users: "bfloat16 math: native (AVX512_CORE_AMX)" or "bfloat16 emulated in float32
+// kernels on this CPU (AVX2): same numerics, no speed-up".
+std::string bfloat16_math_summary();
+
+}  // namespace lockstep::ops

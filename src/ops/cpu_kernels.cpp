@@ -1,0 +1,22 @@
+#include "lockstep/ops/cpu_kernels.h"
+
+#include "onednn.h"
+
+namespace lockstep::ops {
+
+std::string_view onednn_cpu_isa() {
+  return onednn::effective_isa_name();
+}
+
+bool has_native_bfloat16_math() {
+  return onednn::has_bf16();
+}
+
+std::string bfloat16_math_summary() {
+  const std::string isa(onednn_cpu_isa());
+  if (has_native_bfloat16_math()) return "bfloat16 math: native (" + isa + ")";
+  return "bfloat16 emulated in float32 kernels on this CPU (" + isa +
+         "): same numerics, no speed-up";
+}
+
+}  // namespace lockstep::ops
