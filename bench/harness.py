@@ -33,10 +33,26 @@ import peers  # noqa: E402
 import plot  # noqa: E402
 import report  # noqa: E402
 
-# PyTorch's environment besides the tuned thread counts: AVX-512 OpenBLAS kernels (Debian's build
-# picks SSE3 kernels on some CPUs of this class otherwise; harmless where it detects them itself).
-TORCH_ENV = {"OPENBLAS_CORETYPE": "SkylakeX"}
 SPIN = ["sh", "-c", "while :; do :; done"]
+
+# OpenBLAS core types PyTorch's BLAS may be forced to, with the CPU flags each one's kernels need.
+# Debian's OpenBLAS 0.3.21 detects some CPUs of this machine class wrongly (Zen 4/5 as Prescott:
+# SSE3 kernels), and a core type the CPU cannot execute dies with SIGILL, so the harness tries the
+# candidates this CPU can run (and that the ISA cap allows) and keeps the fastest.
+CORETYPES = [("", ()), ("Haswell", ("avx2", "fma")), ("Zen", ("avx2", "fma")),
+             ("SkylakeX", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
+             ("Cooperlake", ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"))]
+# One single-threaded torch matmul loop on the seed model's first layer shape, in GFLOP/s.
+CORETYPE_PROBE = """
+import time, torch
+torch.set_num_threads(1)
+a, b = torch.randn(256, 784), torch.randn(784, 128)
+for _ in range(20): a @ b
+n, t0 = 0, time.perf_counter()
+while time.perf_counter() - t0 < 0.4:
+    a @ b; n += 1
+print(2 * 256 * 784 * 128 * n / (time.perf_counter() - t0) / 1e9)
+"""
 
 
 def cores():
@@ -198,7 +214,13 @@ def measure_floor(args, bfloat16):
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
     rates, peaks = [], []
     for p in procs:
-        data = json.loads(p.communicate()[0] or b"{}")
+        raw = p.communicate()[0]
+        try:
+            data = json.loads(raw or b"{}")
+        except ValueError:
+            print("floor %s: ops_bench printed no JSON (exit %d)" % (
+                "bfloat16" if bfloat16 else "float32", p.returncode), file=sys.stderr)
+            return None
         for b in data.get("benchmarks", []):
             if b.get("aggregate_name") == "median":
                 if b.get("run_name", b.get("name", "")).startswith("BM_FmaPeak"):
@@ -211,6 +233,75 @@ def measure_floor(args, bfloat16):
     if len(peaks) == len(procs) and all(x > 0 for x in peaks):
         out["peak_gflops"] = sum(peaks)
     return out
+
+
+def cpu_flags():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def isa_cap():
+    """The ISA cap in force for this run (LOCKSTEP_MAX_CPU_ISA, else ONEDNN_MAX_CPU_ISA), or ''."""
+    return os.environ.get("LOCKSTEP_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA") or ""
+
+
+def choose_coretype():
+    """Tries every OpenBLAS core type this CPU can execute under the cap and keeps the fastest.
+    Returns (environment for PyTorch, {core type: GFLOP/s or the reason it was left out})."""
+    flags = cpu_flags()
+    cap = isa_cap().upper()
+    below_avx512 = cap in ("SSE41", "AVX", "AVX2", "AVX2_VNNI")
+    below_avx2 = cap in ("SSE41", "AVX")
+    tried = {}
+    for name, needs in CORETYPES:
+        label = name or "OpenBLAS's own detection"
+        missing = [f for f in needs if f not in flags]
+        if missing:
+            tried[label] = "not executable here (no %s)" % ", ".join(missing)
+            continue
+        if needs and ((below_avx512 and "avx512f" in needs) or below_avx2):
+            tried[label] = "above the cap %s" % cap
+            continue
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        env.pop("OPENBLAS_CORETYPE", None)
+        if name:
+            env["OPENBLAS_CORETYPE"] = name
+        try:
+            r = subprocess.run([sys.executable, "-c", CORETYPE_PROBE], env=env, capture_output=True,
+                               text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            tried[label] = "timed out"
+            continue
+        if r.returncode != 0:
+            tried[label] = ("killed by signal %d" % -r.returncode if r.returncode < 0 else
+                            "exit %d: %s" % (r.returncode, (r.stderr.strip().splitlines() or
+                                                             [""])[-1][:120]))
+            continue
+        try:
+            tried[label] = float(r.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            tried[label] = "no result: %s" % r.stdout.strip()[:120]
+    measured = {k: v for k, v in tried.items() if isinstance(v, float)}
+    if not measured:
+        return {}, tried
+    best = max(measured, key=measured.get)
+    env = {} if best == "OpenBLAS's own detection" else {"OPENBLAS_CORETYPE": best}
+    return env, tried
+
+
+def lockstep_cpu(args):
+    """`lockstep devices --json`'s cpu block: model, host ISA, oneDNN's ISA and the cap, the loops'
+    build, whether bfloat16 math is native or emulated."""
+    r = subprocess.run([args.lockstep, "devices", "--json"], capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout).get("cpu", {})
+    except ValueError:
+        return {"error": (r.stderr.strip() or r.stdout.strip())[:200]}
 
 
 def loadavg():
@@ -295,7 +386,6 @@ def parse_args():
             args.run_timeout = 60
         args.lean = True
     args.cores = cores()
-    args.torch_env = TORCH_ENV
     if args.torch_cpp and not os.path.exists(args.torch_cpp):
         print("no PyTorch C++ peer at %s (install libtorch-dev: scripts/setup --bench)" %
               args.torch_cpp, file=sys.stderr)
@@ -314,7 +404,16 @@ def main():
         open(os.path.join(args.out, "table.md"), "w").write(md)
         print(md)
         return
+    args.cpu = lockstep_cpu(args)
+    args.torch_env, coretypes = choose_coretype()
+    print("OpenBLAS core types (GFLOP/s, one thread): %s -> %s" % (
+        "; ".join("%s %s" % (k, "%.1f" % v if isinstance(v, float) else v)
+                  for k, v in coretypes.items()),
+        args.torch_env.get("OPENBLAS_CORETYPE", "OpenBLAS's own detection")), file=sys.stderr)
     args.bf16 = lockstep_accepts(args, ["--precision", "mixed_bfloat16"])
+    # The bfloat16 floor exists only where oneDNN has bfloat16 kernels; elsewhere mixed_bfloat16
+    # computes in float32 kernels and its floor is the float32 one.
+    bf16_floor = args.cpu.get("bfloat16_math") == "native"
     configs = []
     for model in args.models.split(","):
         if model == "mlp" or lockstep_accepts(args, ["--model", model]):
@@ -326,7 +425,9 @@ def main():
         configs = [c for c in configs if re.search(args.only, c["id"])]
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(), "command": " ".join(sys.argv), "commit": git_commit(),
-            "cores": args.cores, "bf16": args.bf16, "torch_env": TORCH_ENV,
+            "cores": args.cores, "bf16": args.bf16, "torch_env": args.torch_env,
+            "openblas_coretypes": coretypes, "cpu": args.cpu, "isa_cap": isa_cap(),
+            "bf16_floor_note": "" if bf16_floor else "none: emulated (no bfloat16 kernels here)",
             "rounds": args.rounds, "epochs": args.epochs, "co_runner": args.co_runner,
             "co_runner_session": args.co_runner_session,
             "load_before": loadavg(), "floors": {"float32": [], "bfloat16": []},
@@ -335,7 +436,7 @@ def main():
     runs = {c["id"]: [] for c in configs}
     started = time.time()
     for r in range(args.rounds):
-        for precision in ("float32", "bfloat16"):
+        for precision in ("float32", "bfloat16") if bf16_floor else ("float32",):
             f = measure_floor(args, precision == "bfloat16")
             if f:
                 meta["floors"][precision].append(f["total_gflops"])

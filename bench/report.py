@@ -114,7 +114,20 @@ def header(meta):
                meta["rounds"], meta["epochs"], meta.get("minutes", 0)),
            "Load average before / after: %s / %s  " % (meta["load_before"], meta["load_after"]),
            "PyTorch environment: %s; OMP_NUM_THREADS and OPENBLAS_NUM_THREADS per grid point, "
-           "set before torch loads  " % ", ".join("%s=%s" % kv for kv in meta["torch_env"].items())]
+           "set before torch loads  " % (", ".join("%s=%s" % kv for kv in meta["torch_env"].items())
+                                         or "OpenBLAS's own core type")]
+    cpu = meta.get("cpu") or {}
+    if cpu:
+        out.append("CPU: %s; host ISA %s; oneDNN ISA %s; cap %s; Lockstep's loops %s; bfloat16 "
+                   "math %s  " % (cpu.get("model", "?"), cpu.get("host_isa", "?"),
+                                  cpu.get("onednn_isa", "?"), meta.get("isa_cap") or "none",
+                                  cpu.get("loops", "?"), cpu.get("bfloat16_math", "?")))
+    if meta.get("openblas_coretypes"):
+        out.append("OpenBLAS core types tried (one thread, GFLOP/s): %s  " % "; ".join(
+            "%s %s" % (k, "%.1f" % v if isinstance(v, float) else v)
+            for k, v in meta["openblas_coretypes"].items()))
+    if meta.get("bf16_floor_note"):
+        out.append("Floor bfloat16: %s  " % meta["bf16_floor_note"])
     for precision, gflops in floors(meta).items():
         if gflops:
             rate = gflops * 1e9 / FLOP_PER_EXAMPLE["mlp"]

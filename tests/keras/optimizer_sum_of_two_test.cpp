@@ -139,5 +139,38 @@ TEST(OptimizerSumOfTwo, AdamFollowsTheRuleOnTheSum) {
   }
 }
 
+// Adam's loop is built for x86-64, x86-64-v3 and x86-64-v4 (core/cpu_dispatch.h); every build must
+// give the bits of the scalar float32 rule, so that weights do not depend on the CPU. The isa
+// label runs this under every cap; here the rule is written out in float32 in Keras' epsilon-hat
+// form, in the library's order of operations (this file is compiled without FMA contraction).
+TEST(OptimizerSumOfTwo, AdamsLoopGivesTheScalarRulesBitsOnEveryIsa) {
+  for (size_t n : {size_t{1}, size_t{13}, size_t{314}, size_t{2049}}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    for (bool with_rounded : {false, true}) {
+      const Outputs got = run_update(cases()[0], n, false, with_rounded);
+      const std::vector<float> w = random_values(n, 1.0f, 2);
+      const std::vector<float> a = random_values(n, 0.1f, 3);
+      const std::vector<float> b = random_values(n, 0.1f, 4);
+      std::vector<float> m0 = random_values(n, 0.01f, 10), v0 = random_values(n, 0.01f, 11);
+      const double lr = 0.001, b1 = 0.9, b2 = 0.999;
+      const float alpha = static_cast<float>(lr * std::sqrt(1.0 - b2) / (1.0 - b1));  // step 1
+      const float one_minus_b1 = static_cast<float>(1.0 - b1);
+      const float one_minus_b2 = static_cast<float>(1.0 - b2), eps = 1e-7f;
+      std::vector<float> want_w(n), want_m(n), want_v(n), want_rounded(n);
+      for (size_t j = 0; j < n; ++j) {
+        const float g = a[j] + b[j], m = std::abs(m0[j]), v = std::abs(v0[j]);
+        want_m[j] = m + (g - m) * one_minus_b1;
+        want_v[j] = v + (g * g - v) * one_minus_b2;
+        want_w[j] = w[j] - want_m[j] * alpha / (std::sqrt(want_v[j]) + eps);
+        want_rounded[j] = static_cast<float>(bfloat16(want_w[j]));
+      }
+      EXPECT_TRUE(same_bits(got.w, want_w));
+      EXPECT_TRUE(same_bits(got.slots[0], want_m));
+      EXPECT_TRUE(same_bits(got.slots[1], want_v));
+      EXPECT_TRUE(!with_rounded || same_bits(got.rounded, want_rounded));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::keras::optimizers

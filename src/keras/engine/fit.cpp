@@ -1,6 +1,9 @@
 // Model::fit and Model::train_on_batch: the host's training loop (epochs, callbacks, the input
 // iterator, resume) over Trainer's steps.
 #include <algorithm>
+#include <atomic>
+#include <functional>
+#include <iostream>
 #include <memory>
 #include <optional>
 
@@ -8,9 +11,31 @@
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/model.h"
+#include "lockstep/ops/cpu_kernels.h"
 #include "trainer.h"
 
 namespace lockstep::keras {
+namespace {
+
+bool computes_in_bfloat16(const Layer& layer) {
+  if (layer.dtype_policy().compute_dtype() == DType::bfloat16) return true;
+  if (const auto* model = dynamic_cast<const Model*>(&layer)) {
+    for (const auto& inner : model->layers()) {
+      if (inner && computes_in_bfloat16(*inner)) return true;
+    }
+  }
+  return false;
+}
+
+// Once per process, as the first fit of a bfloat16 model starts: whether its bfloat16 math runs
+// in bfloat16 kernels or is emulated in float32 ones on this CPU (ops/cpu_kernels.h).
+void say_bfloat16_path(const Model& model) {
+  static std::atomic<bool> said{false};
+  if (said.load() || !computes_in_bfloat16(model) || said.exchange(true)) return;
+  std::cout << ops::bfloat16_math_summary() << "\n";
+}
+
+}  // namespace
 
 callbacks::History Model::fit(const Tensor& x, const Tensor& y, FitOptions options) {
   Dataset ds = dataset_from_arrays(x, y, options.batch_size, options.shuffle, options.shuffle_seed);
@@ -41,6 +66,7 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
   int64_t steps_hint = options.steps_per_epoch;
   if (steps_hint == 0 && dist.cardinality() >= 0) steps_hint = dist.cardinality();
   if (options.verbose > 0) {
+    say_bfloat16_path(*this);
     cbs.append(std::make_shared<callbacks::ProgbarLogger>(options.verbose));
   }
   std::optional<distribute::DistributedDataset::Iterator> it;

@@ -36,11 +36,10 @@ void Adam::prepare_step(StepInfo& info) const {
 }
 
 namespace {
-// The update of every step, one pass over the weights: built for AVX-512 and for the baseline, the
-// right one picked at load time (the library itself targets baseline x86-64). Same arithmetic in
-// both, element by element (no FMA contraction), so results depend neither on the CPU nor on
-// where a replica's range starts. Every loop below is this element's rule; they differ only in
-// where they read and write.
+// The update of every step, one pass over the weights: built for each ISA level and chosen once,
+// under the ISA cap (core/cpu_dispatch.h). Same arithmetic in every build, element by element (no
+// FMA contraction), so results depend neither on the CPU nor on where a replica's range starts.
+// Every loop below is this element's rule; they differ only in where they read and write.
 struct AdamRule {
   float alpha, one_minus_b1, one_minus_b2, eps;
   // The new weight; the new moments go to m_out and v_out.

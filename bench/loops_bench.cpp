@@ -1,0 +1,94 @@
+// Lockstep's own hot loops (not oneDNN's) on one core: Adam's update over the seed model's
+// 101,770 parameters, the float32 <-> bfloat16 conversions and relu with its gradient over 2^20
+// elements. Each is built for x86-64, x86-64-v3 and x86-64-v4 and chosen under the ISA cap, so
+// the three builds are measured by running this under caps (docs/performance.md):
+//   for cap in SSE41 AVX2 AVX512_CORE; do
+//     LOCKSTEP_MAX_CPU_ISA=$cap OMP_NUM_THREADS=1 taskset -c 0 build/release/bench/loops_bench
+//   done
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <vector>
+
+#include "lockstep/core/bfloat16.h"
+#include "lockstep/core/cpu_isa.h"
+#include "lockstep/core/random.h"
+#include "lockstep/keras/optimizers.h"
+#include "lockstep/ops/activations.h"
+
+namespace lockstep {
+namespace {
+
+constexpr int64_t kElements = 1 << 20;
+constexpr int64_t kSeedParameters = 784 * 128 + 128 + 128 * 10 + 10;
+
+void label(benchmark::State& state, double bytes_per_element, int64_t n) {
+  state.SetLabel(std::string(loop_isa_name(loop_isa())));
+  state.SetBytesProcessed(static_cast<int64_t>(bytes_per_element * static_cast<double>(n)) *
+                          static_cast<int64_t>(state.iterations()));
+}
+
+void BM_FloatToBfloat16(benchmark::State& state) {
+  Tensor x = Generator(1).uniform({kElements}, -1, 1);
+  std::vector<bfloat16> y(kElements);
+  for (auto _ : state) {
+    float_to_bfloat16(x.data<float>(), y.data(), kElements);
+    benchmark::DoNotOptimize(y.data());
+  }
+  label(state, 6, kElements);
+}
+BENCHMARK(BM_FloatToBfloat16);
+
+void BM_Bfloat16ToFloat(benchmark::State& state) {
+  std::vector<bfloat16> x(kElements, bfloat16(0.5f));
+  std::vector<float> y(kElements);
+  for (auto _ : state) {
+    bfloat16_to_float(x.data(), y.data(), kElements);
+    benchmark::DoNotOptimize(y.data());
+  }
+  label(state, 6, kElements);
+}
+BENCHMARK(BM_Bfloat16ToFloat);
+
+void BM_Relu(benchmark::State& state) {
+  Tensor x = Generator(2).uniform({kElements}, -1, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::relu_forward(x));
+  label(state, 8, kElements);
+}
+BENCHMARK(BM_Relu);
+
+void BM_ReluBackward(benchmark::State& state) {
+  Generator gen(3);
+  Tensor y = ops::relu_forward(gen.uniform({kElements}, -1, 1));
+  Tensor dy = gen.uniform({kElements}, -1, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::relu_backward(dy, y));
+  label(state, 12, kElements);
+}
+BENCHMARK(BM_ReluBackward);
+
+// One Adam step through the training step's path (ElementwiseUpdate::apply), in place.
+void BM_AdamUpdate(benchmark::State& state) {
+  Generator gen(4);
+  Variable w(gen.uniform({kSeedParameters}, -0.1, 0.1), "w");
+  Tensor g = gen.uniform({kSeedParameters}, -0.01, 0.01);
+  keras::optimizers::Adam adam;
+  adam.bind({w});
+  std::vector<Variable> slots = adam.slot_variables(0);
+  std::vector<const float*> in{slots[0].raw_value().data<float>(),
+                               slots[1].raw_value().data<float>()};
+  std::vector<float*> out{slots[0].raw_value().data<float>(), slots[1].raw_value().data<float>()};
+  float* wp = w.raw_value().data<float>();
+  for (auto _ : state) {
+    adam.begin_update({});
+    adam.apply(0, 0, wp, g.data<float>(), in, wp, out, kSeedParameters, nullptr);
+    adam.end_update();
+    benchmark::DoNotOptimize(wp);
+  }
+  label(state, 28, kSeedParameters);  // reads w, g, m, v; writes w, m, v
+}
+BENCHMARK(BM_AdamUpdate);
+
+}  // namespace
+}  // namespace lockstep
+
+BENCHMARK_MAIN();
