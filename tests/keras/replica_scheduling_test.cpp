@@ -17,6 +17,7 @@
 #include "lockstep/distribute/task_pool.h"
 #include "lockstep/keras.h"
 #include "testing/classification_data.h"
+#include "testing/policy_guard.h"
 
 namespace lockstep::keras {
 namespace {
@@ -96,6 +97,22 @@ TEST(ReplicaScheduling, WeightsAreBitIdenticalOnAnyNumberOfThreads) {
       ASSERT_EQ(strategy.num_threads(), t);
       EXPECT_TRUE(fit_bytes(strategy) == reference)
           << n << " replicas on " << t << " threads differ from 1 thread";
+    }
+  }
+}
+
+// The same under mixed_bfloat16: bfloat16 activations and rounded weights, with oneDNN's bfloat16
+// kernels where the CPU has them and float32 kernels on bfloat16-rounded values where it has none
+// (the isa label runs this under LOCKSTEP_MAX_CPU_ISA=AVX2 and SSE41 too).
+TEST(ReplicaScheduling, MixedBfloat16WeightsAreBitIdenticalOnAnyNumberOfThreads) {
+  lockstep::testing::PolicyGuard policy("mixed_bfloat16");
+  for (int n : {1, 3, 4}) {
+    distribute::Strategy reference_strategy(config(n, 1));
+    const std::string reference = fit_bytes(reference_strategy);
+    for (int t : {2, 3}) {
+      distribute::Strategy strategy(config(n, t));
+      EXPECT_TRUE(fit_bytes(strategy) == reference)
+          << n << " replicas on " << t << " threads differ from 1 thread under mixed_bfloat16";
     }
   }
 }
