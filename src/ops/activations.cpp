@@ -107,7 +107,7 @@ LOCKSTEP_DISPATCHED(void, relu_grad_f32,
                     (const float* __restrict dy, const float* __restrict y, float* __restrict dx,
                      int64_t n),
                     (dy, y, dx, n)) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (y[i] > 0.0f ? 1.0f : 0.0f);
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * detail::positive_mask(y[i]);
 }
 
 template <typename G>
@@ -266,7 +266,7 @@ void activation_grad_into(FusedActivation act, const Tensor& dy, const Tensor& s
         const float* s = saved.data<float>();
         float* out = dz.data<float>();
         for (int64_t i = 0, n = dy.num_elements(); i < n; ++i) {
-          const float mask = s[i] > 0.0f ? 1.0f : 0.0f;
+          const float mask = detail::positive_mask(s[i]);
           out[i] = d[i] * mask;
         }
         return;

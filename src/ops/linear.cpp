@@ -107,7 +107,7 @@ LOCKSTEP_DISPATCHED(void, relu_grad_widen,
     float d, v;
     std::memcpy(&d, &du, sizeof d);
     std::memcpy(&v, &yu, sizeof v);
-    dz[i] = d * (v > 0.0f ? 1.0f : 0.0f);
+    dz[i] = d * detail::positive_mask(v);
   }
 }
 

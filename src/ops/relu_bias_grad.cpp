@@ -9,6 +9,7 @@
 #include "core/cpu_dispatch.h"
 
 #include "internal.h"
+#include "kernel_util.h"
 
 namespace lockstep::ops::detail {
 namespace {
@@ -30,7 +31,7 @@ LOCKSTEP_DISPATCHED(void, relu_bias_grad_f32,
     const float* s = y + i * cols;
     float* out = dz + i * cols;
     for (int64_t j = 0; j < cols; ++j) {
-      const float v = d[j] * (s[j] > 0.0f ? 1.0f : 0.0f);
+      const float v = d[j] * detail::positive_mask(s[j]);
       out[j] = v;
       acc[j] += v;
     }
@@ -50,7 +51,7 @@ LOCKSTEP_DISPATCHED(void, relu_bias_grad_widen,
     float* out = dz + i * cols;
     for (int64_t j = 0; j < cols; ++j) {
       const float v = float_of_bits(static_cast<uint32_t>(d[j]) << 16) *
-                      (float_of_bits(static_cast<uint32_t>(s[j]) << 16) > 0.0f ? 1.0f : 0.0f);
+                      detail::positive_mask(float_of_bits(static_cast<uint32_t>(s[j]) << 16));
       out[j] = v;
       acc[j] += v;
     }
