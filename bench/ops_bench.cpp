@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lockstep/core/cpu_isa.h"
 #include "lockstep/core/random.h"
 #include "lockstep/ops.h"
 
@@ -115,12 +116,12 @@ void BM_SeedStepOneDnn(benchmark::State& state) {
 }
 BENCHMARK(BM_SeedStepOneDnn)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
-// What one core's float32 FMA units can do at most: twelve independent chains of AVX-512 fused
-// multiply-adds (enough to cover their latency on two FMA ports), no memory traffic. The floor
-// above divided by this is how close oneDNN's kernels come to the hardware on the seed's shapes.
-// Reported as 0 on a CPU without AVX-512.
+// What one core's float32 FMA units can do at most: twelve independent chains of fused
+// multiply-adds (enough to cover their latency on two FMA ports), no memory traffic, as wide as the
+// ISA cap allows (lockstep/core/cpu_isa.h): AVX-512, else AVX2 + FMA; 0 below AVX2. The floor above
+// divided by this is how close oneDNN's kernels come to the hardware on the seed's shapes.
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) float fma_chains(int64_t rounds) {
+__attribute__((target("avx512f"))) float fma_chains_512(int64_t rounds) {
   using v16 = float __attribute__((vector_size(64)));
   v16 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = v16{} + 0.001f * static_cast<float>(i);
@@ -134,25 +135,41 @@ __attribute__((target("avx512f"))) float fma_chains(int64_t rounds) {
   for (int i = 0; i < 16; ++i) out += sum[i];
   return out;
 }
+__attribute__((target("avx2,fma"))) float fma_chains_256(int64_t rounds) {
+  using v8 = float __attribute__((vector_size(32)));
+  v8 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = v8{} + 0.001f * static_cast<float>(i);
+  const v8 a = v8{} + 0.9999f, b = v8{} + 0.0001f;
+  for (int64_t r = 0; r < rounds; ++r) {
+    for (int i = 0; i < 12; ++i) acc[i] = __builtin_ia32_vfmaddps256(acc[i], a, b);
+  }
+  v8 sum = v8{};
+  for (int i = 0; i < 12; ++i) sum += acc[i];
+  float out = 0;
+  for (int i = 0; i < 8; ++i) out += sum[i];
+  return out;
+}
 #endif
 
 void BM_FmaPeak(benchmark::State& state) {
   constexpr int64_t kRounds = 1 << 16;
-  bool avx512 = false;
+  int lanes = 0;
 #if defined(__x86_64__)
-  avx512 = __builtin_cpu_supports("avx512f");
+  const CpuIsa isa = effective_cpu_isa();
+  lanes = isa >= CpuIsa::avx512_core ? 16 : isa >= CpuIsa::avx2 ? 8 : 0;
 #endif
   for (auto _ : state) {
     int64_t rounds = kRounds;
     benchmark::DoNotOptimize(rounds);  // else the call, pure and the same each time, is hoisted
 #if defined(__x86_64__)
-    if (avx512) benchmark::DoNotOptimize(fma_chains(rounds));
+    if (lanes == 16) benchmark::DoNotOptimize(fma_chains_512(rounds));
+    if (lanes == 8) benchmark::DoNotOptimize(fma_chains_256(rounds));
 #endif
   }
-  const double flop = avx512 ? 12.0 * 16 * 2 * kRounds : 0.0;
+  const double flop = 12.0 * lanes * 2 * kRounds;
   state.counters["GFLOP/s"] = benchmark::Counter(
       flop * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(avx512 ? "float32 AVX-512 FMA" : "no AVX-512");
+  state.SetLabel(lanes == 16 ? "float32 AVX-512 FMA" : lanes == 8 ? "float32 AVX2 FMA" : "no FMA");
 }
 BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMicrosecond);
 

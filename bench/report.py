@@ -140,7 +140,8 @@ def header(meta):
     peaks = meta.get("fma_peaks") or []
     f32 = floors(meta).get("float32")
     if peaks and f32:
-        out.append("FMA peak: float32 AVX-512 fused multiply-adds with no memory traffic, one pinned "
+        out.append("FMA peak: float32 fused multiply-adds as wide as the ISA cap allows (AVX-512, "
+                   "else AVX2) with no memory traffic, one pinned "
                    "copy per core at once (ops_bench BM_FmaPeak): %.0f GFLOP/s in all; the float32 "
                    "floor is %.0f%% of it  " % (median(peaks), 100 * f32 / median(peaks)))
     return out
