@@ -102,12 +102,22 @@ class OneDnnSeedStep {
     for (size_t i = 0; i < d.get_size() / 2; ++i) bytes[i] = static_cast<uint16_t>(0x3c00 + i % 97);
     return mem;
   }
-  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  // Under Lockstep's ISA cap, as Lockstep's own kernels are (ops::onednn_cpu_isa hands the cap to
+  // oneDNN before its first primitive).
+  static dnnl::engine capped_engine() {
+    (void)ops::onednn_cpu_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }
+  dnnl::engine engine_ = capped_engine();
   dnnl::stream stream_{engine_};
   std::vector<Matmul> matmuls_;
 };
 
 void BM_SeedStepOneDnn(benchmark::State& state) {
+  if (state.range(0) != 0 && !ops::has_native_bfloat16_math()) {
+    state.SkipWithError("no bfloat16 floor: oneDNN has no bfloat16 kernels on this CPU (emulated)");
+    return;
+  }
   OneDnnSeedStep s(state.range(0) != 0);
   for (auto _ : state) s.run();
   state.counters["GFLOP/s"] = benchmark::Counter(

@@ -3,7 +3,7 @@
 // (AVX-512 F/BW/CD/DQ/VL), the build chosen once, at the first call, from lockstep::loop_isa() —
 // which obeys LOCKSTEP_MAX_CPU_ISA / ONEDNN_MAX_CPU_ISA (lockstep/core/cpu_isa.h). GCC's
 // target_clones cannot obey a cap: its resolvers run during relocation, before main and before any
-// variable could be read. The loops that are not oneDNN's gain 2-4x from the wider vectors.
+// variable could be read.
 //
 //   LOCKSTEP_DISPATCHED(void, relu_f32, (const float* x, float* y, int64_t n), (x, y, n)) {
 //     for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];

@@ -66,9 +66,15 @@ std::string_view effective_isa_name() {
 }
 
 bool has_bf16() {
-  // Asked of oneDNN itself rather than inferred from the ISA: a bfloat16 matmul, eltwise and
-  // softmax exist or not together (oneDNN checks the same platform support for each).
+  // bfloat16 instructions first: on AVX512_CORE without AVX512_BF16 oneDNN 2.6 still creates
+  // bfloat16 primitives, but emulates them (its bfloat16 matmul ran at a fifth of the float32 one
+  // there), so they count as absent. Then oneDNN itself is asked: a bfloat16 matmul, eltwise and
+  // softmax must all exist.
   static const bool available = [] {
+    const dnnl::cpu_isa isa = (apply_isa_cap(), dnnl::get_effective_cpu_isa());
+    if (isa != dnnl::cpu_isa::avx512_core_bf16 && isa != dnnl::cpu_isa::avx512_core_amx) {
+      return false;
+    }
     try {
       using dims = dnnl::memory::dims;
       const dnnl::memory::desc md(dims{2, 2}, dnnl::memory::data_type::bf16,

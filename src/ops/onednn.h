@@ -41,9 +41,10 @@ const dnnl::engine& engine();
 void apply_isa_cap();
 // oneDNN's effective ISA under the cap, by oneDNN's name ("AVX2", "AVX512_CORE_AMX").
 std::string_view effective_isa_name();
-// True when oneDNN has bfloat16 primitives on this CPU under the cap (oneDNN 2.6: AVX512_CORE and
-// up). Ops whose operands are bfloat16 compute in float32 kernels where it is false: operands
-// widened exactly, results rounded to bfloat16, the policy's numerics kept.
+// True when oneDNN has bfloat16 primitives on this CPU under the cap that compute with bfloat16
+// instructions (AVX512_CORE_BF16, AVX512_CORE_AMX). Ops whose operands are bfloat16 compute in
+// float32 kernels where it is false: operands widened exactly, results rounded to bfloat16, the
+// policy's numerics kept.
 bool has_bf16();
 // This thread's in-order CPU stream.
 dnnl::stream& stream();

@@ -2,7 +2,7 @@
 # run_under_cap.sh CAP PROBE TEST_BINARY [ARGS...]
 # Runs a test binary with LOCKSTEP_MAX_CPU_ISA=CAP (ONEDNN_MAX_CPU_ISA cleared, so Lockstep alone
 # hands the cap to oneDNN), after checking with PROBE that the cap took: oneDNN's effective ISA is
-# CAP, Lockstep's loops are the build CAP allows, and bfloat16 kernels exist only from AVX512_CORE.
+# CAP, Lockstep's loops are the build CAP allows, and bfloat16 kernels count only from AVX512_CORE_BF16.
 # A cap above this CPU's ISA exits 77 (CTest's SKIP_RETURN_CODE): that path is the host's own,
 # which the unit label runs.
 set -euo pipefail
@@ -34,6 +34,6 @@ case $cap in
   *) loops=x86-64-v4 ;;
 esac
 [[ $(value loops) == "$loops" ]] || fail "Lockstep's loops are the $(value loops) build, not $loops"
-if (($(rank "$cap") >= $(rank AVX512_CORE))); then bf16=native; else bf16=emulated; fi
+if (($(rank "$cap") >= $(rank AVX512_CORE_BF16))); then bf16=native; else bf16=emulated; fi
 [[ $(value bf16) == "$bf16" ]] || fail "bfloat16 math is $(value bf16), expected $bf16"
 exec env -u ONEDNN_MAX_CPU_ISA LOCKSTEP_MAX_CPU_ISA="$cap" "$@"
