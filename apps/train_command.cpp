@@ -32,6 +32,7 @@ struct TrainArgs {
   uint64_t seed = 0;
   std::string save_weights, load_weights, history;
   std::string save_model, load_model;  // .keras archives
+  std::string export_onnx;             // the inference graph (ONNX)
   bool model_given = false;            // --model was on the command line
   double timeout = 0;  // seconds a collective may wait for the other workers; 0: forever
   std::string backup_dir;
@@ -302,6 +303,7 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   }
   if (!a.save_weights.empty()) model.save_weights(a.save_weights);
   if (!a.save_model.empty()) model.save(a.save_model);
+  if (!a.export_onnx.empty()) keras::export_onnx(model, a.export_onnx, {.opset = 17});
   if (!a.history.empty()) {
     nlohmann::json j;
     j["loss"] = history.history.at("loss");
@@ -358,6 +360,8 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--save-model", a->save_model,
                   "Write the trained model as a Keras 3 .keras archive (architecture, weights, "
                   "optimizer state)");
+  cmd->add_option("--export-onnx", a->export_onnx,
+                  "Write the trained model's inference graph as ONNX (opset 17, dynamic batch)");
   auto* load_model = cmd->add_option(
       "--load-model", a->load_model,
       "Continue training the model of this .keras archive (not with --model, --load-weights or "
@@ -424,6 +428,7 @@ std::function<int()> add_train_command(CLI::App& app) {
         args.verbose = 0;
         args.save_weights.clear();
         args.save_model.clear();
+        args.export_onnx.clear();
         args.history.clear();
       }
       return run_train(args, *resolver);

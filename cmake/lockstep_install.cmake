@@ -64,7 +64,7 @@ endfunction()
 lockstep_pc_link_flags(_mpi_libs ${MPI_CXX_LIBRARIES})
 lockstep_pc_link_flags(_hdf5_libs ${HDF5_LINK_LIBRARIES})
 set(LOCKSTEP_PC_DEPENDENCY_LIBS
-    "-ldnnl ${_mpi_libs} ${OpenMP_CXX_FLAGS} -lz -lzip ${_hdf5_libs} -pthread")
+    "-ldnnl ${_mpi_libs} ${OpenMP_CXX_FLAGS} -lz -lzip ${_hdf5_libs} -lonnx_proto -lprotobuf -pthread")
 if(BUILD_SHARED_LIBS)
   set(LOCKSTEP_PC_LIBS "-L\${libdir} -llockstep")
   set(LOCKSTEP_PC_LIBS_PRIVATE "${LOCKSTEP_PC_DEPENDENCY_LIBS}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `lockstep train --save-model`, `lockstep evaluate --model`, `lockstep predict --model --output`
+# `lockstep train --save-model --export-onnx`, `lockstep evaluate --model`, `lockstep predict --model --output`
 # and `lockstep train --load-model` on the installed Fashion-MNIST: evaluate reports the same test
 # loss and accuracy train printed for the saved model; predict writes one row of 10 outputs per
 # test example; --load-model continues training; combined with --model, --load-weights or a
@@ -13,7 +13,8 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 train=(train --epochs 1 --steps-per-epoch 10 --verbose 0 --replicas 2 --seed 3)
-"$lockstep" "${train[@]}" --save-model "$tmp/m.keras" >"$tmp/train.out" 2>&1 || fail "train: $(cat "$tmp/train.out")"
+"$lockstep" "${train[@]}" --save-model "$tmp/m.keras" --export-onnx "$tmp/m.onnx" >"$tmp/train.out" 2>&1 || fail "train: $(cat "$tmp/train.out")"
+[[ -s "$tmp/m.onnx" ]] || fail "train --export-onnx wrote no $tmp/m.onnx"
 "$lockstep" evaluate --model "$tmp/m.keras" >"$tmp/eval.out" 2>&1 || fail "evaluate: $(cat "$tmp/eval.out")"
 grep -q '^test loss: .* - test accuracy: ' "$tmp/eval.out" || fail "evaluate printed: $(cat "$tmp/eval.out")"
 [[ "$(tail -1 "$tmp/train.out")" == "$(cat "$tmp/eval.out")" ]] ||
