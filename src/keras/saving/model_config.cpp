@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "builtins.h"
 #include "lockstep/core/error.h"
 #include "lockstep/keras/layers/input_layer.h"

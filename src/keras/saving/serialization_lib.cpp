@@ -2,6 +2,8 @@
 
 #include <typeinfo>
 
+#include <nlohmann/json.hpp>
+
 #include "lockstep/core/error.h"
 #include "lockstep/keras/layer.h"
 #include "lockstep/keras/losses.h"
