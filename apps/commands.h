@@ -8,5 +8,7 @@ namespace lockstep::apps {
 
 std::function<int()> add_train_command(CLI::App& app);
 std::function<int()> add_devices_command(CLI::App& app);
+std::function<int()> add_evaluate_command(CLI::App& app);
+std::function<int()> add_predict_command(CLI::App& app);
 
 }  // namespace lockstep::apps

@@ -1,5 +1,6 @@
 // `lockstep`: the command-line tool. `lockstep train ...` runs the seed program; `lockstep
-// devices` prints the resolved topology. Exit code 0 on success; otherwise one line on stderr.
+// devices` prints the resolved topology; `lockstep evaluate` / `lockstep predict` run a saved
+// .keras model on the test split. Exit code 0 on success; otherwise one line on stderr.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -12,6 +13,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto train = lockstep::apps::add_train_command(app);
   auto devices = lockstep::apps::add_devices_command(app);
+  auto evaluate = lockstep::apps::add_evaluate_command(app);
+  auto predict = lockstep::apps::add_predict_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -32,6 +35,8 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("train")) return train();
     if (app.got_subcommand("devices")) return devices();
+    if (app.got_subcommand("evaluate")) return evaluate();
+    if (app.got_subcommand("predict")) return predict();
   } catch (const std::exception& e) {
     std::cerr << "lockstep: " << e.what() << "\n";
     return 1;

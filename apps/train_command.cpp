@@ -1,8 +1,10 @@
 // `lockstep train`: the seed program (784-128-10 MLP, Adam, categorical cross-entropy) with the
 // knobs a user needs, reporting Keras' progress bar and the final test loss and accuracy.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -29,6 +31,9 @@ struct TrainArgs {
   std::string precision = "float32";
   uint64_t seed = 0;
   std::string save_weights, load_weights, history;
+  std::string save_model, load_model;  // .keras archives
+  std::string export_onnx;             // the inference graph (ONNX)
+  bool model_given = false;            // --model was on the command line
   double timeout = 0;  // seconds a collective may wait for the other workers; 0: forever
   std::string backup_dir;
   int verbose = 1;
@@ -44,6 +49,38 @@ struct TrainArgs {
   std::string profile_steps;               // A:B, parsed into profile_first and profile_last
   int64_t profile_first = 2, profile_last = std::numeric_limits<int64_t>::max();
 };
+
+// --load-model is the whole starting point: with another one it would be a silent choice.
+void check_load_model(const TrainArgs& a, bool given) {
+  if (!given) return;
+  if (a.model_given) {
+    throw FlagError(
+        "--load-model and --model cannot be combined: the .keras archive holds the "
+        "architecture");
+  }
+  if (!a.load_weights.empty()) {
+    throw FlagError(
+        "--load-model and --load-weights cannot be combined: the .keras archive holds "
+        "the weights");
+  }
+  if (!a.backup_dir.empty() &&
+      std::filesystem::exists(keras::callbacks::BackupAndRestore(a.backup_dir).backup_path())) {
+    throw FlagError("--load-model cannot start from '" + a.load_model + "' while --backup-dir '" +
+                    a.backup_dir + "' holds a backup to resume from; remove one of them");
+  }
+}
+
+// The accuracy metric of evaluate's results ("categorical_accuracy" for the built-in models; a
+// loaded model names its own).
+std::string accuracy_key(const std::map<std::string, double>& results) {
+  for (const auto& [key, value] : results) {
+    if (key.find("accuracy") != std::string::npos) return key;
+  }
+  throw InvalidArgument("the model has no accuracy metric; compile it with one.");
+}
+double accuracy_of(const std::map<std::string, double>& results) {
+  return results.at(accuracy_key(results));
+}
 
 // --profile-steps A:B, steps counted from 1, both included.
 CLI::Validator profile_steps(TrainArgs& a) {
@@ -209,12 +246,27 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   }
 
   auto scope = strategy.scope();
-  keras::Sequential model(build_model_layers(a.model));
+  // --load-model continues the saved run: its architecture, weights, optimizer (and state), loss
+  // and metrics; otherwise the built-in model, compiled afresh.
+  std::shared_ptr<keras::Model> loaded;
+  if (!a.load_model.empty()) {
+    loaded = keras::saving::load_model(a.load_model);
+    if (!loaded->compiled()) {
+      throw InvalidArgument("--load-model: '" + a.load_model +
+                            "' was saved without compile_config; train needs its optimizer and "
+                            "loss.");
+    }
+  }
+  std::shared_ptr<keras::Model> owned_model =
+      loaded ? loaded : std::make_shared<keras::Sequential>(build_model_layers(a.model));
+  keras::Model& model = *owned_model;
   if (!a.load_weights.empty()) model.load_weights(a.load_weights);
-  model.compile({.optimizer = keras::optimizers::Adam({.learning_rate = learning_rate}),
-                 .loss = keras::losses::CategoricalCrossentropy(),
-                 .metrics = {keras::metrics::CategoricalAccuracy()},
-                 .steps_per_execution = a.steps_per_execution});
+  if (!loaded) {
+    model.compile({.optimizer = keras::optimizers::Adam({.learning_rate = learning_rate}),
+                   .loss = keras::losses::CategoricalCrossentropy(),
+                   .metrics = {keras::metrics::CategoricalAccuracy()},
+                   .steps_per_execution = a.steps_per_execution});
+  }
   auto epoch_times = std::make_shared<std::vector<double>>();
   auto timer =
       std::make_shared<keras::callbacks::LambdaCallback>(keras::callbacks::LambdaCallbackOptions{
@@ -247,16 +299,17 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   auto test = model.evaluate(
       Dataset::from_tensor_slices({x_test, y_test}).batch(global_batch).map(preprocess));
   if (strategy.worker_index() == 0) {
-    std::cout << "test loss: " << test["loss"]
-              << " - test accuracy: " << test["categorical_accuracy"] << "\n";
+    std::cout << "test loss: " << test["loss"] << " - test accuracy: " << accuracy_of(test) << "\n";
   }
   if (!a.save_weights.empty()) model.save_weights(a.save_weights);
+  if (!a.save_model.empty()) model.save(a.save_model);
+  if (!a.export_onnx.empty()) keras::export_onnx(model, a.export_onnx, {.opset = 17});
   if (!a.history.empty()) {
     nlohmann::json j;
     j["loss"] = history.history.at("loss");
-    j["accuracy"] = history.history.at("categorical_accuracy");
+    j["accuracy"] = history.history.at(accuracy_key(test));
     j["test_loss"] = test["loss"];
-    j["test_accuracy"] = test["categorical_accuracy"];
+    j["test_accuracy"] = accuracy_of(test);
     j["replicas"] = replicas;
     j["global_batch_size"] = global_batch;
     j["steps_per_epoch"] = steps;
@@ -304,6 +357,15 @@ std::function<int()> add_train_command(CLI::App& app) {
       ->check(unsigned_integer("--seed"));
   cmd->add_option("--save-weights", a->save_weights, "Write the trained weights (safetensors)");
   cmd->add_option("--load-weights", a->load_weights, "Start from these weights (safetensors)");
+  cmd->add_option("--save-model", a->save_model,
+                  "Write the trained model as a Keras 3 .keras archive (architecture, weights, "
+                  "optimizer state)");
+  cmd->add_option("--export-onnx", a->export_onnx,
+                  "Write the trained model's inference graph as ONNX (opset 17, dynamic batch)");
+  auto* load_model = cmd->add_option(
+      "--load-model", a->load_model,
+      "Continue training the model of this .keras archive (not with --model, --load-weights or "
+      "a --backup-dir holding a backup)");
   cmd->add_option("--history", a->history, "Write per-epoch metrics as JSON");
   cmd->add_option("--timeout", a->timeout,
                   "Multi-worker: seconds to wait for a lost worker before failing (0: forever)")
@@ -316,7 +378,8 @@ std::function<int()> add_train_command(CLI::App& app) {
                      "Local replicas (default: one per available core)", 1);
   add_integer_option(*cmd, "--steps-per-execution", a->steps_per_execution,
                      "Steps each replica runs per dispatch", 1);
-  cmd->add_option("--model", a->model, model_help())->check(CLI::IsMember(model_names()));
+  auto* model_option =
+      cmd->add_option("--model", a->model, model_help())->check(CLI::IsMember(model_names()));
   cmd->add_option("--learning-rate", a->learning_rate, "Adam's (initial) learning rate")
       ->check(number_at_least("--learning-rate", 0));
   cmd->add_option("--learning-rate-schedule", a->learning_rate_schedule,
@@ -344,8 +407,10 @@ std::function<int()> add_train_command(CLI::App& app) {
                   "Steps to profile, A:B, counted from 1 (default: 2 to the end)")
       ->check(profile_steps(*a))
       ->needs(profile);
-  return [a] {
+  return [a, model_option, load_model] {
     TrainArgs args = *a;
+    args.model_given = model_option->count() > 0;
+    check_load_model(args, load_model->count() > 0);
     const Environment env = Environment::process();
     // The cluster as `lockstep devices` resolves it (MPI launcher, else SLURM, else TF_CONFIG,
     // else this host): a malformed description, or one of several workers that MPI did not
@@ -362,6 +427,8 @@ std::function<int()> add_train_command(CLI::App& app) {
       if (resolver->worker_index() != 0) {
         args.verbose = 0;
         args.save_weights.clear();
+        args.save_model.clear();
+        args.export_onnx.clear();
         args.history.clear();
       }
       return run_train(args, *resolver);

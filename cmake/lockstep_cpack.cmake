@@ -23,7 +23,8 @@ set(_depends nlohmann-json3-dev)
 if(NOT BUILD_SHARED_LIBS)
   # A static liblockstep leaves oneDNN, MPI, OpenMP and zlib to the program's link (and oneDNN's
   # CMake package needs OpenCL's): their development packages are needed to use it.
-  list(APPEND _depends libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev zlib1g-dev)
+  list(APPEND _depends libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev zlib1g-dev libzip-dev
+       libhdf5-dev libonnx-dev libprotobuf-dev)
 endif()
 list(JOIN _depends ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
 # `lockstep train` reads Fashion-MNIST by default; multi-worker jobs are started with mpirun.

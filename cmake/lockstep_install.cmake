@@ -18,7 +18,7 @@ install(EXPORT LockstepTargets NAMESPACE Lockstep:: FILE LockstepTargets.cmake
 
 # LockstepConfig.cmake finds what Lockstep::lockstep's link interface names: always
 # nlohmann_json (public headers use nlohmann::json) and Threads; for a static liblockstep also
-# oneDNN, MPI, OpenMP and zlib, which then reach the user's final link.
+# oneDNN, MPI, OpenMP, zlib, libzip and HDF5, which then reach the user's final link.
 if(BUILD_SHARED_LIBS)
   set(LOCKSTEP_SHARED_LIBS ON)
 else()
@@ -62,7 +62,9 @@ endfunction()
 # What a program linking a static liblockstep needs besides it. oneDNN and zlib are in the
 # linker's default directories on Debian; Open MPI's libraries are not.
 lockstep_pc_link_flags(_mpi_libs ${MPI_CXX_LIBRARIES})
-set(LOCKSTEP_PC_DEPENDENCY_LIBS "-ldnnl ${_mpi_libs} ${OpenMP_CXX_FLAGS} -lz -pthread")
+lockstep_pc_link_flags(_hdf5_libs ${HDF5_LINK_LIBRARIES})
+set(LOCKSTEP_PC_DEPENDENCY_LIBS
+    "-ldnnl ${_mpi_libs} ${OpenMP_CXX_FLAGS} -lz -lzip ${_hdf5_libs} -lonnx_proto -lprotobuf -pthread")
 if(BUILD_SHARED_LIBS)
   set(LOCKSTEP_PC_LIBS "-L\${libdir} -llockstep")
   set(LOCKSTEP_PC_LIBS_PRIVATE "${LOCKSTEP_PC_DEPENDENCY_LIBS}")

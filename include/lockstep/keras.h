@@ -3,6 +3,7 @@
 // metrics, optimizers, callbacks, mixed precision and weights files.
 #include "lockstep/keras/activations.h"
 #include "lockstep/keras/callbacks.h"
+#include "lockstep/keras/export/onnx.h"
 #include "lockstep/keras/initializers.h"
 #include "lockstep/keras/keras_tensor.h"
 #include "lockstep/keras/layer.h"

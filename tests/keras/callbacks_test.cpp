@@ -237,14 +237,15 @@ TEST(CSVLogger, FormatsNumbersAsPythonRepr) {
 }
 
 TEST(ModelCheckpoint, FormatsThePathFromEpochAndLogs) {
-  ModelCheckpoint c("ckpt/w.{epoch:02d}-{val_loss:.2f}.safetensors");
+  ModelCheckpoint c("ckpt/w.{epoch:02d}-{val_loss:.2f}.safetensors", {.save_weights_only = true});
   EXPECT_EQ(c.format_path(4, {{"val_loss", 0.12345}}), "ckpt/w.05-0.12.safetensors");
   EXPECT_THROW(c.format_path(0, {}), InvalidArgument);
 }
 
 TEST(ModelCheckpoint, SavesOnlyImprovementsWithSaveBestOnly) {
   std::vector<std::string> saved;
-  ModelCheckpoint c("w{epoch}.safetensors", {.monitor = "val_loss", .save_best_only = true});
+  ModelCheckpoint c("w{epoch}.safetensors",
+                    {.monitor = "val_loss", .save_best_only = true, .save_weights_only = true});
   c.set_target({.save_weights = [&](const std::string& p) { saved.push_back(p); }});
   c.on_epoch_end(0, {{"val_loss", 1.0}});
   c.on_epoch_end(1, {{"val_loss", 2.0}});

@@ -170,6 +170,18 @@ TEST_F(Safetensors, AbsurdHeaderLengthIsDataLossNotAnAllocation) {
   }
 }
 
+// Found by fuzz/safetensors_fuzz: nlohmann reports a number out of double's range as
+// out_of_range, not parse_error; it must still be DataLoss, not an escaping json exception.
+TEST_F(Safetensors, NumberOutOfRangeInTheHeaderIsDataLoss) {
+  const std::string header = R"({"x":{"dtype":9e99999999999,"shape":[2],"data_offsets":[0,8]}})";
+  std::string b(8, '\0');
+  uint64_t n = header.size();
+  std::memcpy(b.data(), &n, 8);
+  b += header + std::string(8, '\0');
+  write_bytes(path("big.safetensors"), b);
+  EXPECT_THROW(load_safetensors(path("big.safetensors")), DataLoss);
+}
+
 TEST_F(Safetensors, ReadsFilesFromOtherWritersWithoutChecksums) {
   // A minimal file as the reference implementation writes it (no __metadata__).
   std::string header = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";

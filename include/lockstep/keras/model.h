@@ -117,6 +117,10 @@ class Model : public LayerImpl<Model> {
 
   // The layers in topological order (inputs first).
   virtual std::vector<std::shared_ptr<Layer>> layers() const;
+  // The graph's symbolic inputs and output (Keras' model.inputs, model.outputs[0]); empty and
+  // undefined for a Sequential without an Input that has not been built yet.
+  std::vector<KerasTensor> inputs() const;
+  KerasTensor output() const;
   // The dtype of the (first) Input; float32 when the model has no Input yet. fit/evaluate/predict
   // convert integer batches (uint8 images) to it when it is floating, and pass them through when
   // the Input is declared integer (for a model that starts with Rescaling).
@@ -143,7 +147,31 @@ class Model : public LayerImpl<Model> {
   void save_weights(const std::string& path) const;
   void load_weights(const std::string& path);
 
+  // The values of the weights in Keras 3's order (Layer.weights: layer by layer in the model's
+  // layer order, each layer's trainable then non-trainable weights, nested models recursively,
+  // a shared weight once). Copies.
+  std::vector<Tensor> get_weights() const;
+  // Assigns `weights` in get_weights' order. Throws InvalidArgument, assigning nothing, when the
+  // count differs or a value's shape or dtype differs from its weight's (naming both).
+  void set_weights(const std::vector<Tensor>& weights);
+
+  // Keras 3's Functional config (saving/model_config.h); Sequential overrides it.
+  nlohmann::json get_config() const override;
+  // serialize_keras_object(model) with build_config and compile_config, as text (Keras'
+  // model.to_json()); read back with keras::models::model_from_json.
+  std::string to_json() const;
+  // The whole model as a Keras 3 `.keras` archive (saving/saving_lib.h): config, weights and the
+  // optimizer's state. Atomic: the file is complete or untouched.
+  void save(const std::string& path) const;
+  // Keras' get_compile_config: {"optimizer", "loss", "metrics", "steps_per_execution", ...}
+  // serialized; an empty object before compile().
+  nlohmann::json get_compile_config() const;
+  // compile() from get_compile_config()'s output (optimizer, loss and metrics through the
+  // registry, saving/object_registration.h).
+  void compile_from_config(const nlohmann::json& config);
+
   optimizers::Optimizer& optimizer();
+  const optimizers::Optimizer& optimizer() const;
   const losses::Loss& loss() const;
   distribute::Strategy& distribute_strategy() const { return *strategy_; }
   // Time and bytes of the gradient sum and update, and the backup task runs, accumulated over

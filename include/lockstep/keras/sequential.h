@@ -37,6 +37,8 @@ class Sequential : public Model {
   Tensor call(const Tensor& inputs, bool training) override;
   void build(const std::vector<Shape>& input_shapes) override;
   std::vector<Shape> compute_output_shapes(const std::vector<Shape>& input_shapes) const override;
+  // Keras 3's Sequential config (saving/model_config.h).
+  nlohmann::json get_config() const override;
   std::shared_ptr<Layer> move_to_shared() && override {
     return std::make_shared<Sequential>(std::move(*this));
   }

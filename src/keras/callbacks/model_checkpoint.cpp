@@ -7,6 +7,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/keras/callbacks/csv_logger.h"
+#include "lockstep/keras/model.h"
 #include "monitor.h"
 
 namespace lockstep::keras::callbacks {
@@ -14,6 +15,13 @@ namespace lockstep::keras::callbacks {
 ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions options)
     : filepath_(std::move(filepath)), o_(std::move(options)) {
   maximize_ = monitor_maximizes(o_.mode, o_.monitor, "ModelCheckpoint");
+  const std::string suffix = ".keras";
+  LOCKSTEP_CHECK(o_.save_weights_only || (filepath_.size() >= suffix.size() &&
+                                          filepath_.compare(filepath_.size() - suffix.size(),
+                                                            suffix.size(), suffix) == 0),
+                 "ModelCheckpoint: the filepath must end in '.keras' (whole-model saving) unless "
+                 "save_weights_only=true. Received: filepath='",
+                 filepath_, "'.");
   best_ = o_.initial_value_threshold.value_or(maximize_ ? -std::numeric_limits<double>::infinity()
                                                         : std::numeric_limits<double>::infinity());
 }
@@ -65,12 +73,20 @@ std::string ModelCheckpoint::format_path(int epoch, const Logs& logs) const {
   return out;
 }
 
+void ModelCheckpoint::save(const std::string& path) const {
+  if (o_.save_weights_only) {
+    target_save_weights(path);
+  } else {
+    model().save(path);
+  }
+}
+
 void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
   const std::string path = format_path(epoch, logs);
   if (!o_.save_best_only) {
     if (o_.verbose > 0)
       std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";
-    target_save_weights(path);
+    save(path);
     return;
   }
   auto it = logs.find(o_.monitor);
@@ -86,7 +102,7 @@ void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
                 << " to " << current << ", saving model to " << path << "\n";
     }
     best_ = current;
-    target_save_weights(path);
+    save(path);
   } else if (o_.verbose > 0) {
     std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from " << best_
               << "\n";

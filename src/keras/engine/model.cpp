@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <iomanip>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -12,7 +13,10 @@
 #include "lockstep/keras/layers/core.h"
 #include "lockstep/keras/metrics.h"
 #include "lockstep/keras/optimizers.h"
+#include "lockstep/keras/saving/model_config.h"
 #include "lockstep/keras/saving/safetensors.h"
+#include "lockstep/keras/saving/saving_lib.h"
+#include "lockstep/keras/saving/serialization_lib.h"
 #include "training_state.h"
 
 namespace lockstep::keras {
@@ -89,6 +93,14 @@ std::vector<std::shared_ptr<Layer>> Model::layers() const {
 
 void Model::build(const std::vector<Shape>&) {}
 
+std::vector<KerasTensor> Model::inputs() const {
+  return graph_ ? graph_->inputs : std::vector<KerasTensor>{};
+}
+
+KerasTensor Model::output() const {
+  return graph_ ? graph_->outputs : KerasTensor{};
+}
+
 DType Model::input_dtype() const {
   return graph_ && !graph_->inputs.empty() ? graph_->inputs[0].dtype() : DType::float32;
 }
@@ -134,7 +146,97 @@ std::vector<Variable> Model::own_weights() const {
   return out;
 }
 
+namespace {
+// Keras 3's Layer.weights order: a model's layers in order, nested models recursively.
+void collect_keras_weights(const Layer& layer, std::vector<Variable>& out,
+                           std::set<const void*>& seen) {
+  if (const auto* model = dynamic_cast<const Model*>(&layer)) {
+    for (const auto& l : model->layers()) collect_keras_weights(*l, out, seen);
+    return;
+  }
+  for (const Variable& v : layer.weights()) {
+    if (seen.insert(&v.raw_value()).second) out.push_back(v);
+  }
+}
+
+std::vector<Variable> keras_ordered_weights(const Model& model) {
+  std::vector<Variable> out;
+  std::set<const void*> seen;
+  collect_keras_weights(model, out, seen);
+  return out;
+}
+}  // namespace
+
+std::vector<Tensor> Model::get_weights() const {
+  std::vector<Tensor> out;
+  for (const Variable& v : keras_ordered_weights(*this)) out.push_back(v.raw_value().clone());
+  return out;
+}
+
+void Model::set_weights(const std::vector<Tensor>& weights) {
+  std::vector<Variable> ws = keras_ordered_weights(*this);
+  LOCKSTEP_CHECK(weights.size() == ws.size(), "set_weights: model '", name(), "' expects ",
+                 ws.size(), " weights. Received a list of ", weights.size(), ".");
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const Tensor& w = weights[i];
+    LOCKSTEP_CHECK(w.defined() && w.shape() == ws[i].shape() && w.dtype() == ws[i].dtype(),
+                   "set_weights: weight ", i, " of model '", name(), "' ('", ws[i].name(), "') is ",
+                   ws[i].raw_value().describe(),
+                   ". Received: ", w.defined() ? w.describe() : std::string("an undefined tensor"),
+                   ".");
+  }
+  for (size_t i = 0; i < ws.size(); ++i) ws[i].assign(weights[i]);
+}
+
+nlohmann::json Model::get_config() const {
+  return saving::functional_config(*this);
+}
+
+void Model::save(const std::string& path) const {
+  saving::save_model(*this, path);
+}
+
+std::string Model::to_json() const {
+  return saving::serialize_model(*this).dump();
+}
+
+nlohmann::json Model::get_compile_config() const {
+  if (!training_) return nlohmann::json::object();
+  nlohmann::json metrics = nlohmann::json::array();
+  for (const auto& m : training_->metrics) metrics.push_back(saving::serialize_keras_object(*m));
+  return {{"optimizer", saving::serialize_keras_object(*training_->optimizer)},
+          {"loss", saving::serialize_keras_object(*training_->loss)},
+          {"loss_weights", nullptr},
+          {"metrics", metrics},
+          {"weighted_metrics", nullptr},
+          {"run_eagerly", false},
+          {"steps_per_execution", training_->steps_per_execution},
+          {"jit_compile", false}};
+}
+
+void Model::compile_from_config(const nlohmann::json& config) {
+  LOCKSTEP_CHECK(config.is_object() && config.contains("optimizer") && config.contains("loss"),
+                 "compile_from_config: expected an object with 'optimizer' and 'loss'. Received: ",
+                 config.dump().substr(0, 200));
+  CompileOptions o;
+  o.optimizer = saving::deserialize_optimizer(config["optimizer"]);
+  o.loss = saving::deserialize_loss(config["loss"]);
+  if (config.contains("metrics") && config["metrics"].is_array()) {
+    for (const auto& m : config["metrics"]) o.metrics.emplace_back(saving::deserialize_metric(m));
+  }
+  if (config.contains("steps_per_execution") && config["steps_per_execution"].is_number_integer()) {
+    o.steps_per_execution = config["steps_per_execution"];
+  }
+  compile(std::move(o));
+}
+
 optimizers::Optimizer& Model::optimizer() {
+  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+                    "' is not compiled: call compile() first.");
+  return *training_->optimizer;
+}
+
+const optimizers::Optimizer& Model::optimizer() const {
   LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
                     "' is not compiled: call compile() first.");
   return *training_->optimizer;

@@ -1,7 +1,10 @@
 #include "lockstep/keras/sequential.h"
 
+#include <nlohmann/json.hpp>
 #include "lockstep/core/check.h"
+
 #include "lockstep/keras/layers/core.h"
+#include "lockstep/keras/saving/model_config.h"
 
 namespace lockstep::keras {
 
@@ -44,6 +47,10 @@ std::vector<Shape> Sequential::compute_output_shapes(const std::vector<Shape>& i
   Shape s = input_shapes.at(0);
   for (const auto& l : layers_) s = l->compute_output_shapes({s})[0];
   return {s};
+}
+
+nlohmann::json Sequential::get_config() const {
+  return saving::sequential_config(*this);
 }
 
 Tensor Sequential::call(const Tensor& inputs, bool training) {

@@ -238,6 +238,9 @@ class Loader {
           });
     } catch (const nlohmann::json::parse_error& e) {
       corrupt(std::string("the JSON header does not parse: ") + e.what(), 8 + e.byte);
+    } catch (const nlohmann::json::exception& e) {
+      // A number out of range ("9e99999"), found by fuzzing: nlohmann reports it as out_of_range.
+      corrupt(std::string("the JSON header does not parse: ") + e.what(), 8);
     }
     if (!duplicate.empty()) corrupt("the header names '" + duplicate + "' twice", 8);
     if (!header.is_object()) corrupt("the header is not a JSON object", 8);

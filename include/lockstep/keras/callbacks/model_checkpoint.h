@@ -1,8 +1,10 @@
 #pragma once
-// ModelCheckpoint (keras.callbacks.ModelCheckpoint), weights only: saves the model's weights
-// (safetensors, see saving/safetensors.h) at the end of each epoch, or only when `monitor`
-// improves with save_best_only. The path may hold Python format fields filled from the epoch
-// (1-based) and the logs: "ckpt/weights.{epoch:02d}-{val_loss:.2f}.safetensors".
+// ModelCheckpoint (keras.callbacks.ModelCheckpoint): saves the whole model as a Keras 3 `.keras`
+// archive (saving/saving_lib.h: architecture, weights, optimizer state; Keras' default), or with
+// save_weights_only its weights (safetensors, see saving/safetensors.h), at the end of each epoch,
+// or only when `monitor` improves with save_best_only. The path may hold Python format fields
+// filled from the epoch (1-based) and the logs: "ckpt/model.{epoch:02d}-{val_loss:.2f}.keras".
+// As in Keras, a whole-model path must end in ".keras".
 #include <optional>
 #include <string>
 
@@ -16,6 +18,8 @@ struct ModelCheckpointOptions {
   bool save_best_only = false;
   std::string mode = "auto";  // "auto", "min" or "max"
   std::optional<double> initial_value_threshold{};
+  // false: Model::save (needs the model fit() binds); true: the weights (safetensors).
+  bool save_weights_only = false;
 };
 
 class ModelCheckpoint final : public Callback {
@@ -29,6 +33,7 @@ class ModelCheckpoint final : public Callback {
   double best() const { return best_; }
 
  private:
+  void save(const std::string& path) const;
   std::string filepath_;
   ModelCheckpointOptions o_;
   bool maximize_ = false;
