@@ -92,6 +92,9 @@ std::shared_ptr<const Node> make_unbatch(std::shared_ptr<const Node> input);
 std::shared_ptr<const Node> make_prefetch(std::shared_ptr<const Node> input, int64_t buffer_size);
 std::shared_ptr<const Node> make_memory_cache(std::shared_ptr<const Node> input);
 std::shared_ptr<const Node> make_file_cache(std::shared_ptr<const Node> input, std::string path);
+std::shared_ptr<const Node> make_interleave(std::shared_ptr<const Node> input,
+                                            Dataset::InterleaveFn fn, int64_t cycle_length,
+                                            int64_t block_length, bool parallel);
 std::shared_ptr<const Node> make_take(std::shared_ptr<const Node> input, int64_t count);
 std::shared_ptr<const Node> make_skip(std::shared_ptr<const Node> input, int64_t count);
 std::shared_ptr<const Node> make_shard(std::shared_ptr<const Node> input, int64_t num_shards,

@@ -1,0 +1,131 @@
+// Dataset::list_files, Dataset::from_strings and Dataset::interleave.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "file_test_util.h"
+#include "lockstep/data/bytes.h"
+#include "lockstep/data/dataset.h"
+#include "test_util.h"
+
+namespace lockstep {
+namespace {
+
+using testing_data::ScratchDir;
+using V = std::vector<int64_t>;
+using S = std::vector<std::string>;
+
+S strings_of(const Dataset& ds) {
+  S out;
+  for (Element& e : ds) out.push_back(bytes_string(e.at(0)));
+  return out;
+}
+
+class ListFiles : public ScratchDir {};
+
+TEST_F(ListFiles, GlobsSortedWithoutShuffle) {
+  for (auto n : {"b.rec", "a.rec", "c.txt", "sub/d.rec"}) write(n, "x");
+  Dataset ds = Dataset::list_files(path("*.rec"), /*shuffle=*/false);
+  EXPECT_EQ(strings_of(ds), (S{path("a.rec"), path("b.rec")}));
+  EXPECT_EQ(ds.cardinality(), 2);
+  EXPECT_EQ(strings_of(Dataset::list_files(path("*/*.rec"), false)), S{path("sub/d.rec")});
+  EXPECT_EQ(strings_of(Dataset::list_files({path("*.txt"), path("a.*")}, false)),
+            (S{path("a.rec"), path("c.txt")}));
+}
+
+TEST_F(ListFiles, SeededShuffleIsAPermutationAndRepeatable) {
+  S all;
+  for (int i = 0; i < 20; ++i) all.push_back(write("f" + std::to_string(100 + i), "x"));
+  S first = strings_of(Dataset::list_files(path("f*"), true, 7));
+  S again = strings_of(Dataset::list_files(path("f*"), true, 7));
+  EXPECT_EQ(first, again);
+  EXPECT_NE(first, all);
+  std::sort(first.begin(), first.end());
+  EXPECT_EQ(first, all);
+}
+
+TEST_F(ListFiles, NoMatchIsNotFoundNamingThePattern) {
+  try {
+    Dataset::list_files(path("*.none"));
+    FAIL() << "expected NotFound";
+  } catch (const NotFound& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("*.none"));
+  }
+}
+
+// Input x gives the dataset x*10, x*10+1, ..., x*10 + x - 1 (x elements).
+Dataset counted(const Element& e) {
+  int64_t x = static_cast<int64_t>(e[0].item());
+  return Dataset::range(x * 10, x * 10 + x);
+}
+
+// The example of tf.data.Dataset.interleave's documentation, with its documented output.
+TEST(Interleave, GivesTheOutputOfTfDatasDocumentedExample) {
+  Dataset ds = Dataset::range(1, 6).interleave(
+      [](const Element& e) {
+        return Dataset::from_tensor_slices(Tensor::full({6}, e[0].item(), DType::int64));
+      },
+      /*cycle_length=*/2, /*block_length=*/4);
+  EXPECT_EQ(testing_data::scalars(ds), (V{1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3, 3,
+                                          3, 4, 4, 4, 4, 3, 3, 4, 4, 5, 5, 5, 5, 5, 5}));
+}
+
+// Orders worked out by hand (and by a Python transcription of tf.data's InterleaveDatasetOp loop)
+// for inner datasets of different lengths.
+TEST(Interleave, CyclesBlocksAndRefillsLikeTfData) {
+  Dataset in = Dataset::range(1, 5);  // datasets of 1, 2, 3, 4 elements
+  EXPECT_EQ(testing_data::scalars(in.interleave(counted, 2, 1)),
+            (V{10, 20, 21, 30, 31, 40, 32, 41, 42, 43}));
+  EXPECT_EQ(testing_data::scalars(in.interleave(counted, 2, 2)),
+            (V{10, 20, 21, 30, 31, 32, 40, 41, 42, 43}));
+  EXPECT_EQ(testing_data::scalars(in.interleave(counted, 1, 3)),
+            (V{10, 20, 21, 30, 31, 32, 40, 41, 42, 43}));
+}
+
+TEST(Interleave, ParallelGivesTheSameOrder) {
+  Dataset in = Dataset::range(1, 9);
+  V serial = testing_data::scalars(in.interleave(counted, 3, 2));
+  EXPECT_EQ(testing_data::scalars(in.interleave(counted, 3, 2, Dataset::AUTOTUNE)), serial);
+  EXPECT_EQ(testing_data::scalars(in.interleave(counted, 3, 2, 2, false)), serial);
+  EXPECT_EQ(serial.size(), 36u);
+}
+
+TEST(Interleave, SpecComesFromTheFunctionAndEmptyInputEnds) {
+  Dataset in = Dataset::range(1, 3);
+  EXPECT_EQ(in.interleave(counted, 2).element_spec(), (ElementSpec{TensorSpec{{}, DType::int64}}));
+  EXPECT_TRUE(testing_data::scalars(Dataset::range(0).interleave(counted, 2)).empty());
+}
+
+TEST(Interleave, ErrorsFromAnInnerDatasetPropagate) {
+  Dataset in = Dataset::range(1, 3).interleave(
+      [](const Element& e) -> Dataset {
+        if (e[0].item() == 2) throw DataLoss("bad file 2");
+        return counted(e);
+      },
+      2, 1, 2);
+  EXPECT_THROW(testing_data::scalars(in), DataLoss);
+  EXPECT_THROW(Dataset::range(3).interleave(counted, 0), InvalidArgument);
+}
+
+TEST(Interleave, RestoresMidCycle) {
+  Dataset ds = Dataset::range(1, 5).interleave(counted, 2, 1);
+  Iterator it = ds.make_iterator();
+  auto head = testing_data::scalars_from(it, 3);
+  Iterator resumed = ds.make_iterator(it.state());
+  EXPECT_EQ(testing_data::scalars_from(resumed, 100), (V{30, 31, 40, 32, 41, 42, 43}));
+  EXPECT_EQ(head, (V{10, 20, 21}));
+}
+
+TEST(FromStrings, YieldsByteStrings) {
+  EXPECT_EQ(strings_of(Dataset::from_strings({"a", "", "ccc"})), (S{"a", "", "ccc"}));
+  EXPECT_EQ(bytes_view(bytes_tensor("hey")), "hey");
+  EXPECT_THROW(bytes_view(Tensor({2, 2}, DType::uint8)), InvalidArgument);
+  RaggedBytes r = RaggedBytes::from_strings({"ab", "", "c"});
+  EXPECT_EQ(r.values.dim(0), 3);
+  EXPECT_EQ(r.row_splits.to_vector<int64_t>(), (V{0, 2, 2, 3}));
+  EXPECT_EQ(r.to_strings(), (S{"ab", "", "c"}));
+}
+
+}  // namespace
+}  // namespace lockstep
