@@ -128,6 +128,17 @@ TEST(DecodeJpeg, EqualsDjpegOnCjpegFiles) {
   }
 }
 
+TEST(DecodeImage, JpegWithAlphaGetsAnOpaqueChannel) {
+  Tensor want = read_pnm(fixture("rgb_16x12.djpeg.ppm"));
+  Tensor rgba = decode_image(span_of(read_file(fixture("rgb_16x12.jpg"))), 4);
+  ASSERT_EQ(rgba.shape(), Shape({12, 16, 4}));
+  for (int64_t i = 0; i < 12 * 16; ++i) {
+    for (int c = 0; c < 3; ++c)
+      ASSERT_EQ(rgba.data<uint8_t>()[i * 4 + c], want.data<uint8_t>()[i * 3 + c]);
+    ASSERT_EQ(rgba.data<uint8_t>()[i * 4 + 3], 255);
+  }
+}
+
 TEST(DecodeJpeg, GreyToRgbReplicates) {
   Tensor want = read_pnm(fixture("grey_9x7.djpeg.pgm"));
   Tensor rgb = decode_jpeg(span_of(read_file(fixture("grey_9x7.jpg"))), 3);

@@ -29,7 +29,8 @@ Tensor decode_png(std::span<const uint8_t> bytes, int channels = 0,
                   const std::string& name = "<memory>");
 Tensor decode_jpeg(std::span<const uint8_t> bytes, int channels = 0,
                    const std::string& name = "<memory>");
-// PNG or JPEG, told by the first bytes (not by a file name); DataLoss for anything else.
+// PNG or JPEG, told by the first bytes (not by a file name); DataLoss for anything else. A JPEG
+// asked for 2 or 4 channels gets an opaque alpha channel (255) after its grey / RGB ones.
 Tensor decode_image(std::span<const uint8_t> bytes, int channels = 0,
                     const std::string& name = "<memory>");
 // The same from a byte string tensor (uint8[n]).

@@ -18,7 +18,20 @@ std::span<const uint8_t> span_of(const Tensor& t, const char* op) {
 
 Tensor decode_image(std::span<const uint8_t> bytes, int channels, const std::string& name) {
   if (is_png(bytes)) return decode_png(bytes, channels, name);
-  if (is_jpeg(bytes)) return decode_jpeg(bytes, channels, name);
+  if (is_jpeg(bytes)) {
+    if (channels != 2 && channels != 4) return decode_jpeg(bytes, channels, name);
+    // JPEG has no alpha: decode grey / RGB and add an opaque alpha channel, as a PNG without one.
+    Tensor colour = decode_jpeg(bytes, channels - 1, name);
+    int64_t pixels = colour.dim(0) * colour.dim(1), c = channels - 1;
+    Tensor out({colour.dim(0), colour.dim(1), channels}, DType::uint8);
+    const uint8_t* src = colour.data<uint8_t>();
+    uint8_t* dst = out.data<uint8_t>();
+    for (int64_t i = 0; i < pixels; ++i) {
+      for (int64_t k = 0; k < c; ++k) dst[i * channels + k] = src[i * c + k];
+      dst[i * channels + c] = 255;
+    }
+    return out;
+  }
   throw DataLoss("decode_image: '" + name + "' is neither a PNG nor a JPEG file (" +
                  std::to_string(bytes.size()) + " bytes).");
 }
