@@ -59,10 +59,11 @@ function(lockstep_pc_link_flags out)
   set(${out} "${_flags}" PARENT_SCOPE)
 endfunction()
 
-# What a program linking a static liblockstep needs besides it. oneDNN and zlib are in the
-# linker's default directories on Debian; Open MPI's libraries are not.
+# What a program linking a static liblockstep needs besides it. oneDNN, zlib, protobuf-lite,
+# libpng and libjpeg are in the linker's default directories on Debian; Open MPI's are not.
 lockstep_pc_link_flags(_mpi_libs ${MPI_CXX_LIBRARIES})
-set(LOCKSTEP_PC_DEPENDENCY_LIBS "-ldnnl ${_mpi_libs} ${OpenMP_CXX_FLAGS} -lz -pthread")
+set(LOCKSTEP_PC_DEPENDENCY_LIBS
+    "-ldnnl ${_mpi_libs} ${OpenMP_CXX_FLAGS} -lz -lprotobuf-lite -lpng16 -ljpeg -pthread")
 if(BUILD_SHARED_LIBS)
   set(LOCKSTEP_PC_LIBS "-L\${libdir} -llockstep")
   set(LOCKSTEP_PC_LIBS_PRIVATE "${LOCKSTEP_PC_DEPENDENCY_LIBS}")

@@ -192,17 +192,6 @@ TextLineDataset::TextLineDataset(std::vector<std::string> filenames, const std::
                  "TextLineDataset: expected buffer_size >= 0 and max_line_bytes > 0.");
 }
 
-std::vector<std::vector<std::string>> parse_csv(std::string_view text, const CsvFormat& format,
-                                                const std::string& name) {
-  CsvRecordReader r(
-      data_internal::memory_stream({reinterpret_cast<const uint8_t*>(text.data()), text.size()}),
-      name, format);
-  std::vector<std::vector<std::string>> out;
-  std::vector<std::string> fields;
-  while (r.next(fields)) out.push_back(fields);
-  return out;
-}
-
 CsvDataset::CsvDataset(std::vector<std::string> filenames,
                        std::vector<RecordDefault> record_defaults, CsvOptions options)
     : Dataset(nullptr) {

@@ -89,3 +89,18 @@ bool CsvRecordReader::next(std::vector<std::string>& fields) {
 }
 
 }  // namespace lockstep::data_internal
+
+namespace lockstep {
+
+std::vector<std::vector<std::string>> parse_csv(std::string_view text, const CsvFormat& format,
+                                                const std::string& name) {
+  data_internal::CsvRecordReader r(
+      data_internal::memory_stream({reinterpret_cast<const uint8_t*>(text.data()), text.size()}),
+      name, format);
+  std::vector<std::vector<std::string>> out;
+  std::vector<std::string> fields;
+  while (r.next(fields)) out.push_back(fields);
+  return out;
+}
+
+}  // namespace lockstep
