@@ -99,6 +99,12 @@ class InterleaveNode : public Node {
            ", block " + std::to_string(p_.block_length) + (p_.parallel ? ", parallel)" : ")");
   }
 
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return std::make_shared<InterleaveNode>(std::move(in[0]), p_);
+  }
+
  private:
   std::shared_ptr<const Node> input_;
   InterleaveParams p_;

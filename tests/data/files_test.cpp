@@ -7,6 +7,7 @@
 #include "file_test_util.h"
 #include "lockstep/data/bytes.h"
 #include "lockstep/data/dataset.h"
+#include "lockstep/data/text.h"
 #include "test_util.h"
 
 namespace lockstep {
@@ -125,6 +126,72 @@ TEST(FromStrings, YieldsByteStrings) {
   EXPECT_EQ(r.values.dim(0), 3);
   EXPECT_EQ(r.row_splits.to_vector<int64_t>(), (V{0, 2, 2, 3}));
   EXPECT_EQ(r.to_strings(), (S{"ab", "", "c"}));
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+class ShardFiles : public testing_data::ScratchDir {
+ protected:
+  // Four files of 1, 2, 3 and 4 records ("f<i>-<k>").
+  void SetUp() override {
+    ScratchDir::SetUp();
+    for (int i = 0; i < 4; ++i) {
+      std::string text;
+      for (int k = 0; k <= i; ++k) text += "f" + std::to_string(i) + "-" + std::to_string(k) + "\n";
+      files_.push_back(write("part-" + std::to_string(i) + ".txt", text));
+    }
+  }
+  std::vector<std::string> files_;
+};
+
+S lines(const Dataset& ds) {
+  S out;
+  for (Element& e : ds) out.push_back(bytes_string(e.at(0)));
+  return out;
+}
+
+TEST_F(ShardFiles, EachWorkerReadsItsOwnFilesThroughListFilesAndInterleave) {
+  Dataset ds =
+      Dataset::list_files(path("part-*.txt"), /*shuffle=*/true, /*seed=*/3)
+          .interleave([](const Element& e) { return TextLineDataset({bytes_string(e[0])}); }, 2)
+          .map([](const Element& e) { return e; })
+          .prefetch(2);
+  EXPECT_EQ(ds.input_files(), files_);
+  Dataset w0 = ds.shard_files(2, 0), w1 = ds.shard_files(2, 1);
+  EXPECT_EQ(w0.input_files(), (S{files_[0], files_[2]}));
+  EXPECT_EQ(w1.input_files(), (S{files_[1], files_[3]}));
+  S a = lines(w0), b = lines(w1);
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, (S{"f0-0", "f2-0", "f2-1", "f2-2"}));
+  EXPECT_EQ(b, (S{"f1-0", "f1-1", "f3-0", "f3-1", "f3-2", "f3-3"}));
+  // The original pipeline is unchanged.
+  EXPECT_EQ(lines(ds).size(), 10u);
+}
+
+TEST_F(ShardFiles, ShardsFileSourcesDirectlyAndZippedInputs) {
+  Dataset ds = Dataset::zip({TextLineDataset(files_), Dataset::range(100)}).batch(2);
+  Dataset w = ds.shard_files(4, 3);
+  EXPECT_EQ(w.input_files(), S{files_[3]});
+  int64_t rows = 0;
+  for (Element& e : w) rows += e[1].dim(0);
+  EXPECT_EQ(rows, 4);
+}
+
+TEST_F(ShardFiles, FewerFilesThanShardsOrNoFilesIsInvalidArgument) {
+  try {
+    TextLineDataset(files_).shard_files(5, 0);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("4 file(s), fewer than the 5 shards"));
+  }
+  EXPECT_THROW(Dataset::range(10).shard_files(2, 0), InvalidArgument);
+  EXPECT_TRUE(Dataset::range(10).input_files().empty());
+  EXPECT_TRUE(Dataset::from_strings({"a"}).input_files().empty());
 }
 
 }  // namespace

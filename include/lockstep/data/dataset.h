@@ -169,6 +169,17 @@ class Dataset {
   ElementSpec element_spec() const;
   // The pipeline, e.g. "TensorSlices -> Shuffle(60000) -> Repeat(-1) -> Batch(256)".
   std::string to_string() const;
+  // The files this pipeline reads: the lists of its list_files stages and of its file sources
+  // (TFRecordDataset, TextLineDataset, CsvDataset) read directly, in pipeline order. Empty for
+  // an in-memory pipeline.
+  std::vector<std::string> input_files() const;
+
+  // ----- rewrites
+  // tf.data's AutoShardPolicy::FILE rewrite: the same pipeline in which every list_files stage
+  // and every file source keeps only the files j with j mod num_shards == index (of its sorted
+  // list, before any shuffle). InvalidArgument when the pipeline reads no files or a file list
+  // has fewer files than num_shards (a shard would be empty).
+  Dataset shard_files(int64_t num_shards, int64_t index) const;
 
   // ----- iteration
   // Each call starts a new iteration (which advances the reshuffle order).

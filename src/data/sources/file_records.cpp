@@ -46,6 +46,12 @@ class FileRecordsNode : public Node {
            (files_.size() == 1 ? " file)" : " files)");
   }
 
+  std::vector<std::string> files() const override { return files_; }
+  std::shared_ptr<const Node> shard_files(int64_t n, int64_t index) const override {
+    return std::make_shared<FileRecordsNode>(shard_list(files_, n, index, name_), factory_, spec_,
+                                             name_);
+  }
+
  private:
   std::vector<std::string> files_;
   RecordReaderFactory factory_;

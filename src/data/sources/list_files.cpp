@@ -46,6 +46,16 @@ class StringsNode : public data_internal::Node {
     return name_ + "(" + std::to_string(strings_.size()) + ")";
   }
 
+  // Only list_files' lists are files; from_strings holds any strings.
+  std::vector<std::string> files() const override {
+    return name_ == "ListFiles" ? strings_ : std::vector<std::string>{};
+  }
+  std::shared_ptr<const data_internal::Node> shard_files(int64_t n, int64_t index) const override {
+    if (name_ != "ListFiles") return nullptr;
+    return std::make_shared<StringsNode>(data_internal::shard_list(strings_, n, index, name_),
+                                         name_);
+  }
+
  private:
   std::vector<std::string> strings_;
   std::string name_;
