@@ -133,6 +133,13 @@ Tensor decode_png(std::span<const uint8_t> bytes, int channels, const std::strin
   LOCKSTEP_CHECK_AS(Internal,
                     info.rowbytes == size_t{info.width} * static_cast<size_t>(info.channels),
                     "decode_png: unexpected row size for '", name, "'.");
+  // Deflate expands at most 1032:1, and libpng's transformations at most 32x (1-bit palette to
+  // RGBA): a header asking for more than that could only be followed by a truncated file, so it is
+  // refused before allocating (a 100-byte file cannot claim a gigabyte).
+  const double most = (static_cast<double>(bytes.size()) + 1024.0) * 1032.0 * 32.0;
+  LOCKSTEP_CHECK_AS(DataLoss, static_cast<double>(info.rowbytes) * info.height <= most,
+                    "decode_png: '", name, "' claims ", info.width, "x", info.height,
+                    " pixels, more than its ", bytes.size(), " bytes can hold (truncated).");
   Tensor out({int64_t{info.height}, int64_t{info.width}, info.channels}, DType::uint8);
   LOCKSTEP_CHECK_AS(DataLoss, read_rows(r.png, out.data<uint8_t>(), &info), "decode_png: '", name,
                     "': ", src.message, ".");
