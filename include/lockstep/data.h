@@ -3,6 +3,7 @@
 // tf.train.Example, text lines, CSV, images and image folders), the IDX reader and the built-in
 // datasets.
 #include "lockstep/data/bytes.h"
+#include "lockstep/data/cardinality.h"
 #include "lockstep/data/crc32c.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/datasets.h"

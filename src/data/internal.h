@@ -68,6 +68,8 @@ class Node : public std::enable_shared_from_this<Node> {
   // File sources and list_files stages: their files, and themselves reading only files j with
   // j mod n == index. Others: empty and nullptr.
   virtual std::vector<std::string> files() const { return {}; }
+  // True for a repeat() with a negative count (data/cardinality.h).
+  virtual bool repeats_forever() const { return false; }
   virtual std::shared_ptr<const Node> shard_files(int64_t /*n*/, int64_t /*index*/) const {
     return nullptr;
   }

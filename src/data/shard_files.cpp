@@ -1,6 +1,8 @@
-// Dataset::input_files and Dataset::shard_files: tf.data's AutoShardPolicy::FILE rewrite.
+// Dataset::input_files and Dataset::shard_files (tf.data's AutoShardPolicy::FILE rewrite), and
+// repeats_forever: walks over a pipeline's stages.
 #include "internal.h"
 #include "lockstep/core/check.h"
+#include "lockstep/data/cardinality.h"
 
 namespace lockstep {
 namespace data_internal {
@@ -51,8 +53,20 @@ std::shared_ptr<const Node> rewrite(const std::shared_ptr<const Node>& node, int
   return changed ? node->with_inputs(std::move(in)) : node;
 }
 
+bool endless(const std::shared_ptr<const Node>& node) {
+  if (node->repeats_forever()) return true;
+  for (const auto& in : node->inputs()) {
+    if (endless(in)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 }  // namespace data_internal
+
+bool repeats_forever(const Dataset& dataset) {
+  return data_internal::endless(dataset.node());
+}
 
 std::vector<std::string> Dataset::input_files() const {
   std::vector<std::string> out;

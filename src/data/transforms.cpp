@@ -240,6 +240,7 @@ class RepeatNode : public Node {
     return input_->to_string() + " -> Repeat(" + std::to_string(count_) + ")";
   }
 
+  bool repeats_forever() const override { return count_ < 0 && input_->cardinality() != 0; }
   std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
   std::shared_ptr<const Node> with_inputs(
       std::vector<std::shared_ptr<const Node>> in) const override {

@@ -6,6 +6,7 @@
 
 #include "file_test_util.h"
 #include "lockstep/data/bytes.h"
+#include "lockstep/data/cardinality.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/text.h"
 #include "test_util.h"
@@ -180,6 +181,15 @@ TEST_F(ShardFiles, ShardsFileSourcesDirectlyAndZippedInputs) {
   int64_t rows = 0;
   for (Element& e : w) rows += e[1].dim(0);
   EXPECT_EQ(rows, 4);
+}
+
+TEST_F(ShardFiles, RepeatsForeverSeesAnEndlessRepeatOverFiles) {
+  Dataset files = TextLineDataset(files_);
+  EXPECT_EQ(files.repeat().cardinality(), Dataset::kUnknown);  // as tf.data's
+  EXPECT_TRUE(repeats_forever(files.repeat().batch(2).map([](const Element& e) { return e; })));
+  EXPECT_FALSE(repeats_forever(files.repeat(3).batch(2)));
+  EXPECT_FALSE(repeats_forever(Dataset::range(0).repeat()));
+  EXPECT_TRUE(repeats_forever(Dataset::zip({Dataset::range(3).repeat(), files})));
 }
 
 TEST_F(ShardFiles, FewerFilesThanShardsOrNoFilesIsInvalidArgument) {

@@ -23,10 +23,11 @@
 //          its batches are per-worker batches split among its replicas, as with OFF. A finite
 //          pipeline is cut to the smallest worker's number of batches (counted, one pass if the
 //          cardinality is unknown, and agreed by an all-reduce), so workers whose files hold
-//          different record counts take the same steps; an infinite one is bounded by
-//          steps_per_epoch. InvalidArgument when the pipeline reads no files or fewer files than
-//          workers. Unlike DATA, the result depends on the number of workers (each sees other
-//          examples in other batches): N workers are no longer one process with N x replicas.
+//          different record counts take the same steps; an infinite one (cardinality kInfinite,
+//          or repeats_forever) is not counted and is bounded by steps_per_epoch. InvalidArgument
+//          when the pipeline reads no files or fewer files than workers. Unlike DATA, the result
+//          depends on the number of workers (each sees other examples in other batches): N workers
+//          are no longer one process with N x replicas.
 //
 // From distribute_datasets_from_function(fn): fn(InputContext) builds this worker's dataset,
 // which yields per-replica batches; local replica r of step s gets element s * L + r. If the

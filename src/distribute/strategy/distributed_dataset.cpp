@@ -6,6 +6,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
+#include "lockstep/data/cardinality.h"
 #include "lockstep/distribute/strategy.h"
 
 namespace lockstep::distribute {
@@ -220,7 +221,9 @@ namespace {
 // (repeated) pipeline needs no count: fit's steps_per_epoch bounds every worker alike.
 Dataset equal_steps(Strategy& strategy, Dataset mine) {
   int64_t count = mine.cardinality();
-  if (count == Dataset::kInfinite || strategy.num_workers() == 1) return mine;
+  if (count == Dataset::kInfinite || repeats_forever(mine) || strategy.num_workers() == 1) {
+    return mine;
+  }
   if (count == Dataset::kUnknown) {
     // One pass to count this worker's batches (a cache() in the pipeline keeps what it read).
     count = 0;
