@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -389,27 +390,30 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   auto history = model.fit(
       *train_input,
       {.epochs = a.epochs, .steps_per_epoch = steps, .verbose = a.verbose, .callbacks = callbacks});
-  if (!a.data.empty() && !test_data) {
-    if (strategy.worker_index() == 0 && a.verbose > 0) {
+  // --data without --validation-data: nothing to test on (the history's test_* are null).
+  const bool tested = a.data.empty() || test_data.has_value();
+  std::map<std::string, double> test;
+  if (tested) {
+    test = model.evaluate(
+        test_data
+            ? *test_data
+            : Dataset::from_tensor_slices({x_test, y_test}).batch(global_batch).map(preprocess));
+  }
+  if (strategy.worker_index() == 0) {
+    if (tested) {
+      std::cout << "test loss: " << test["loss"]
+                << " - test accuracy: " << test["categorical_accuracy"] << "\n";
+    } else if (a.verbose > 0) {
       std::cout << "no --validation-data: no test evaluation\n";
     }
-    return 0;
-  }
-  auto test = model.evaluate(
-      test_data
-          ? *test_data
-          : Dataset::from_tensor_slices({x_test, y_test}).batch(global_batch).map(preprocess));
-  if (strategy.worker_index() == 0) {
-    std::cout << "test loss: " << test["loss"]
-              << " - test accuracy: " << test["categorical_accuracy"] << "\n";
   }
   if (!a.save_weights.empty()) model.save_weights(a.save_weights);
   if (!a.history.empty()) {
     nlohmann::json j;
     j["loss"] = history.history.at("loss");
     j["accuracy"] = history.history.at("categorical_accuracy");
-    j["test_loss"] = test["loss"];
-    j["test_accuracy"] = test["categorical_accuracy"];
+    j["test_loss"] = tested ? nlohmann::json(test["loss"]) : nlohmann::json();
+    j["test_accuracy"] = tested ? nlohmann::json(test["categorical_accuracy"]) : nlohmann::json();
     j["replicas"] = replicas;
     j["global_batch_size"] = global_batch;
     j["steps_per_epoch"] = steps;

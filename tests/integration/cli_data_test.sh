@@ -52,7 +52,10 @@ expect_train "input [3, 5, 1] uint8" "2 classes" "sharded by data" "test accurac
 # --cache none and a cache file give the same kind of run.
 expect_train "cache: none" "test accuracy" -- --data "$tmp/png" --validation-data "$tmp/png" \
   --cache none
-expect_train "cache: $tmp/cache.bin" -- --data "$tmp/png" --cache "$tmp/cache.bin"
+expect_train "cache: $tmp/cache.bin" "no --validation-data" -- --data "$tmp/png" --cache "$tmp/cache.bin" \
+  --history "$tmp/h.json"
+checks=$((checks + 1))
+grep -qF "\"test_accuracy\": null" "$tmp/h.json" || fail "history without --validation-data: $(cat "$tmp/h.json")"
 
 # CSV: a header, quoted fields, an empty feature (0), the label in the middle.
 {
