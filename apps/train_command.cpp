@@ -1,6 +1,8 @@
 // `lockstep train`: the seed program (784-128-10 MLP, Adam, categorical cross-entropy) with the
 // knobs a user needs, reporting Keras' progress bar and the final test loss and accuracy.
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -111,7 +113,9 @@ Dataset::MapFn preprocess_for(const InputDesc& in) {
 // (per-worker batches when sharded by file or not at all, global batches when by data); the
 // number of steps per epoch agreed by every worker; the model's input from the data.
 struct FileTraining {
-  std::optional<distribute::DistributedDataset> input;
+  std::optional<distribute::DistributedDataset> input;  // --cache none or PATH: streamed
+  Tensor x, y;                // --cache memory: this worker's decoded examples, contiguous
+  bool worker_local = false;  // x, y differ between workers (sharded by file, or off)
   int64_t steps = 0;
   InputDesc desc;
   std::string policy;  // as applied
@@ -172,8 +176,41 @@ FileTraining prepare_file_training(const TrainArgs& a, distribute::Strategy& str
   ft.steps = (per_worker ? fewest * workers : fewest) / global_batch;
   Dataset ds = in.examples;
   if (a.cache == "memory") {
-    ds = ds.cache();
-  } else if (a.cache != "none") {
+    // Decoded once (in parallel) into two contiguous tensors, which then take the built-in
+    // datasets' path: index shuffles, row gathers, per-replica pipelines.
+    Dataset mine = per_worker && policy == "file" ? ds.shard_files(workers, w) : ds;
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<Element> chunks;
+    int64_t rows = 0;
+    for (Element& b : mine.batch(4096)) {
+      rows += b[0].dim(0);
+      chunks.push_back(b);
+    }
+    LOCKSTEP_CHECK_AS(DataLoss, rows == n, "--data: the files changed while read (", n,
+                      " examples counted, ", rows, " decoded).");
+    for (int c = 0; c < 2 && !chunks.empty(); ++c) {
+      std::vector<int64_t> dims(chunks[0][c].shape().dims().begin(),
+                                chunks[0][c].shape().dims().end());
+      dims[0] = rows;
+      Tensor all(Shape(dims), chunks[0][c].dtype());
+      size_t at = 0;
+      for (const Element& b : chunks) {
+        std::memcpy(static_cast<char*>(all.raw_data()) + at, b[c].raw_data(), b[c].nbytes());
+        at += b[c].nbytes();
+      }
+      (c == 0 ? ft.x : ft.y) = all;
+    }
+    ft.worker_local = per_worker;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (a.verbose > 0) {
+      std::cout << "decoded " << rows << " examples into memory in " << seconds << " s ("
+                << static_cast<int64_t>(static_cast<double>(rows) / std::max(seconds, 1e-9))
+                << " examples/s)\n";
+    }
+    return ft;
+  }
+  if (a.cache != "none") {
     ds = ds.cache(a.cache + (workers > 1 ? "." + std::to_string(w) : ""));
   }
   ds = ds.shuffle(std::min<int64_t>(std::max<int64_t>(n, 1), 100000), a.seed)
@@ -246,6 +283,8 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   }
 
   InputDesc desc;
+  datasets::TrainTest data;
+  bool worker_local = false;  // each worker trains on its own examples (per-worker batches)
   std::optional<distribute::DistributedDataset> train_input;
   std::optional<Dataset> test_data;
   int64_t train_examples = 0, steps = 0;
@@ -256,6 +295,10 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
     FileTraining ft = prepare_file_training(a, strategy, global_batch, spare_core);
     desc = ft.desc;
     train_input = std::move(ft.input);
+    if (ft.x.defined()) {
+      data.first = {ft.x, ft.y};
+      worker_local = ft.worker_local;
+    }
     train_examples = ft.steps * global_batch;
     steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : ft.steps;
     if (a.verbose > 0) {
@@ -270,7 +313,6 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
       test_data = v.examples.batch(global_batch).map(preprocess_for(desc));
     }
   }
-  datasets::TrainTest data;
   if (a.data.empty()) {
     data = a.dataset == "mnist" ? datasets::mnist::load_data(a.data_dir)
                                 : datasets::fashion_mnist::load_data(a.data_dir);
@@ -293,34 +335,41 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   // An uneven global batch takes the global pipeline (see above).
   const int local_ranks = division.local_workers;
   per_replica =
-      a.data.empty() &&
+      !train_input &&
       (a.input_pipeline == "per-replica" ||
        (a.input_pipeline == "auto" && even &&
         strategy.num_local_replicas() * local_ranks >= static_cast<int>(available_cores().size())));
-  if (!a.data.empty()) {
-    // Built above.
+  const Dataset::MapFn prep = preprocess_for(desc);
+  const int local = strategy.num_local_replicas();
+  if (train_input) {
+    // Streamed from the files (--data with --cache none or PATH), built above.
   } else if (per_replica) {
     // tf.distribute's per-replica input: replica i shuffles and batches its own shard (every
     // num_replicas-th example) on its own thread.
     train_input = strategy.distribute_datasets_from_function(
         [&](const distribute::InputContext& ctx) {
-          const int64_t shard = x_train.dim(0) / ctx.num_input_pipelines;
+          // Examples of this worker only: its replicas split them among themselves.
+          const int pipelines = worker_local ? local : ctx.num_input_pipelines;
+          const int id = worker_local ? ctx.input_pipeline_id % local : ctx.input_pipeline_id;
+          const int64_t shard = x_train.dim(0) / pipelines;
           return Dataset::from_tensor_slices({x_train, y_train})
-              .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+              .shard(pipelines, id)
               .shuffle(shard, a.seed)
               .repeat()
               .batch(ctx.get_per_replica_batch_size(global_batch))
-              .map(preprocess);
+              .map(prep);
         },
         {.experimental_replication_mode = distribute::InputReplicationMode::PER_REPLICA});
   } else {
-    train_input =
-        strategy.experimental_distribute_dataset(Dataset::from_tensor_slices({x_train, y_train})
-                                                     .shuffle(x_train.dim(0), a.seed)
-                                                     .repeat()
-                                                     .batch(global_batch)
-                                                     .map(preprocess)
-                                                     .prefetch(Dataset::AUTOTUNE));
+    const int64_t batch = worker_local ? global_batch / strategy.num_workers() : global_batch;
+    train_input = strategy.experimental_distribute_dataset(
+        Dataset::from_tensor_slices({x_train, y_train})
+            .shuffle(x_train.dim(0), a.seed)
+            .repeat()
+            .batch(batch)
+            .map(prep)
+            .prefetch(Dataset::AUTOTUNE),
+        worker_local ? distribute::AutoShardPolicy::OFF : distribute::AutoShardPolicy::DATA);
   }
   if (a.verbose > 0) {
     std::cout << "input pipeline: " << (per_replica ? "one per replica" : "global, prefetched");
