@@ -66,14 +66,24 @@ const ModelChoice& model_choice(const std::string& name) {
   throw InvalidArgument("--model: expected " + model_help() + ". Received: '" + name + "'.");
 }
 
-std::vector<keras::LayerArg> build_model_layers(const std::string& name) {
+std::vector<keras::LayerArg> build_model_layers(const std::string& name, const ModelInput& input) {
   const ModelChoice& m = model_choice(name);
-  std::vector<keras::LayerArg> layers = {keras::Input({784}, DType::uint8),
-                                         keras::layers::Rescaling(1.0 / 255)};
+  int64_t flat = 1;
+  for (int64_t d : input.shape) flat *= d;
+  if (m.name == "conv" || m.name == "vit") {
+    // Their first layers reshape to 28x28x1 images (models/vit.h: 4x4 patches of them).
+    if (input.shape != std::vector<int64_t>{28, 28, 1}) {
+      throw InvalidArgument("--model " + m.name +
+                            " reads 28x28x1 images; the data's examples are " +
+                            Shape(input.shape).to_string() + ". Use mlp or wide.");
+    }
+  }
+  std::vector<keras::LayerArg> layers = {keras::Input({flat}, input.dtype)};
+  if (input.scale != 1.0) layers.push_back(keras::layers::Rescaling(input.scale));
   for (keras::LayerArg& layer : m.hidden_layers()) layers.push_back(std::move(layer));
   // The output layer stays float32 under mixed precision (Keras' idiom for softmax outputs).
   layers.push_back(
-      keras::layers::Dense({.units = 10, .activation = "softmax", .dtype = "float32"}));
+      keras::layers::Dense({.units = input.classes, .activation = "softmax", .dtype = "float32"}));
   return layers;
 }
 

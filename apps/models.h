@@ -25,9 +25,19 @@ const std::vector<ModelChoice>& model_choices();
 std::vector<std::string> model_names();
 // "mlp (the seed model, 784-128-10), wide (...) or conv (...)".
 std::string model_help();
-// The full layer list of model `name`: Input uint8[784], Rescaling(1/255), the hidden layers, and a
-// float32 Dense(10, softmax). Throws InvalidArgument naming the choices for an unknown name.
-std::vector<keras::LayerArg> build_model_layers(const std::string& name);
+// What the model reads: examples of `shape` (flattened to one vector) of `dtype`, multiplied by
+// `scale` first (1/255: uint8 pixels to [0, 1]), and `classes` outputs.
+struct ModelInput {
+  std::vector<int64_t> shape = {28, 28, 1};
+  DType dtype = DType::uint8;
+  double scale = 1.0 / 255;
+  int64_t classes = 10;
+};
+// The full layer list of model `name`: Input [prod(shape)] of `dtype`, Rescaling(scale) unless
+// it is 1, the hidden layers, and a float32 Dense(classes, softmax). Throws InvalidArgument
+// naming the choices for an unknown name, and for conv / vit on other than 28x28x1 images.
+std::vector<keras::LayerArg> build_model_layers(const std::string& name,
+                                                const ModelInput& input = {});
 // The entry of model `name`; throws InvalidArgument naming the choices for an unknown name.
 const ModelChoice& model_choice(const std::string& name);
 

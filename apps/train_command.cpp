@@ -1,5 +1,8 @@
 // `lockstep train`: the seed program (784-128-10 MLP, Adam, categorical cross-entropy) with the
 // knobs a user needs, reporting Keras' progress bar and the final test loss and accuracy.
+#include <chrono>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "file_data.h"
 #include "flag_checks.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/lockstep.h"
@@ -48,6 +52,12 @@ struct TrainArgs {
   std::string profile;                     // profile directory (docs/profiling.md); empty: off
   std::string profile_steps;               // A:B, parsed into profile_first and profile_last
   int64_t profile_first = 2, profile_last = std::numeric_limits<int64_t>::max();
+  // --data SPEC (file_data.h) instead of --dataset.
+  std::string data, validation_data;
+  DataSpecOptions data_options;
+  std::string image_shape;  // HxWxC, parsed into data_options.image_shape
+  std::string auto_shard_policy = "auto";
+  std::string cache = "memory";  // none, memory, or a file path
 };
 
 // --load-model is the whole starting point: with another one it would be a silent choice.
@@ -81,6 +91,14 @@ std::string accuracy_key(const std::map<std::string, double>& results) {
 double accuracy_of(const std::map<std::string, double>& results) {
   return results.at(accuracy_key(results));
 }
+// The same in fit's history (per-epoch values), which exists whether or not there is test data.
+template <typename History>
+std::string history_accuracy_key(const History& history) {
+  for (const auto& [key, values] : history) {
+    if (key.find("accuracy") != std::string::npos && key.rfind("val_", 0) != 0) return key;
+  }
+  throw InvalidArgument("the model has no accuracy metric; compile it with one.");
+}
 
 // --profile-steps A:B, steps counted from 1, both included.
 CLI::Validator profile_steps(TrainArgs& a) {
@@ -113,6 +131,144 @@ CLI::Validator profile_steps(TrainArgs& a) {
 Element preprocess(const Element& batch) {
   const Tensor& images = batch[0];
   return {images.reshape({-1, 784}), one_hot(batch[1].to(DType::int64), 10)};
+}
+
+// The model's input: the built-in datasets' uint8 [784], or what --data holds.
+struct InputDesc {
+  std::vector<int64_t> shape = {28, 28, 1};
+  DType dtype = DType::uint8;
+  int64_t classes = 10;
+  double scale = 1.0 / 255;  // uint8 pixels to [0, 1]; CSV features by their largest magnitude
+  int64_t flat() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+Dataset::MapFn preprocess_for(const InputDesc& in) {
+  const int64_t flat = in.flat(), classes = in.classes;
+  return [flat, classes](const Element& batch) {
+    return Element{batch[0].reshape({-1, flat}), one_hot(batch[1].to(DType::int64), classes)};
+  };
+}
+
+// --data: this worker's share of the files, cached as --cache says, shuffled, repeated and batched
+// (per-worker batches when sharded by file or not at all, global batches when by data); the
+// number of steps per epoch agreed by every worker; the model's input from the data.
+struct FileTraining {
+  std::optional<distribute::DistributedDataset> input;  // --cache none or PATH: streamed
+  Tensor x, y;                // --cache memory: this worker's decoded examples, contiguous
+  bool worker_local = false;  // x, y differ between workers (sharded by file, or off)
+  int64_t steps = 0;
+  InputDesc desc;
+  std::string policy;  // as applied
+};
+
+FileTraining prepare_file_training(const TrainArgs& a, distribute::Strategy& strategy,
+                                   int64_t global_batch, bool spare_core) {
+  FileInput in = open_file_input(a.data, a.data_options);
+  const int workers = strategy.num_workers(), w = strategy.worker_index();
+  std::string policy = a.auto_shard_policy;
+  if (policy == "auto") {
+    policy = "data";
+    if (workers > 1) {
+      try {
+        in.examples.shard_files(workers, w);
+        policy = "file";
+      } catch (const InvalidArgument&) {
+      }
+    }
+  }
+  // Count this worker's examples and the classes from the labels alone (nothing decoded).
+  Dataset counted = policy == "file" ? in.labels.shard_files(workers, w) : in.labels;
+  int64_t n = 0, max_label = -1;
+  Element e;
+  for (Iterator it = counted.make_iterator(); it.next(e); ++n) {
+    const int64_t label = static_cast<int64_t>(e[0].item());
+    LOCKSTEP_CHECK_AS(DataLoss, label >= 0, "--data: a label of ", label, " is negative (example ",
+                      n, ").");
+    max_label = std::max(max_label, label);
+  }
+  std::vector<double> agreed = {-static_cast<double>(n), static_cast<double>(max_label)};
+  strategy.all_reduce_across_workers(agreed, distribute::ReduceOp::MAX);
+  const int64_t fewest = static_cast<int64_t>(-agreed[0]);
+  FileTraining ft;
+  ft.policy = policy;
+  ft.desc = {in.shape, in.dtype, in.classes > 0 ? in.classes : static_cast<int64_t>(agreed[1]) + 1,
+             1.0 / 255};
+  if (in.dtype == DType::float32) {
+    // Numeric features (CSV) are scaled by the largest magnitude any of them takes (a pass over
+    // the parsed rows; every worker agrees): pixel columns of 0..255 become [0, 1] as images do.
+    double most = 0;
+    Dataset rows = policy == "file" ? in.examples.shard_files(workers, w) : in.examples;
+    for (Iterator it = rows.make_iterator(); it.next(e);) {
+      const float* x = e[0].data<float>();
+      for (int64_t i = 0; i < e[0].num_elements(); ++i)
+        most = std::max(most, std::fabs(double{x[i]}));
+    }
+    strategy.all_reduce_across_workers(std::span<double>(&most, 1), distribute::ReduceOp::MAX);
+    ft.desc.scale = most > 0 ? 1.0 / most : 1.0;
+  }
+  LOCKSTEP_CHECK_AS(DataLoss, static_cast<int64_t>(agreed[1]) < ft.desc.classes, "--data: label ",
+                    static_cast<int64_t>(agreed[1]), " is outside the ", ft.desc.classes,
+                    " classes.");
+  const bool per_worker = policy == "file" || policy == "off";
+  const int64_t batch = per_worker ? global_batch / workers : global_batch;
+  LOCKSTEP_CHECK(batch > 0, "--data: the global batch ", global_batch, " is smaller than the ",
+                 workers, " workers.");
+  ft.steps = (per_worker ? fewest * workers : fewest) / global_batch;
+  Dataset ds = in.examples;
+  if (a.cache == "memory") {
+    // Decoded once (in parallel) into two contiguous tensors, which then take the built-in
+    // datasets' path: index shuffles, row gathers, per-replica pipelines.
+    Dataset mine = per_worker && policy == "file" ? ds.shard_files(workers, w) : ds;
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<Element> chunks;
+    int64_t rows = 0;
+    for (Element& b : mine.batch(4096)) {
+      rows += b[0].dim(0);
+      chunks.push_back(b);
+    }
+    LOCKSTEP_CHECK_AS(DataLoss, rows == n, "--data: the files changed while read (", n,
+                      " examples counted, ", rows, " decoded).");
+    for (int c = 0; c < 2 && !chunks.empty(); ++c) {
+      std::vector<int64_t> dims(chunks[0][c].shape().dims().begin(),
+                                chunks[0][c].shape().dims().end());
+      dims[0] = rows;
+      Tensor all(Shape(dims), chunks[0][c].dtype());
+      size_t at = 0;
+      for (const Element& b : chunks) {
+        std::memcpy(static_cast<char*>(all.raw_data()) + at, b[c].raw_data(), b[c].nbytes());
+        at += b[c].nbytes();
+      }
+      (c == 0 ? ft.x : ft.y) = all;
+    }
+    ft.worker_local = per_worker;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (a.verbose > 0) {
+      std::cout << "decoded " << rows << " examples into memory in " << seconds << " s ("
+                << static_cast<int64_t>(static_cast<double>(rows) / std::max(seconds, 1e-9))
+                << " examples/s)\n";
+    }
+    return ft;
+  }
+  if (a.cache != "none") {
+    ds = ds.cache(a.cache + (workers > 1 ? "." + std::to_string(w) : ""));
+  }
+  ds = ds.shuffle(std::min<int64_t>(std::max<int64_t>(n, 1), 100000), a.seed)
+           .repeat()
+           .batch(batch)
+           .map(preprocess_for(ft.desc));
+  // A prefetch thread only where a core is free of replicas: at nice 19 beside a worker that
+  // busy-waits in MPI it would hardly run.
+  if (spare_core) ds = ds.prefetch(Dataset::AUTOTUNE);
+  const distribute::AutoShardPolicy p = policy == "file"  ? distribute::AutoShardPolicy::FILE
+                                        : policy == "off" ? distribute::AutoShardPolicy::OFF
+                                                          : distribute::AutoShardPolicy::DATA;
+  ft.input = strategy.experimental_distribute_dataset(ds, p);
+  return ft;
 }
 
 // The strategy for the cluster `resolver` describes, resolved as `lockstep devices` resolves it.
@@ -170,51 +326,94 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
                           "over the replicas.");
   }
 
-  datasets::TrainTest data = a.dataset == "mnist" ? datasets::mnist::load_data(a.data_dir)
-                                                  : datasets::fashion_mnist::load_data(a.data_dir);
+  InputDesc desc;
+  datasets::TrainTest data;
+  bool worker_local = false;  // each worker trains on its own examples (per-worker batches)
+  std::optional<distribute::DistributedDataset> train_input;
+  std::optional<Dataset> test_data;
+  int64_t train_examples = 0, steps = 0;
+  bool per_replica = false;
+  if (!a.data.empty()) {
+    const bool spare_core = strategy.num_local_replicas() * division.local_workers <
+                            static_cast<int>(available_cores().size());
+    FileTraining ft = prepare_file_training(a, strategy, global_batch, spare_core);
+    desc = ft.desc;
+    train_input = std::move(ft.input);
+    if (ft.x.defined()) {
+      data.first = {ft.x, ft.y};
+      worker_local = ft.worker_local;
+    }
+    train_examples = ft.steps * global_batch;
+    steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : ft.steps;
+    if (a.verbose > 0) {
+      std::cout << "data: " << a.data << " - input " << Shape(desc.shape).to_string() << " "
+                << dtype_name(desc.dtype) << " x " << desc.scale << ", " << desc.classes
+                << " classes - sharded by " << ft.policy << " - cache: " << a.cache << "\n";
+    }
+    if (!a.validation_data.empty()) {
+      FileInput v = open_file_input(a.validation_data, a.data_options);
+      LOCKSTEP_CHECK(v.shape == desc.shape, "--validation-data: its examples are ", Shape(v.shape),
+                     ", the training data's ", Shape(desc.shape), ".");
+      test_data = v.examples.batch(global_batch).map(preprocess_for(desc));
+    }
+  }
+  if (a.data.empty()) {
+    data = a.dataset == "mnist" ? datasets::mnist::load_data(a.data_dir)
+                                : datasets::fashion_mnist::load_data(a.data_dir);
+    train_examples = data.first.first.dim(0);
+    steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : train_examples / global_batch;
+  }
   auto& [x_train, y_train] = data.first;
   auto& [x_test, y_test] = data.second;
-  int64_t steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : x_train.dim(0) / global_batch;
   if (steps <= 0) {
     throw InvalidArgument(
         (a.global_batch_size > 0
              ? "--global-batch-size " + std::to_string(global_batch)
              : "The global batch (--batch-size " + std::to_string(a.batch_size) + " x " +
                    std::to_string(replicas) + " replicas = " + std::to_string(global_batch) + ")") +
-        " is larger than the training set (" + std::to_string(x_train.dim(0)) + " examples).");
+        " is larger than the training set (" + std::to_string(train_examples) + " examples).");
   }
   // auto: one pipeline per replica when the replicas of this host occupy every core (a host
   // pipeline thread would take time from one of them), else one global pipeline prefetched on a
   // spare core. Under mpirun the host's replicas are those of every local rank.
   // An uneven global batch takes the global pipeline (see above).
   const int local_ranks = division.local_workers;
-  const bool per_replica =
-      a.input_pipeline == "per-replica" ||
-      (a.input_pipeline == "auto" && even &&
-       strategy.num_local_replicas() * local_ranks >= static_cast<int>(available_cores().size()));
-  std::optional<distribute::DistributedDataset> train_input;
-  if (per_replica) {
+  per_replica =
+      !train_input &&
+      (a.input_pipeline == "per-replica" ||
+       (a.input_pipeline == "auto" && even &&
+        strategy.num_local_replicas() * local_ranks >= static_cast<int>(available_cores().size())));
+  const Dataset::MapFn prep = preprocess_for(desc);
+  const int local = strategy.num_local_replicas();
+  if (train_input) {
+    // Streamed from the files (--data with --cache none or PATH), built above.
+  } else if (per_replica) {
     // tf.distribute's per-replica input: replica i shuffles and batches its own shard (every
     // num_replicas-th example) on its own thread.
     train_input = strategy.distribute_datasets_from_function(
         [&](const distribute::InputContext& ctx) {
-          const int64_t shard = x_train.dim(0) / ctx.num_input_pipelines;
+          // Examples of this worker only: its replicas split them among themselves.
+          const int pipelines = worker_local ? local : ctx.num_input_pipelines;
+          const int id = worker_local ? ctx.input_pipeline_id % local : ctx.input_pipeline_id;
+          const int64_t shard = x_train.dim(0) / pipelines;
           return Dataset::from_tensor_slices({x_train, y_train})
-              .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+              .shard(pipelines, id)
               .shuffle(shard, a.seed)
               .repeat()
               .batch(ctx.get_per_replica_batch_size(global_batch))
-              .map(preprocess);
+              .map(prep);
         },
         {.experimental_replication_mode = distribute::InputReplicationMode::PER_REPLICA});
   } else {
-    train_input =
-        strategy.experimental_distribute_dataset(Dataset::from_tensor_slices({x_train, y_train})
-                                                     .shuffle(x_train.dim(0), a.seed)
-                                                     .repeat()
-                                                     .batch(global_batch)
-                                                     .map(preprocess)
-                                                     .prefetch(Dataset::AUTOTUNE));
+    const int64_t batch = worker_local ? global_batch / strategy.num_workers() : global_batch;
+    train_input = strategy.experimental_distribute_dataset(
+        Dataset::from_tensor_slices({x_train, y_train})
+            .shuffle(x_train.dim(0), a.seed)
+            .repeat()
+            .batch(batch)
+            .map(prep)
+            .prefetch(Dataset::AUTOTUNE),
+        worker_local ? distribute::AutoShardPolicy::OFF : distribute::AutoShardPolicy::DATA);
   }
   if (a.verbose > 0) {
     std::cout << "input pipeline: " << (per_replica ? "one per replica" : "global, prefetched");
@@ -258,7 +457,12 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
     }
   }
   std::shared_ptr<keras::Model> owned_model =
-      loaded ? loaded : std::make_shared<keras::Sequential>(build_model_layers(a.model));
+      loaded ? loaded
+             : std::make_shared<keras::Sequential>(
+                   build_model_layers(a.model, ModelInput{.shape = desc.shape,
+                                                          .dtype = desc.dtype,
+                                                          .scale = desc.scale,
+                                                          .classes = desc.classes}));
   keras::Model& model = *owned_model;
   if (!a.load_weights.empty()) model.load_weights(a.load_weights);
   if (!loaded) {
@@ -296,10 +500,22 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   auto history = model.fit(
       *train_input,
       {.epochs = a.epochs, .steps_per_epoch = steps, .verbose = a.verbose, .callbacks = callbacks});
-  auto test = model.evaluate(
-      Dataset::from_tensor_slices({x_test, y_test}).batch(global_batch).map(preprocess));
+  // --data without --validation-data: nothing to test on (the history's test_* are null).
+  const bool tested = a.data.empty() || test_data.has_value();
+  std::map<std::string, double> test;
+  if (tested) {
+    test = model.evaluate(
+        test_data
+            ? *test_data
+            : Dataset::from_tensor_slices({x_test, y_test}).batch(global_batch).map(preprocess));
+  }
   if (strategy.worker_index() == 0) {
-    std::cout << "test loss: " << test["loss"] << " - test accuracy: " << accuracy_of(test) << "\n";
+    if (tested) {
+      std::cout << "test loss: " << test["loss"] << " - test accuracy: " << accuracy_of(test)
+                << "\n";
+    } else if (a.verbose > 0) {
+      std::cout << "no --validation-data: no test evaluation\n";
+    }
   }
   if (!a.save_weights.empty()) model.save_weights(a.save_weights);
   if (!a.save_model.empty()) model.save(a.save_model);
@@ -307,9 +523,9 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   if (!a.history.empty()) {
     nlohmann::json j;
     j["loss"] = history.history.at("loss");
-    j["accuracy"] = history.history.at(accuracy_key(test));
-    j["test_loss"] = test["loss"];
-    j["test_accuracy"] = accuracy_of(test);
+    j["accuracy"] = history.history.at(history_accuracy_key(history.history));
+    j["test_loss"] = tested ? nlohmann::json(test["loss"]) : nlohmann::json();
+    j["test_accuracy"] = tested ? nlohmann::json(accuracy_of(test)) : nlohmann::json();
     j["replicas"] = replicas;
     j["global_batch_size"] = global_batch;
     j["steps_per_epoch"] = steps;
@@ -344,6 +560,46 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--dataset", a->dataset, "fashion_mnist or mnist")
       ->check(CLI::IsMember({"fashion_mnist", "mnist"}));
   cmd->add_option("--data-dir", a->data_dir, "Directory of the four IDX files");
+  cmd->add_option(
+      "--data", a->data,
+      "Train on your files instead of --dataset: a directory of class folders of "
+      "PNG/JPEG images, a CSV file (or glob) with a header, or a glob of TFRecord files "
+      "of tf.train.Example (docs/data.md)");
+  cmd->add_option("--validation-data", a->validation_data,
+                  "Files of the same kind to compute the closing test loss and accuracy on");
+  cmd->add_option("--label-column", a->data_options.label_column, "CSV: the label column");
+  cmd->add_option("--image-feature", a->data_options.image_feature,
+                  "TFRecord: the bytes feature holding the image (PNG, JPEG or raw uint8)");
+  cmd->add_option("--label-feature", a->data_options.label_feature,
+                  "TFRecord: the int64 label feature");
+  cmd->add_option("--image-shape", a->image_shape, "TFRecord raw uint8 images: HxWxC")
+      ->check(CLI::Validator(
+          [&a = *a](std::string& text) -> std::string {
+            a.data_options.image_shape.clear();
+            size_t at = 0;
+            while (at <= text.size()) {
+              size_t x = text.find('x', at);
+              std::string part = text.substr(at, x == std::string::npos ? x : x - at);
+              if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) {
+                return "--image-shape must be HxWxC, e.g. 28x28x1, got '" + text + "'";
+              }
+              a.data_options.image_shape.push_back(std::stoll(part));
+              if (x == std::string::npos) break;
+              at = x + 1;
+            }
+            return a.data_options.image_shape.size() == 3
+                       ? ""
+                       : "--image-shape must be HxWxC, e.g. 28x28x1, got '" + text + "'";
+          },
+          "HxWxC"));
+  cmd->add_option("--auto-shard-policy", a->auto_shard_policy,
+                  "--data across workers: file (each worker reads its own files), data (every "
+                  "worker reads all, keeps its replicas' slices), off, or auto (file when there "
+                  "are at least as many files as workers)")
+      ->check(CLI::IsMember({"auto", "file", "data", "off"}));
+  cmd->add_option("--cache", a->cache,
+                  "--data: keep the decoded examples in memory (default), in a file at PATH, or "
+                  "none (decode every epoch)");
   add_integer_option(*cmd, "--epochs", a->epochs, "Epochs", 1);
   add_integer_option(*cmd, "--batch-size", a->batch_size, "Batch size per replica", 1);
   add_integer_option(*cmd, "--global-batch-size", a->global_batch_size,

@@ -59,12 +59,12 @@ function(lockstep_pc_link_flags out)
   set(${out} "${_flags}" PARENT_SCOPE)
 endfunction()
 
-# What a program linking a static liblockstep needs besides it. oneDNN and zlib are in the
-# linker's default directories on Debian; Open MPI's libraries are not.
+# What a program linking a static liblockstep needs besides it. oneDNN, zlib, protobuf,
+# libpng and libjpeg are in the linker's default directories on Debian; Open MPI's are not.
 lockstep_pc_link_flags(_mpi_libs ${MPI_CXX_LIBRARIES})
 lockstep_pc_link_flags(_hdf5_libs ${HDF5_LINK_LIBRARIES})
 set(LOCKSTEP_PC_DEPENDENCY_LIBS
-    "-ldnnl ${_mpi_libs} ${OpenMP_CXX_FLAGS} -lz -lzip ${_hdf5_libs} -lonnx_proto -lprotobuf -pthread")
+    "-ldnnl ${_mpi_libs} ${OpenMP_CXX_FLAGS} -lz -lzip ${_hdf5_libs} -lonnx_proto -lprotobuf -lpng16 -ljpeg -pthread")
 if(BUILD_SHARED_LIBS)
   set(LOCKSTEP_PC_LIBS "-L\${libdir} -llockstep")
   set(LOCKSTEP_PC_LIBS_PRIVATE "${LOCKSTEP_PC_DEPENDENCY_LIBS}")

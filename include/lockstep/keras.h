@@ -1,6 +1,7 @@
 #pragma once
 // Umbrella header of the keras layer: layers, models (compile / fit / evaluate / predict), losses,
-// metrics, optimizers, callbacks, mixed precision and weights files.
+// metrics, optimizers, callbacks, mixed precision, weights files and utils
+// (image_dataset_from_directory).
 #include "lockstep/keras/activations.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/export/onnx.h"
@@ -15,3 +16,4 @@
 #include "lockstep/keras/optimizers.h"
 #include "lockstep/keras/saving.h"
 #include "lockstep/keras/sequential.h"
+#include "lockstep/keras/utils/image_dataset.h"

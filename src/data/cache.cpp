@@ -88,6 +88,12 @@ class MemoryCacheNode : public Node {
   ElementSpec element_spec() const override { return input_->element_spec(); }
   std::string to_string() const override { return input_->to_string() + " -> Cache"; }
 
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_memory_cache(std::move(in[0]));
+  }
+
  private:
   std::shared_ptr<const Node> input_;
   std::shared_ptr<MemoryCache> cache_;
@@ -205,6 +211,12 @@ class FileCacheNode : public Node {
   ElementSpec element_spec() const override { return input_->element_spec(); }
   std::string to_string() const override {
     return input_->to_string() + " -> Cache(" + path_ + ")";
+  }
+
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_file_cache(std::move(in[0]), path_);
   }
 
  private:

@@ -67,6 +67,14 @@ Dataset Dataset::repeat(int64_t count) const {
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
   return Dataset(data_internal::make_batch(node_, batch_size, drop_remainder));
 }
+Dataset Dataset::interleave(InterleaveFn fn, int64_t cycle_length, int64_t block_length,
+                            int64_t num_parallel_calls, bool /*deterministic*/) const {
+  LOCKSTEP_CHECK(num_parallel_calls >= 0 || num_parallel_calls == AUTOTUNE,
+                 "Dataset::interleave: num_parallel_calls must be >= 0 or AUTOTUNE (-1). Received ",
+                 num_parallel_calls, ".");
+  return Dataset(data_internal::make_interleave(node_, std::move(fn), cycle_length, block_length,
+                                                num_parallel_calls != 0));
+}
 Dataset Dataset::unbatch() const {
   return Dataset(data_internal::make_unbatch(node_));
 }

@@ -56,9 +56,23 @@ class IteratorImpl {
   Element scratch_;
 };
 
-class Node {
+class Node : public std::enable_shared_from_this<Node> {
  public:
   virtual ~Node() = default;
+  // The stages this one reads from (none for a source), and this stage with the same parameters
+  // over other inputs: how pipeline rewrites (Dataset::shard_files) rebuild a pipeline. Every
+  // stage with inputs overrides both; a source keeps the defaults.
+  virtual std::vector<std::shared_ptr<const Node>> inputs() const { return {}; }
+  virtual std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> inputs) const;
+  // File sources and list_files stages: their files, and themselves reading only files j with
+  // j mod n == index. Others: empty and nullptr.
+  virtual std::vector<std::string> files() const { return {}; }
+  // True for a repeat() with a negative count (data/cardinality.h).
+  virtual bool repeats_forever() const { return false; }
+  virtual std::shared_ptr<const Node> shard_files(int64_t /*n*/, int64_t /*index*/) const {
+    return nullptr;
+  }
   virtual std::unique_ptr<IteratorImpl> make_iterator(const IterContext& ctx) const = 0;
   virtual int64_t cardinality() const = 0;
   virtual ElementSpec element_spec() const = 0;
@@ -92,10 +106,18 @@ std::shared_ptr<const Node> make_unbatch(std::shared_ptr<const Node> input);
 std::shared_ptr<const Node> make_prefetch(std::shared_ptr<const Node> input, int64_t buffer_size);
 std::shared_ptr<const Node> make_memory_cache(std::shared_ptr<const Node> input);
 std::shared_ptr<const Node> make_file_cache(std::shared_ptr<const Node> input, std::string path);
+std::shared_ptr<const Node> make_interleave(std::shared_ptr<const Node> input,
+                                            Dataset::InterleaveFn fn, int64_t cycle_length,
+                                            int64_t block_length, bool parallel);
 std::shared_ptr<const Node> make_take(std::shared_ptr<const Node> input, int64_t count);
 std::shared_ptr<const Node> make_skip(std::shared_ptr<const Node> input, int64_t count);
 std::shared_ptr<const Node> make_shard(std::shared_ptr<const Node> input, int64_t num_shards,
                                        int64_t index);
+
+// Files j of `files` with j mod n == index; InvalidArgument naming `stage` when there are fewer
+// files than shards.
+std::vector<std::string> shard_list(const std::vector<std::string>& files, int64_t n, int64_t index,
+                                    const std::string& stage);
 
 // Iterator over a RandomAccess in index order [begin, end) with stride.
 std::unique_ptr<IteratorImpl> make_random_access_iterator(std::shared_ptr<const RandomAccess> ra);

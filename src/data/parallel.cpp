@@ -353,6 +353,12 @@ class PrefetchNode : public Node {
            (buffer_size_ == Dataset::AUTOTUNE ? "AUTOTUNE" : std::to_string(buffer_size_)) + ")";
   }
 
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_prefetch(std::move(in[0]), buffer_size_);
+  }
+
  private:
   std::shared_ptr<const Node> input_;
   int64_t buffer_size_;

@@ -157,6 +157,12 @@ class ShuffleNode : public Node {
     return input_->to_string() + " -> Shuffle(" + std::to_string(buffer_size_) + ")";
   }
 
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_shuffle(std::move(in[0]), buffer_size_, seed_, reshuffle_);
+  }
+
  private:
   std::shared_ptr<const Node> input_;
   int64_t buffer_size_;

@@ -292,6 +292,12 @@ class ZipNode : public Node {
     return s + ")";
   }
 
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return inputs_; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_zip(std::move(in));
+  }
+
  private:
   std::vector<std::shared_ptr<const Node>> inputs_;
 };

@@ -90,6 +90,12 @@ class MapNode : public Node {
     return input_->to_string() + " -> Map" + p;
   }
 
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_map(std::move(in[0]), fn_, options_);
+  }
+
  private:
   std::shared_ptr<const Node> input_;
   Dataset::MapFn fn_;
@@ -128,6 +134,12 @@ class FilterNode : public Node {
   int64_t cardinality() const override { return Dataset::kUnknown; }
   ElementSpec element_spec() const override { return input_->element_spec(); }
   std::string to_string() const override { return input_->to_string() + " -> Filter"; }
+
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_filter(std::move(in[0]), pred_);
+  }
 
  private:
   std::shared_ptr<const Node> input_;
@@ -228,6 +240,13 @@ class RepeatNode : public Node {
     return input_->to_string() + " -> Repeat(" + std::to_string(count_) + ")";
   }
 
+  bool repeats_forever() const override { return count_ < 0 && input_->cardinality() != 0; }
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_repeat(std::move(in[0]), count_);
+  }
+
  private:
   std::shared_ptr<const Node> input_;
   int64_t count_;
@@ -305,6 +324,12 @@ class BatchNode : public Node {
            (drop_remainder_ ? ", drop_remainder" : "") + ")";
   }
 
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_batch(std::move(in[0]), batch_size_, drop_remainder_);
+  }
+
  private:
   std::shared_ptr<const Node> input_;
   int64_t batch_size_;
@@ -363,6 +388,12 @@ class UnbatchNode : public Node {
     return spec;
   }
   std::string to_string() const override { return input_->to_string() + " -> Unbatch"; }
+
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_unbatch(std::move(in[0]));
+  }
 
  private:
   std::shared_ptr<const Node> input_;
@@ -449,6 +480,12 @@ class TakeNode : public Node {
            ")";
   }
 
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_take(std::move(in[0]), count_);
+  }
+
  private:
   std::shared_ptr<const Node> input_;
   int64_t count_;
@@ -518,6 +555,12 @@ class SkipNode : public Node {
            ")";
   }
 
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_skip(std::move(in[0]), count_);
+  }
+
  private:
   std::shared_ptr<const Node> input_;
   int64_t count_;
@@ -549,6 +592,12 @@ class ShardNode : public Node {
   std::string to_string() const override {
     return input_->to_string() + " -> Shard(" + std::to_string(num_shards_) + ", " +
            std::to_string(index_) + ")";
+  }
+
+  std::vector<std::shared_ptr<const Node>> inputs() const override { return {input_}; }
+  std::shared_ptr<const Node> with_inputs(
+      std::vector<std::shared_ptr<const Node>> in) const override {
+    return make_shard(std::move(in[0]), num_shards_, index_);
   }
 
  private:

@@ -22,11 +22,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "lockstep/lockstep.h"
 
@@ -161,6 +164,59 @@ std::vector<int64_t> values(const Element& e) {
   return {d, d + e[0].num_elements()};
 }
 
+// FILE and AUTO on 4 text files of 1, 2, 3 and 4 lines (each worker writes its own identical
+// copy): worker w reads exactly files j with j mod workers == w, and every worker takes as many
+// steps as the worker with the fewest lines (one line per batch), worked out here from the sizes.
+void check_file_shard(distribute::MultiWorkerMirroredStrategy& strategy) {
+  const int w = strategy.worker_index(), workers = strategy.num_workers();
+  auto fail = [&](const std::string& what) {
+    throw Internal("worker " + std::to_string(w) + ": FILE sharding check failed: " + what);
+  };
+  std::string dir = "/tmp/lockstep_file_shard_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> files;
+  for (int j = 0; j < 4; ++j) {
+    files.push_back(dir + "/part-" + std::to_string(j) + ".txt");
+    std::ofstream f(files.back());
+    for (int k = 0; k <= j; ++k) f << "line " << j << "." << k << "\n";
+  }
+  std::vector<std::string> mine;
+  int64_t fewest = 1 << 30;
+  for (int v = 0; v < workers; ++v) {
+    int64_t lines = 0;
+    for (int j = v; j < 4; j += workers) {
+      lines += j + 1;
+      if (v == w) mine.push_back(files[static_cast<size_t>(j)]);
+    }
+    fewest = std::min(fewest, lines);
+  }
+  Dataset ds =
+      Dataset::list_files(dir + "/part-*.txt", /*shuffle=*/true, /*seed=*/5)
+          .interleave([](const Element& e) { return TextLineDataset({bytes_string(e[0])}); }, 2)
+          .batch(1);
+  if (ds.shard_files(workers, w).input_files() != mine) fail("the worker's files");
+  for (auto policy : {distribute::AutoShardPolicy::FILE, distribute::AutoShardPolicy::AUTO}) {
+    auto dist = strategy.experimental_distribute_dataset(ds, policy);
+    auto it = dist.make_iterator();
+    int64_t steps = 0;
+    while (it.next()) ++steps;
+    if (steps != fewest) {
+      fail("took " + std::to_string(steps) + " steps, expected " + std::to_string(fewest));
+    }
+  }
+  // More workers than files: FILE refuses, AUTO falls back to DATA.
+  if (workers > 1) {
+    Dataset two = TextLineDataset({files[0]}).batch(1);
+    try {
+      strategy.experimental_distribute_dataset(two, distribute::AutoShardPolicy::FILE);
+      fail("FILE with fewer files than workers did not throw");
+    } catch (const InvalidArgument&) {
+    }
+    strategy.experimental_distribute_dataset(two, distribute::AutoShardPolicy::AUTO);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The input policies on range(8).batch(8) (DATA) and range(8).batch(4) (OFF); expected slices
 // written out from the rules in distributed_dataset.h.
 void check_auto_shard(distribute::MultiWorkerMirroredStrategy& strategy) {
@@ -190,6 +246,7 @@ void check_auto_shard(distribute::MultiWorkerMirroredStrategy& strategy) {
     fail("FILE on an in-memory dataset did not throw");
   } catch (const InvalidArgument&) {
   }
+  check_file_shard(strategy);
 }
 
 int run(int argc, char** argv) {

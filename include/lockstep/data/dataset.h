@@ -93,6 +93,8 @@ class Dataset {
   using Predicate = std::function<bool(const Element&)>;
   // Called once per iterator; returns the function that yields that iterator's elements.
   using GeneratorFactory = std::function<std::function<std::optional<Element>()>()>;
+  // interleave's function: the dataset to read for one input element (e.g. one file name).
+  using InterleaveFn = std::function<Dataset(const Element&)>;
 
   // ----- sources
   // Element i is (t[i] for t in tensors): views of the rows, no copy. All tensors need rank >= 1
@@ -108,6 +110,17 @@ class Dataset {
   static Dataset range(int64_t stop) { return range(0, stop); }
   // Elements are the concatenation of the inputs' tuples; ends with the shortest input.
   static Dataset zip(const std::vector<Dataset>& datasets);
+  // The files matching a glob pattern (glob(3): *, ?, [a-z]; a directory part may hold wildcards
+  // too), each a byte string (uint8[n], see data/bytes.h), in sorted order; with `shuffle`, in an
+  // order drawn from `seed` (reshuffled each iteration; from std::random_device without a seed)
+  // as tf.data.Dataset.list_files, whose `shuffle` also defaults to true. NotFound when nothing
+  // matches. The pattern is expanded once, here. Cardinality: the number of files.
+  static Dataset list_files(const std::string& pattern, bool shuffle = true,
+                            std::optional<uint64_t> seed = std::nullopt);
+  static Dataset list_files(const std::vector<std::string>& patterns, bool shuffle = true,
+                            std::optional<uint64_t> seed = std::nullopt);
+  // Byte-string elements (uint8[n]) holding `strings`, in order (e.g. explicit file names).
+  static Dataset from_strings(const std::vector<std::string>& strings);
 
   // ----- transformations (each returns a new Dataset; this one is unchanged)
   Dataset map(MapFn fn, int64_t num_parallel_calls = 0, bool deterministic = true) const;
@@ -125,6 +138,16 @@ class Dataset {
   // row by row into one new contiguous tensor. Elements must agree in shape and dtype. Without
   // drop_remainder the last batch may be smaller.
   Dataset batch(int64_t batch_size, bool drop_remainder = false) const;
+  // tf.data's interleave: keeps `cycle_length` datasets fn(x) open for consecutive input elements
+  // x and takes `block_length` elements from each in turn; a dataset that ends is replaced by the
+  // next input element's (the slot's turn passes, as in tf.data). cycle_length AUTOTUNE: one per
+  // core. With num_parallel_calls != 0 each open dataset is read ahead by a background thread
+  // (prefetch of max(block_length, 2) elements), so reading and decoding the cycle's files overlap;
+  // the output order is the same as without it. `deterministic = false` is accepted and keeps that
+  // order (tf.data allows, but does not require, returning ready elements first).
+  // Cardinality unknown; the element spec is that of fn(first input element).
+  Dataset interleave(InterleaveFn fn, int64_t cycle_length = AUTOTUNE, int64_t block_length = 1,
+                     int64_t num_parallel_calls = 0, bool deterministic = true) const;
   // Splits each element along its leading dimension (every component must have the same one).
   Dataset unbatch() const;
   // A background thread keeps up to buffer_size elements ready (AUTOTUNE: sized from measured
@@ -146,6 +169,17 @@ class Dataset {
   ElementSpec element_spec() const;
   // The pipeline, e.g. "TensorSlices -> Shuffle(60000) -> Repeat(-1) -> Batch(256)".
   std::string to_string() const;
+  // The files this pipeline reads: the lists of its list_files stages and of its file sources
+  // (TFRecordDataset, TextLineDataset, CsvDataset) read directly, in pipeline order. Empty for
+  // an in-memory pipeline.
+  std::vector<std::string> input_files() const;
+
+  // ----- rewrites
+  // tf.data's AutoShardPolicy::FILE rewrite: the same pipeline in which every list_files stage
+  // and every file source keeps only the files j with j mod num_shards == index (of its sorted
+  // list, before any shuffle). InvalidArgument when the pipeline reads no files or a file list
+  // has fewer files than num_shards (a shard would be empty).
+  Dataset shard_files(int64_t num_shards, int64_t index) const;
 
   // ----- iteration
   // Each call starts a new iteration (which advances the reshuffle order).

@@ -12,13 +12,22 @@
 // data", tf.data.experimental.AutoShardPolicy): results are independent of how the replicas are
 // spread over workers. Other policies (experimental_distribute_dataset(ds, policy)):
 //
-//   AUTO   the same as DATA: tf's AUTO tries FILE first, and no Lockstep source reads files.
+//   AUTO   FILE when there are several workers and the pipeline reads at least as many files as
+//          workers in each of its file lists (Dataset::input_files), else DATA, as tf.data.
 //   OFF    each worker's dataset is used as is: its batches are *per-worker* batches (of size
 //          global / workers), each split among the worker's local replicas by the rule above.
 //          Workers must then feed different data themselves (e.g. Dataset::shard or seeds per
 //          worker); the global batch size is taken as the local one times the workers.
-//   FILE   shards the input files among workers; throws InvalidArgument because Lockstep's
-//          sources (tensor slices, range, generators) are in memory, so there are no files.
+//   FILE   each worker's pipeline reads only its files (Dataset::shard_files(workers, index):
+//          files j with j mod workers == index of every list_files stage and file source), and
+//          its batches are per-worker batches split among its replicas, as with OFF. A finite
+//          pipeline is cut to the smallest worker's number of batches (counted, one pass if the
+//          cardinality is unknown, and agreed by an all-reduce), so workers whose files hold
+//          different record counts take the same steps; an infinite one (cardinality kInfinite,
+//          or repeats_forever) is not counted and is bounded by steps_per_epoch. InvalidArgument
+//          when the pipeline reads no files or fewer files than workers. Unlike DATA, the result
+//          depends on the number of workers (each sees other examples in other batches): N workers
+//          are no longer one process with N x replicas.
 //
 // From distribute_datasets_from_function(fn): fn(InputContext) builds this worker's dataset,
 // which yields per-replica batches; local replica r of step s gets element s * L + r. If the

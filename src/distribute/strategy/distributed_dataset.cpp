@@ -1,9 +1,12 @@
 #include "lockstep/distribute/distributed_dataset.h"
 
 #include <algorithm>
+#include <optional>
+#include <span>
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
+#include "lockstep/data/cardinality.h"
 #include "lockstep/distribute/strategy.h"
 
 namespace lockstep::distribute {
@@ -210,25 +213,60 @@ DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& data
                             worker_index() * num_local_replicas());
 }
 
+namespace {
+
+// AutoShardPolicy::FILE: this worker reads its own files. Workers whose files hold different
+// numbers of batches agree on the smallest count (an all-reduce before the first step), so that
+// none of them waits in a step's all-reduce for a worker that has run out of data. An infinite
+// (repeated) pipeline needs no count: fit's steps_per_epoch bounds every worker alike.
+Dataset equal_steps(Strategy& strategy, Dataset mine) {
+  int64_t count = mine.cardinality();
+  if (count == Dataset::kInfinite || repeats_forever(mine) || strategy.num_workers() == 1) {
+    return mine;
+  }
+  if (count == Dataset::kUnknown) {
+    // One pass to count this worker's batches (a cache() in the pipeline keeps what it read).
+    count = 0;
+    Element e;
+    for (lockstep::Iterator it = mine.make_iterator(); it.next(e);) ++count;
+  }
+  double negated = -static_cast<double>(count);  // min(counts) = -max(-counts)
+  strategy.all_reduce_across_workers(std::span<double>(&negated, 1), ReduceOp::MAX);
+  return mine.take(static_cast<int64_t>(-negated));
+}
+
+}  // namespace
+
 DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& dataset,
                                                              AutoShardPolicy policy) {
+  auto per_worker = [&](const Dataset& ds) {
+    return DistributedDataset(ds, DistributedDataset::Mode::split_worker_batches,
+                              num_local_replicas(), num_replicas_in_sync(),
+                              worker_index() * num_local_replicas());
+  };
   switch (policy) {
     case AutoShardPolicy::AUTO:
+      // tf.data's AUTO: by file when the pipeline reads at least one file per worker, else by
+      // data. One worker reads everything either way.
+      if (num_workers() > 1 && !dataset.input_files().empty()) {
+        std::optional<Dataset> mine;
+        try {
+          mine = dataset.shard_files(num_workers(), worker_index());
+        } catch (const InvalidArgument&) {
+          // A file list shorter than the workers: shard by data, as tf.data falls back.
+        }
+        if (mine) return per_worker(equal_steps(*this, *mine));
+      }
+      return experimental_distribute_dataset(dataset);
     case AutoShardPolicy::DATA:
       return experimental_distribute_dataset(dataset);
     case AutoShardPolicy::OFF:
-      return DistributedDataset(dataset, DistributedDataset::Mode::split_worker_batches,
-                                num_local_replicas(), num_replicas_in_sync(),
-                                worker_index() * num_local_replicas());
+      return per_worker(dataset);
     case AutoShardPolicy::FILE:
-      break;
+      return per_worker(equal_steps(*this, dataset.shard_files(num_workers(), worker_index())));
   }
-  throw InvalidArgument(
-      "experimental_distribute_dataset: AutoShardPolicy::FILE shards the files a dataset reads, "
-      "but this pipeline (" +
-      dataset.to_string() +
-      ") reads no files: Lockstep's sources are in memory. Use DATA (every worker iterates the "
-      "same global batches and keeps its replicas' slices) or OFF.");
+  throw InvalidArgument("experimental_distribute_dataset: unknown AutoShardPolicy " +
+                        std::to_string(static_cast<int>(policy)) + ".");
 }
 
 DistributedDataset Strategy::distribute_datasets_from_function(
