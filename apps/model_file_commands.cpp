@@ -1,13 +1,16 @@
 // `lockstep evaluate --model M.keras` and `lockstep predict --model M.keras --output FILE.csv`:
-// a model saved by `lockstep train --save-model` (or any .keras archive of a model taking the
-// [784] images) on the built-in test split.
+// a model saved by `lockstep train --save-model` (or any .keras archive of a model with one input)
+// on the built-in test split, or on the user's files (--data SPEC, read as `lockstep train --data`
+// reads them: apps/file_data.h).
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "commands.h"
+#include "file_data.h"
 #include "flag_checks.h"
 #include "lockstep/lockstep.h"
 
@@ -18,6 +21,8 @@ struct ModelFileArgs {
   std::string model;  // a .keras archive
   std::string dataset = "fashion_mnist";
   std::string data_dir;
+  std::string data;  // --data SPEC: the user's files instead of the built-in test split
+  DataSpecOptions data_options;
   int64_t batch_size = 256;
   std::string output;  // predict: the CSV written
 };
@@ -41,6 +46,30 @@ std::pair<Tensor, Tensor> test_split(const ModelFileArgs& a, const keras::Model&
   return {x.reshape(Shape(shape)), y};
 }
 
+// --data SPEC: batches of (x flattened to the model's input, one-hot label) from the user's files;
+// the model's own layers (its Rescaling) scale them as in training.
+Dataset file_batches(const ModelFileArgs& a, const keras::Model& model) {
+  FileInput in = open_file_input(a.data, a.data_options);
+  const std::vector<keras::KerasTensor> inputs = model.inputs();
+  if (inputs.size() != 1) {
+    throw InvalidArgument("--model '" + a.model + "': expected a model with one input, got " +
+                          std::to_string(inputs.size()) + ".");
+  }
+  const int64_t flat = Shape(in.shape).num_elements();
+  const Shape model_input = inputs[0].shape();  // [batch, ...], the batch unknown
+  int64_t per_example = 1;
+  for (int i = 1; i < model_input.rank(); ++i) per_example *= model_input.dim(i);
+  if (model_input.rank() < 2 || per_example != flat) {
+    throw InvalidArgument("--model '" + a.model + "': its input " + model_input.to_string() +
+                          " does not take the examples of --data '" + a.data + "' (" +
+                          Shape(in.shape).to_string() + ").");
+  }
+  const int64_t classes = model.output().shape().dims().back();
+  return in.examples.batch(a.batch_size).map([flat, classes](const Element& batch) {
+    return Element{batch[0].reshape({-1, flat}), one_hot(batch[1].to(DType::int64), classes)};
+  });
+}
+
 std::shared_ptr<keras::Model> load(const ModelFileArgs& a) {
   return keras::saving::load_model(a.model);
 }
@@ -51,9 +80,14 @@ int run_evaluate(const ModelFileArgs& a) {
     throw InvalidArgument("--model '" + a.model +
                           "' was saved without compile_config: evaluate needs its loss.");
   }
-  auto [x, y] = test_split(a, *model);
-  Tensor labels = one_hot(y.to(DType::int64), 10);
-  auto results = model->evaluate(x, labels, {.batch_size = a.batch_size});
+  std::map<std::string, double> results;
+  if (!a.data.empty()) {
+    results = model->evaluate(file_batches(a, *model));
+  } else {
+    auto [x, y] = test_split(a, *model);
+    Tensor labels = one_hot(y.to(DType::int64), 10);
+    results = model->evaluate(x, labels, {.batch_size = a.batch_size});
+  }
   std::string accuracy;
   for (const auto& [key, value] : results) {
     if (key.find("accuracy") != std::string::npos) accuracy = key;
@@ -66,9 +100,14 @@ int run_evaluate(const ModelFileArgs& a) {
 
 int run_predict(const ModelFileArgs& a) {
   auto model = load(a);
-  auto [x, y] = test_split(a, *model);
-  (void)y;
-  Tensor out = model->predict(x, a.batch_size);
+  Tensor out;
+  if (!a.data.empty()) {
+    out = model->predict(file_batches(a, *model));
+  } else {
+    auto [x, y] = test_split(a, *model);
+    (void)y;
+    out = model->predict(x, a.batch_size);
+  }
   if (out.dtype() != DType::float32) out = out.to(DType::float32);
   const int64_t rows = out.dim(0), cols = out.num_elements() / std::max<int64_t>(rows, 1);
   std::ofstream csv(a.output);
@@ -90,6 +129,15 @@ void add_common_options(CLI::App& cmd, ModelFileArgs& a) {
   cmd.add_option("--dataset", a.dataset, "fashion_mnist or mnist: its test split")
       ->check(CLI::IsMember({"fashion_mnist", "mnist"}));
   cmd.add_option("--data-dir", a.data_dir, "Directory of the four IDX files");
+  cmd.add_option("--data", a.data,
+                 "Your files instead of the test split, as lockstep train --data reads them: a "
+                 "directory of class folders of PNG/JPEG images, a CSV file (or glob), or a glob "
+                 "of TFRecord files of tf.train.Example (docs/data.md)");
+  cmd.add_option("--label-column", a.data_options.label_column, "CSV: the label column");
+  cmd.add_option("--image-feature", a.data_options.image_feature,
+                 "TFRecord: the bytes feature holding the image (PNG, JPEG or raw uint8)");
+  cmd.add_option("--label-feature", a.data_options.label_feature,
+                 "TFRecord: the int64 label feature");
   add_integer_option(cmd, "--batch-size", a.batch_size, "Examples per batch", 1);
 }
 

@@ -108,6 +108,24 @@ expect_error "label of -5" -- --data "$fixtures/examples.tfrecord"
 head -c 100 "$tmp/part-0.tfrecord" >"$tmp/cut.tfrecord"
 expect_error "cut.tfrecord" "record 0" "truncated" -- --data "$tmp/cut.tfrecord"
 
+# evaluate and predict read --data as train does: a model saved after training on the class
+# folders gets, from evaluate --data, the test loss and accuracy train printed for the same files,
+# and predict writes one row per image.
+checks=$((checks + 1))
+"$lockstep" train --data "$tmp/png" --validation-data "$tmp/png" --epochs 2 --global-batch-size 4 \
+  --replicas 1 --verbose 0 --save-model "$tmp/m.keras" >"$tmp/train_out" 2>&1 ||
+  fail "train --save-model: $(tail -3 "$tmp/train_out")"
+"$lockstep" evaluate --model "$tmp/m.keras" --data "$tmp/png" --batch-size 4 >"$tmp/eval_out" 2>&1 ||
+  fail "evaluate --data: $(tail -3 "$tmp/eval_out")"
+want=$(grep -o 'test accuracy: [0-9.]*' "$tmp/train_out")
+got=$(grep -o 'test accuracy: [0-9.]*' "$tmp/eval_out")
+[[ -n $want && $got == "$want" ]] || fail "evaluate --data printed '$got', train printed '$want'"
+checks=$((checks + 1))
+"$lockstep" predict --model "$tmp/m.keras" --data "$tmp/png" --output "$tmp/p.csv" >/dev/null 2>&1 ||
+  fail "predict --data"
+[[ $(wc -l <"$tmp/p.csv") -eq 12 && $(head -1 "$tmp/p.csv" | tr ',' '\n' | wc -l) -eq 2 ]] ||
+  fail "predict --data wrote $(wc -l <"$tmp/p.csv") rows: $(head -2 "$tmp/p.csv")"
+
 # A file with an image name that is not an image.
 echo "not a png" >"$tmp/png/b/fake.png"
 expect_error "fake.png" "neither a PNG nor a JPEG" -- --data "$tmp/png"
