@@ -34,6 +34,10 @@ struct KerasNode {
   std::vector<KerasTensor> inputs;  // empty for an InputLayer
 };
 
+// The nodes that `output` depends on, each after the nodes of its inputs (inputs first, `output`'s
+// own node last), each once.
+std::vector<std::shared_ptr<KerasNode>> topological_order(const KerasTensor& output);
+
 // keras.Input: `shape` excludes the batch dimension.
 KerasTensor Input(const Shape& shape, DType dtype = DType::float32, const std::string& name = "");
 

@@ -27,21 +27,7 @@ struct Model::Graph {
   std::vector<std::shared_ptr<KerasNode>> order;  // topological, inputs first
 };
 
-namespace {
-std::vector<std::shared_ptr<KerasNode>> topological_order(const KerasTensor& outputs) {
-  std::vector<std::shared_ptr<KerasNode>> order;
-  std::set<KerasNode*> seen;
-  std::function<void(const std::shared_ptr<KerasNode>&)> visit =
-      [&](const std::shared_ptr<KerasNode>& n) {
-        if (!seen.insert(n.get()).second) return;
-        for (const KerasTensor& in : n->inputs) visit(in.node());
-        order.push_back(n);
-      };
-  visit(outputs.node());
-  return order;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 OptimizerArg::OptimizerArg(const char* name) : ptr(optimizers::get(name)) {}
 MetricArg::MetricArg(const char* name)
@@ -353,6 +339,19 @@ void Model::load_weights(const std::string& path) {
     sources.push_back(t);
   }
   for (size_t i = 0; i < ws.size(); ++i) ws[i].assign(*sources[i]);
+}
+
+std::vector<std::shared_ptr<KerasNode>> topological_order(const KerasTensor& output) {
+  std::vector<std::shared_ptr<KerasNode>> order;
+  std::set<KerasNode*> seen;
+  std::function<void(const std::shared_ptr<KerasNode>&)> visit =
+      [&](const std::shared_ptr<KerasNode>& n) {
+        if (!seen.insert(n.get()).second) return;
+        for (const KerasTensor& in : n->inputs) visit(in.node());
+        order.push_back(n);
+      };
+  visit(output.node());
+  return order;
 }
 
 }  // namespace lockstep::keras

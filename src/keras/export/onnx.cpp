@@ -20,19 +20,6 @@ namespace {
 using nlohmann::json;
 using onnx_export::GraphBuilder;
 
-std::vector<std::shared_ptr<KerasNode>> topological_nodes(const KerasTensor& output) {
-  std::vector<std::shared_ptr<KerasNode>> order;
-  std::set<KerasNode*> seen;
-  std::function<void(const std::shared_ptr<KerasNode>&)> visit =
-      [&](const std::shared_ptr<KerasNode>& n) {
-        if (!seen.insert(n.get()).second) return;
-        for (const KerasTensor& in : n->inputs) visit(in.node());
-        order.push_back(n);
-      };
-  visit(output.node());
-  return order;
-}
-
 [[noreturn]] void unsupported(const Layer& layer, const std::string& why) {
   throw InvalidArgument("export_onnx: layer '" + layer.name() + "' (" + layer.class_name() +
                         ") has no ONNX export: " + why + ".");
@@ -49,7 +36,7 @@ class Exporter {
                    m.name(), "' is not built or takes ", ins.size(), " inputs.");
     std::map<const KerasNode*, std::string> values;
     for (size_t i = 0; i < ins.size(); ++i) values[ins[i].node().get()] = inputs[i];
-    for (const auto& n : topological_nodes(m.output())) {
+    for (const auto& n : topological_order(m.output())) {
       if (n->inputs.empty()) continue;
       std::vector<std::string> args;
       for (const KerasTensor& t : n->inputs) args.push_back(values.at(t.node().get()));

@@ -36,19 +36,6 @@ int first_node_index(const Layer& layer) {
   return layer.class_name() == "Functional" ? 1 : 0;
 }
 
-std::vector<std::shared_ptr<KerasNode>> topological_nodes(const KerasTensor& output) {
-  std::vector<std::shared_ptr<KerasNode>> order;
-  std::set<KerasNode*> seen;
-  std::function<void(const std::shared_ptr<KerasNode>&)> visit =
-      [&](const std::shared_ptr<KerasNode>& n) {
-        if (!seen.insert(n.get()).second) return;
-        for (const KerasTensor& in : n->inputs) visit(in.node());
-        order.push_back(n);
-      };
-  visit(output.node());
-  return order;
-}
-
 [[noreturn]] void bad_config(const std::string& model, const std::string& what) {
   throw InvalidArgument("model config '" + model + "': " + what);
 }
@@ -95,7 +82,7 @@ std::string history_key(const std::string& layer, int node_index) {
 json functional_config(const Model& model) {
   LOCKSTEP_CHECK_AS(FailedPrecondition, model.output().defined(), "get_config: model '",
                     model.name(), "' has no graph yet.");
-  const auto order = topological_nodes(model.output());
+  const auto order = topological_order(model.output());
   // Each layer's calls, in order; layers in order of their first call.
   std::vector<std::shared_ptr<Layer>> layers;
   std::map<const Layer*, std::vector<const KerasNode*>> calls;
