@@ -4,11 +4,11 @@
 //
 // bfloat16 operands take oneDNN's bfloat16 kernels where the CPU has bfloat16 instructions
 // (AVX512_CORE_BF16, AMX; matmuls still choose per shape, see bf16_matmul_mode). oneDNN 2.6 has no
-// bfloat16 primitives below AVX512_CORE and emulates them slowly on AVX512_CORE without BF16. Elsewhere every op keeps the
-// mixed_bfloat16 numerics — bfloat16-rounded operands and outputs, float32 accumulation — and
-// computes in float32 kernels: a bfloat16 value widens to float32 exactly and a product of two
-// bfloat16 values is exact in float32, so only the order of the sums can differ from a bfloat16
-// kernel.
+// bfloat16 primitives below AVX512_CORE and emulates them slowly on AVX512_CORE without BF16.
+// Elsewhere every op keeps the mixed_bfloat16 numerics — bfloat16-rounded operands and outputs,
+// float32 accumulation — and computes in float32 kernels: a bfloat16 value widens to float32
+// exactly and a product of two bfloat16 values is exact in float32, so only the order of the sums
+// can differ from a bfloat16 kernel.
 #include <string>
 #include <string_view>
 
