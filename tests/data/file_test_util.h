@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "lockstep/core/error.h"
+
 namespace lockstep::testing_data {
 
 class ScratchDir : public ::testing::Test {
@@ -44,6 +46,18 @@ inline std::string fixture(const std::string& name) {
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// The message of the DataLoss that fn() throws (a test failure, and "", when it throws none).
+template <typename Fn>
+std::string data_loss_message(Fn fn) {
+  try {
+    fn();
+  } catch (const DataLoss& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected DataLoss";
+  return "";
 }
 
 }  // namespace lockstep::testing_data

@@ -12,6 +12,8 @@
 namespace lockstep {
 namespace {
 
+using testing_data::data_loss_message;
+
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing_data::fixture;
@@ -24,17 +26,6 @@ uint8_t value(int64_t x, int64_t y, int64_t c) {
 
 std::span<const uint8_t> span_of(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-template <typename Fn>
-std::string data_loss_message(Fn fn) {
-  try {
-    fn();
-  } catch (const DataLoss& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected DataLoss";
-  return "";
 }
 
 // Expected pixels: (x, y, c) -> value, for an image of `channels` written with `file_channels`.

@@ -10,22 +10,13 @@
 namespace lockstep {
 namespace {
 
+using testing_data::data_loss_message;
+
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing_data::ScratchDir;
 using S = std::vector<std::string>;
 using Rows = std::vector<S>;
-
-template <typename Fn>
-std::string data_loss_message(Fn fn) {
-  try {
-    fn();
-  } catch (const DataLoss& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected DataLoss";
-  return "";
-}
 
 S lines_of(const Dataset& ds) {
   S out;

@@ -14,6 +14,8 @@
 namespace lockstep {
 namespace {
 
+using testing_data::data_loss_message;
+
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing_data::ScratchDir;
@@ -53,17 +55,6 @@ std::vector<uint8_t> gzip_member(const std::vector<uint8_t>& data) {
   out.resize(z.total_out);
   deflateEnd(&z);
   return out;
-}
-
-template <typename Fn>
-std::string data_loss_message(Fn fn) {
-  try {
-    fn();
-  } catch (const DataLoss& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected DataLoss";
-  return "";
 }
 
 class TFRecord : public ScratchDir {};
