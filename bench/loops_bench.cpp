@@ -1,7 +1,8 @@
 // Lockstep's own hot loops (not oneDNN's) on one core: Adam's update over the seed model's
 // 101,770 parameters, the float32 <-> bfloat16 conversions and relu with its gradient over 2^20
-// elements. Each is built for x86-64, x86-64-v3 and x86-64-v4 and chosen under the ISA cap, so
-// the three builds are measured by running this under caps (docs/performance.md):
+// elements, and attention forward and backward at the ViT's shape. Each is built for x86-64,
+// x86-64-v3 and x86-64-v4 and chosen under the ISA cap, so the three builds are measured by running
+// this under caps (docs/performance.md):
 //   for cap in SSE41 AVX2 AVX512_CORE; do
 //     LOCKSTEP_MAX_CPU_ISA=$cap OMP_NUM_THREADS=1 taskset -c 0 build/release/bench/loops_bench
 //   done
@@ -15,6 +16,7 @@
 #include "lockstep/core/random.h"
 #include "lockstep/keras/optimizers.h"
 #include "lockstep/ops/activations.h"
+#include "lockstep/ops/attention.h"
 
 namespace lockstep {
 namespace {
@@ -87,6 +89,35 @@ void BM_AdamUpdate(benchmark::State& state) {
   label(state, 28, kSeedParameters);  // reads w, g, m, v; writes w, m, v
 }
 BENCHMARK(BM_AdamUpdate);
+
+// The ViT's attention (apps/models: 49 patches, 4 heads of 16) over 32 examples: the scores, the
+// column softmax and the weighted rows, forward and backward. Counted as the flop of its four
+// products (2·T·S·D each, per head).
+void attention(benchmark::State& state, DType dtype) {
+  constexpr int64_t kB = 32, kT = 49, kH = 4, kD = 16;
+  Generator gen(5);
+  Tensor q = gen.uniform({kB, kT, kH, kD}, -1, 1).to(dtype);
+  Tensor k = gen.uniform({kB, kT, kH, kD}, -1, 1).to(dtype);
+  Tensor v = gen.uniform({kB, kT, kH, kD}, -1, 1).to(dtype);
+  Tensor dy = gen.uniform({kB, kT, kH, kD}, -1, 1).to(dtype);
+  for (auto _ : state) {
+    Tensor y = ops::dot_product_attention_forward(q, k, v);
+    benchmark::DoNotOptimize(ops::dot_product_attention_backward(dy, q, k, v));
+    benchmark::DoNotOptimize(y);
+  }
+  state.SetLabel(std::string(loop_isa_name(loop_isa())));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 6 * 2 * kB * kH * kT * kT * kD,
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+void BM_AttentionFloat32(benchmark::State& state) {
+  attention(state, DType::float32);
+}
+BENCHMARK(BM_AttentionFloat32);
+void BM_AttentionBfloat16(benchmark::State& state) {
+  attention(state, DType::bfloat16);
+}
+BENCHMARK(BM_AttentionBfloat16);
 
 }  // namespace
 }  // namespace lockstep

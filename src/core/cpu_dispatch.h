@@ -64,3 +64,36 @@ Fn choose_loop(Fn baseline, Fn x86_64_v3, Fn x86_64_v4) {
     return chosen args;                                                                         \
   }                                                                                             \
   [[gnu::always_inline]] inline ret name##_body params
+
+// LOCKSTEP_DISPATCHED_LANES: as LOCKSTEP_DISPATCHED, for a body written over GCC vector types of
+// the build's native width. The body is a template on kFloatLanes — the float32 lanes of one
+// register: 4 (SSE2), 8 (AVX2), 16 (AVX-512) — so that a vector is one register in every build:
+// a 64-byte vector in the AVX2 build would be lowered through the stack (every broadcast a
+// store), and blocks sized for AVX-512's 32 registers spill in AVX2's 16.
+//
+//   LOCKSTEP_DISPATCHED_LANES(void, scale_f32, (float* x, int64_t n), (x, n)) {
+//     typedef float V __attribute__((vector_size(4 * kFloatLanes)));
+//     ...
+//   }
+#define LOCKSTEP_DISPATCHED_LANES(ret, name, params, args)                                      \
+  template <int kFloatLanes>                                                                    \
+  [[gnu::always_inline]] static inline ret name##_body params;                                  \
+  namespace {                                                                                   \
+  ret name##_x86_64 params {                                                                    \
+    return name##_body<4> args;                                                                 \
+  }                                                                                             \
+  LOCKSTEP_TARGET_X86_64_V3 ret name##_x86_64_v3 params {                                       \
+    return name##_body<8> args;                                                                 \
+  }                                                                                             \
+  LOCKSTEP_TARGET_X86_64_V4 ret name##_x86_64_v4 params {                                       \
+    return name##_body<16> args;                                                                \
+  }                                                                                             \
+  }                                                                                             \
+  ret name params {                                                                             \
+    using Fn = ret(*) params;                                                                   \
+    static const Fn chosen =                                                                    \
+        ::lockstep::detail::choose_loop<Fn>(name##_x86_64, name##_x86_64_v3, name##_x86_64_v4); \
+    return chosen args;                                                                         \
+  }                                                                                             \
+  template <int kFloatLanes>                                                                    \
+  [[gnu::always_inline]] inline ret name##_body params

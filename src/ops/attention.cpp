@@ -144,80 +144,93 @@ void set_dropped(A* scores, const Plan& p, int64_t b0, int64_t n, int64_t ld, A 
   }
 }
 
-// GCC vector extensions: 16 lanes (one AVX-512 register in the x86-64-v4 build, four SSE ones in
-// the baseline build), passed by reference (by value they would change the baseline ABI).
-typedef float F16 __attribute__((vector_size(64)));
-typedef int32_t I16 __attribute__((vector_size(64)));
-typedef uint32_t U16 __attribute__((vector_size(64)));
-typedef uint16_t H16 __attribute__((vector_size(32)));
+// GCC vector extensions of W float32 lanes: one register of the build (LOCKSTEP_DISPATCHED_LANES:
+// 4 in the baseline build, 8 in x86-64-v3, 16 in x86-64-v4), passed by reference (by value they
+// would change the baseline ABI). Every loop below computes each lane on its own, so the width
+// changes no result: the three builds give the same bits.
+template <int W>
+struct Lanes {
+  typedef float F __attribute__((vector_size(4 * W)));
+  typedef int32_t I __attribute__((vector_size(4 * W)));
+  typedef uint32_t U __attribute__((vector_size(4 * W)));
+  typedef uint16_t H __attribute__((vector_size(2 * W)));
+};
 
-inline void load16(F16& v, const float* p) {
+template <typename V>
+[[gnu::always_inline]] inline void load(V& v, const float* p) {
   std::memcpy(&v, p, sizeof v);
 }
-inline void store16(float* p, const F16& v) {
+template <typename V>
+[[gnu::always_inline]] inline void store(float* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
 // e^x for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a polynomial for e^r, scaled by
 // 2^n through the exponent bits; ~1 ulp), exactly 0 below -87 (where float32's e^x would be
 // denormal) so that dropped scores get probability 0.
-inline void exp_nonpositive(F16& x) {
-  const F16 lo = F16{} - 87.0f;
-  const I16 under = x < lo;
+template <int W>
+[[gnu::always_inline]] inline void exp_nonpositive(typename Lanes<W>::F& x) {
+  using F = typename Lanes<W>::F;
+  using I = typename Lanes<W>::I;
+  const F lo = F{} - 87.0f;
+  const I under = x < lo;
   x = under ? lo : x;
-  const F16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  const F16 r = x - n * 0.693359375f - n * -2.12194440e-4f;
-  F16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  const F n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const F r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  F p = r * 1.9875691500e-4f + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const I16 scale = (__builtin_convertvector(n, I16) + 127) << 23;
-  x = (F16)((I16)(p * (F16)scale) & ~under);
+  const I scale = (__builtin_convertvector(n, I) + 127) << 23;
+  x = (F)((I)(p * (F)scale) & ~under);
 }
 
 // v rounded to bfloat16 values (kept in float32; round to nearest even, NaN stays a quiet NaN),
 // as round_to_bfloat16_value.
-[[gnu::always_inline]] inline void round_to_bfloat16_values16(F16& v) {
-  const U16 u = (U16)v;
-  const U16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  const U16 quiet_nan = (u | 0x00400000u) & 0xffff0000u;
-  v = (F16)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+template <int W>
+[[gnu::always_inline]] inline void round_lanes_to_bfloat16(typename Lanes<W>::F& v) {
+  using U = typename Lanes<W>::U;
+  const U u = (U)v;
+  const U rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const U quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+  v = (typename Lanes<W>::F)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 // Softmax over each column of `count` matrices [rows, ld] (ld a multiple of 16), in place: the
-// max, the exponentials and their sum run down the columns, 16 at a time, with no reduction
+// max, the exponentials and their sum run down the columns, a vector at a time, with no reduction
 // across lanes. With `rounded`, the probabilities rounded to bfloat16 values also go there (same
 // layout), in the same pass.
-LOCKSTEP_DISPATCHED(void, softmax_columns_f32,
-                    (float* __restrict x, int64_t count, int64_t rows, int64_t ld,
-                     float* __restrict rounded),
-                    (x, count, rows, ld, rounded)) {
-  F16 v, m, sum;
+LOCKSTEP_DISPATCHED_LANES(void, softmax_columns_f32,
+                          (float* __restrict x, int64_t count, int64_t rows, int64_t ld,
+                           float* __restrict rounded),
+                          (x, count, rows, ld, rounded)) {
+  constexpr int W = kFloatLanes;
+  typename Lanes<W>::F v, m, sum;
   for (int64_t c = 0; c < count; ++c, x += rows * ld) {
-    for (int64_t j = 0; j < ld; j += 16) {
-      load16(m, x + j);
+    for (int64_t j = 0; j < ld; j += W) {
+      load(m, x + j);
       for (int64_t r = 1; r < rows; ++r) {
-        load16(v, x + r * ld + j);
+        load(v, x + r * ld + j);
         m = v > m ? v : m;
       }
-      sum = F16{};
+      sum = typename Lanes<W>::F{};
       for (int64_t r = 0; r < rows; ++r) {
-        load16(v, x + r * ld + j);
+        load(v, x + r * ld + j);
         v -= m;
-        exp_nonpositive(v);
+        exp_nonpositive<W>(v);
         sum += v;
-        store16(x + r * ld + j, v);
+        store(x + r * ld + j, v);
       }
-      const F16 inv = 1.0f / sum;
+      const typename Lanes<W>::F inv = 1.0f / sum;
       for (int64_t r = 0; r < rows; ++r) {
-        load16(v, x + r * ld + j);
+        load(v, x + r * ld + j);
         v *= inv;
-        store16(x + r * ld + j, v);
+        store(x + r * ld + j, v);
         if (rounded) {
-          round_to_bfloat16_values16(v);
-          store16(rounded + r * ld + j, v);
+          round_lanes_to_bfloat16<W>(v);
+          store(rounded + r * ld + j, v);
         }
       }
     }
@@ -226,23 +239,24 @@ LOCKSTEP_DISPATCHED(void, softmax_columns_f32,
 }
 
 // dP <- P ⊙ (dP − Σ_rows P ⊙ dP) down each column, likewise.
-LOCKSTEP_DISPATCHED(void, softmax_grad_columns_f32,
-                    (const float* __restrict p, float* __restrict dp, int64_t count, int64_t rows,
-                     int64_t ld),
-                    (p, dp, count, rows, ld)) {
-  F16 a, g, dot;
+LOCKSTEP_DISPATCHED_LANES(void, softmax_grad_columns_f32,
+                          (const float* __restrict p, float* __restrict dp, int64_t count,
+                           int64_t rows, int64_t ld),
+                          (p, dp, count, rows, ld)) {
+  constexpr int W = kFloatLanes;
+  typename Lanes<W>::F a, g, dot;
   for (int64_t c = 0; c < count; ++c, p += rows * ld, dp += rows * ld) {
-    for (int64_t j = 0; j < ld; j += 16) {
-      dot = F16{};
+    for (int64_t j = 0; j < ld; j += W) {
+      dot = typename Lanes<W>::F{};
       for (int64_t r = 0; r < rows; ++r) {
-        load16(a, p + r * ld + j);
-        load16(g, dp + r * ld + j);
+        load(a, p + r * ld + j);
+        load(g, dp + r * ld + j);
         dot += a * g;
       }
       for (int64_t r = 0; r < rows; ++r) {
-        load16(a, p + r * ld + j);
-        load16(g, dp + r * ld + j);
-        store16(dp + r * ld + j, a * (g - dot));
+        load(a, p + r * ld + j);
+        load(g, dp + r * ld + j);
+        store(dp + r * ld + j, a * (g - dot));
       }
     }
   }
@@ -264,60 +278,73 @@ LOCKSTEP_DISPATCHED(void, softmax_grad_columns_f32,
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
-[[gnu::always_inline]] inline void load16(F16& v, const uint16_t* p) {
-  H16 h;
+template <int W>
+[[gnu::always_inline]] inline void load(typename Lanes<W>::F& v, const uint16_t* p) {
+  typename Lanes<W>::H h;
   std::memcpy(&h, p, sizeof h);
-  v = (F16)(__builtin_convertvector(h, U16) << 16);
+  v = (typename Lanes<W>::F)(__builtin_convertvector(h, typename Lanes<W>::U) << 16);
+}
+template <int W>
+[[gnu::always_inline]] inline void load(typename Lanes<W>::F& v, const float* p) {
+  load(v, p);
 }
 // Rounds to bfloat16, nearest even; NaN stays a quiet NaN (as bfloat16(float)).
-[[gnu::always_inline]] inline void store16(uint16_t* p, const F16& v) {
-  const U16 u = (U16)v;
-  const U16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const U16 quiet_nan = (u >> 16) | 0x0040u;
-  const H16 h = __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded, H16);
+template <int W>
+[[gnu::always_inline]] inline void store(uint16_t* p, const typename Lanes<W>::F& v) {
+  using U = typename Lanes<W>::U;
+  const U u = (U)v;
+  const U rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const U quiet_nan = (u >> 16) | 0x0040u;
+  const auto h = __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded,
+                                         typename Lanes<W>::H);
   std::memcpy(p, &h, sizeof h);
 }
+template <int W>
+[[gnu::always_inline]] inline void store(float* p, const typename Lanes<W>::F& v) {
+  store(p, v);
+}
 
-// NV vectors (16 queries each) of rows s and, with TWO, s + 1 of yt; see scores_kernel.
-template <int NV, bool TWO, typename T>
+// NV vectors (W queries each) of rows s and, with TWO, s + 1 of yt; see scores_kernel.
+template <int W, int NV, bool TWO, typename T>
 [[gnu::always_inline]] inline void scores_rows(const T* __restrict a0, const T* __restrict a1,
                                                const float* __restrict bt, int64_t D, int64_t ld,
                                                float alpha, float* __restrict y0,
                                                float* __restrict y1) {
-  F16 acc0[NV] = {}, acc1[NV] = {}, v;
+  using F = typename Lanes<W>::F;
+  F acc0[NV] = {}, acc1[NV] = {}, v;
   for (int64_t dd = 0; dd < D; ++dd) {
-    const F16 x0 = value_of(a0[dd]) - F16{};  // a broadcast: a − 0 is a for every float
-    const F16 x1 = TWO ? value_of(a1[dd]) - F16{} : F16{};
+    const F x0 = value_of(a0[dd]) - F{};  // a broadcast: a − 0 is a for every float
+    const F x1 = TWO ? value_of(a1[dd]) - F{} : F{};
     for (int u = 0; u < NV; ++u) {
-      load16(v, bt + dd * ld + 16 * u);
+      load(v, bt + dd * ld + W * u);
       acc0[u] += x0 * v;
       if (TWO) acc1[u] += x1 * v;
     }
   }
   for (int u = 0; u < NV; ++u) {
-    store16(y0 + 16 * u, acc0[u] * alpha);
-    if (TWO) store16(y1 + 16 * u, acc1[u] * alpha);
+    store(y0 + W * u, F(acc0[u] * alpha));
+    if (TWO) store(y1 + W * u, F(acc1[u] * alpha));
   }
 }
 
-template <int NV, typename T>
+template <int W, int NV, typename T>
 [[gnu::always_inline]] inline void scores_columns(const T* __restrict a, int64_t a_rs, int64_t S,
                                                   const float* __restrict bt, int64_t D, int64_t ld,
                                                   float alpha, float* __restrict yt) {
   int64_t s = 0;
   for (; s + 2 <= S; s += 2) {
-    scores_rows<NV, true>(a + s * a_rs, a + (s + 1) * a_rs, bt, D, ld, alpha, yt + s * ld,
-                          yt + (s + 1) * ld);
+    scores_rows<W, NV, true>(a + s * a_rs, a + (s + 1) * a_rs, bt, D, ld, alpha, yt + s * ld,
+                             yt + (s + 1) * ld);
   }
-  if (s < S) scores_rows<NV, false>(a + s * a_rs, a, bt, D, ld, alpha, yt + s * ld, yt);
+  if (s < S) scores_rows<W, NV, false>(a + s * a_rs, a, bt, D, ld, alpha, yt + s * ld, yt);
 }
 
 // yt[s, t] = alpha · Σ_d a[s, d] · b[t, d] for s < S and t < ld (ld a multiple of 16, >= T): the
 // transposed scores as scores_t lays them out, float32. b is first transposed into bt [D, ld]
 // (float32 values, zero for t >= T, so the padding columns come out 0); then each row of yt is a
-// sum of the D rows of bt scaled by broadcast elements of a: up to 64 queries (four vectors) of
-// two rows at a time, held in registers.
-template <typename T>
+// sum of the D rows of bt scaled by broadcast elements of a: up to four vectors of queries of two
+// rows at a time, eight accumulators in registers at any width.
+template <int W, typename T>
 [[gnu::always_inline]] inline void scores_kernel(const T* __restrict a, int64_t a_rs, int64_t S,
                                                  const T* __restrict b, int64_t b_rs, int64_t T_,
                                                  int64_t D, int64_t ld, float alpha,
@@ -326,72 +353,74 @@ template <typename T>
     for (int64_t t = 0; t < T_; ++t) bt[dd * ld + t] = value_of(b[t * b_rs + dd]);
     for (int64_t t = T_; t < ld; ++t) bt[dd * ld + t] = 0.0f;
   }
-  for (int64_t j = 0; j < ld; j += 64) {
-    switch (std::min<int64_t>(4, (ld - j) / 16)) {
+  for (int64_t j = 0; j < ld; j += 4 * W) {
+    switch (std::min<int64_t>(4, (ld - j) / W)) {
       case 4:
-        scores_columns<4>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        scores_columns<W, 4>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
         break;
       case 3:
-        scores_columns<3>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        scores_columns<W, 3>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
         break;
       case 2:
-        scores_columns<2>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        scores_columns<W, 2>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
         break;
       default:
-        scores_columns<1>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
+        scores_columns<W, 1>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
         break;
     }
   }
 }
-LOCKSTEP_DISPATCHED(void, scores_f32,
-                    (const float* a, int64_t a_rs, int64_t S, const float* b, int64_t b_rs,
-                     int64_t T, int64_t D, int64_t ld, float alpha, float* bt, float* yt),
-                    (a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt)) {
-  scores_kernel(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
+LOCKSTEP_DISPATCHED_LANES(void, scores_f32,
+                          (const float* a, int64_t a_rs, int64_t S, const float* b, int64_t b_rs,
+                           int64_t T, int64_t D, int64_t ld, float alpha, float* bt, float* yt),
+                          (a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt)) {
+  scores_kernel<kFloatLanes>(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
 }
-LOCKSTEP_DISPATCHED(void, scores_bf16,
-                    (const uint16_t* a, int64_t a_rs, int64_t S, const uint16_t* b, int64_t b_rs,
-                     int64_t T, int64_t D, int64_t ld, float alpha, float* bt, float* yt),
-                    (a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt)) {
-  scores_kernel(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
+LOCKSTEP_DISPATCHED_LANES(void, scores_bf16,
+                          (const uint16_t* a, int64_t a_rs, int64_t S, const uint16_t* b,
+                           int64_t b_rs, int64_t T, int64_t D, int64_t ld, float alpha, float* bt,
+                           float* yt),
+                          (a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt)) {
+  scores_kernel<kFloatLanes>(a, a_rs, S, b, b_rs, T, D, ld, alpha, bt, yt);
 }
 
-// R output rows [i, i + R) of weighted_rows, features [c, c + 16), in R registers.
-template <int R, typename T>
+// R output rows [i, i + R) of weighted_rows, features [c, c + W), in R registers.
+template <int W, int R, typename T>
 [[gnu::always_inline]] inline void weighted_block(const float* __restrict w, int64_t wi, int64_t wj,
                                                   int64_t J, const T* __restrict x, int64_t x_rs,
                                                   float alpha, T* __restrict y, int64_t y_rs) {
-  F16 acc[R] = {}, v;
+  using F = typename Lanes<W>::F;
+  F acc[R] = {}, v;
   for (int64_t j = 0; j < J; ++j) {
-    load16(v, x + j * x_rs);
+    load<W>(v, x + j * x_rs);
     const float* wj0 = w + j * wj;
-    for (int u = 0; u < R; ++u) acc[u] += (wj0[u * wi] - F16{}) * v;  // a broadcast times v
+    for (int u = 0; u < R; ++u) acc[u] += (wj0[u * wi] - F{}) * v;  // a broadcast times v
   }
-  for (int u = 0; u < R; ++u) store16(y + u * y_rs, acc[u] * alpha);
+  for (int u = 0; u < R; ++u) store<W>(y + u * y_rs, F(acc[u] * alpha));
 }
 
 // y[i, c] = alpha · Σ_{j < J} w[i·wi + j·wj] · x[j, c] for i < I and c < D (w float32, x and y
 // float32 or bfloat16): a weighted sum of rows of x per output row (the weighted values P·V, and
-// the gradients dV, dQ, dK), 16 features per vector, eight output rows at a time (eight
-// independent sums keep the FMA units busy); features past the last multiple of 16 run as
-// scalars.
-template <typename T>
+// the gradients dV, dQ, dK), W features per vector, eight output rows at a time (eight
+// independent sums keep the multiply and add units busy); features past the last multiple of W
+// run as scalars, in the same order.
+template <int W, typename T>
 [[gnu::always_inline]] inline void weighted_rows(const float* __restrict w, int64_t wi, int64_t wj,
                                                  int64_t I, int64_t J, const T* __restrict x,
                                                  int64_t x_rs, int64_t D, float alpha,
                                                  T* __restrict y, int64_t y_rs) {
-  const int64_t dv = D / 16 * 16;
-  for (int64_t c = 0; c < dv; c += 16) {
+  const int64_t dv = D / W * W;
+  for (int64_t c = 0; c < dv; c += W) {
     int64_t i = 0;
     for (; i + 8 <= I; i += 8) {
-      weighted_block<8>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+      weighted_block<W, 8>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
     }
     if (i + 4 <= I) {
-      weighted_block<4>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+      weighted_block<W, 4>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
       i += 4;
     }
     for (; i < I; ++i) {
-      weighted_block<1>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+      weighted_block<W, 1>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
     }
   }
   for (int64_t c = dv; c < D; ++c) {
@@ -407,18 +436,19 @@ template <typename T>
     }
   }
 }
-LOCKSTEP_DISPATCHED(void, weighted_rows_f32,
-                    (const float* w, int64_t wi, int64_t wj, int64_t I, int64_t J, const float* x,
-                     int64_t x_rs, int64_t D, float alpha, float* y, int64_t y_rs),
-                    (w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs)) {
-  weighted_rows(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
+LOCKSTEP_DISPATCHED_LANES(void, weighted_rows_f32,
+                          (const float* w, int64_t wi, int64_t wj, int64_t I, int64_t J,
+                           const float* x, int64_t x_rs, int64_t D, float alpha, float* y,
+                           int64_t y_rs),
+                          (w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs)) {
+  weighted_rows<kFloatLanes>(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
 }
-LOCKSTEP_DISPATCHED(void, weighted_rows_bf16,
-                    (const float* w, int64_t wi, int64_t wj, int64_t I, int64_t J,
-                     const uint16_t* x, int64_t x_rs, int64_t D, float alpha, uint16_t* y,
-                     int64_t y_rs),
-                    (w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs)) {
-  weighted_rows(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
+LOCKSTEP_DISPATCHED_LANES(void, weighted_rows_bf16,
+                          (const float* w, int64_t wi, int64_t wj, int64_t I, int64_t J,
+                           const uint16_t* x, int64_t x_rs, int64_t D, float alpha, uint16_t* y,
+                           int64_t y_rs),
+                          (w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs)) {
+  weighted_rows<kFloatLanes>(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
 }
 
 template <bool GRAD>

@@ -13,6 +13,7 @@
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/ops/activations.h"
+#include "lockstep/ops/attention.h"
 #include "lockstep/ops/elementwise.h"
 
 namespace lockstep {
@@ -79,6 +80,102 @@ TEST(IsaLoops, AddGivesTheScalarBitsInFloat32AndBfloat16) {
       ASSERT_EQ(got, want16) << "element " << i;
     }
   }
+}
+
+// Attention's own loops, by their scalar definition: every sum in the order of its index from 0,
+// e^x by the kernel's polynomial (Cephes' expf for x <= 0, 0 below -87), probabilities as e times
+// the reciprocal of the column's sum. T = S = 37 pads the scores to 48 columns and D = 19 leaves a
+// scalar tail, so each build's vector blocks and remainders are all used.
+float exp_nonpositive_scalar(float x) {
+  const bool under = x < -87.0f;
+  if (under) x = -87.0f;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  float p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return under ? 0.0f : p * scale;
+}
+
+TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
+  constexpr int64_t B = 2, T = 37, H = 2, D = 19;
+  auto finite = [](std::vector<float> x) {  // a NaN or infinity would make whole heads NaN
+    for (float& e : x) e = std::isfinite(e) ? e : 0.5f;
+    return x;
+  };
+  const std::vector<float> q = finite(values(B * T * H * D, 5)),
+                           k = finite(values(B * T * H * D, 6)),
+                           v = finite(values(B * T * H * D, 7)),
+                           dout = finite(values(B * T * H * D, 8));
+  auto at = [](int64_t b, int64_t t, int64_t h, int64_t d) {
+    return ((b * T + t) * H + h) * D + d;
+  };
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  std::vector<float> out(q.size()), dq(q.size()), dk(q.size()), dv(q.size());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      // s: key, t: query. Scores, probabilities and their gradients, [s][t].
+      std::vector<float> p(T * T), dp(T * T);
+      for (int64_t s = 0; s < T; ++s) {
+        for (int64_t t = 0; t < T; ++t) {
+          float acc = 0.0f, dacc = 0.0f;
+          for (int64_t d = 0; d < D; ++d) {
+            acc += k[at(b, s, h, d)] * q[at(b, t, h, d)];
+            dacc += v[at(b, s, h, d)] * dout[at(b, t, h, d)];
+          }
+          p[s * T + t] = acc * scale;
+          dp[s * T + t] = dacc;
+        }
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        float m = p[t];
+        for (int64_t s = 1; s < T; ++s) m = p[s * T + t] > m ? p[s * T + t] : m;
+        float sum = 0.0f;
+        for (int64_t s = 0; s < T; ++s)
+          sum += (p[s * T + t] = exp_nonpositive_scalar(p[s * T + t] - m));
+        const float inv = 1.0f / sum;
+        float dot = 0.0f;
+        for (int64_t s = 0; s < T; ++s) dot += (p[s * T + t] *= inv) * dp[s * T + t];
+        for (int64_t s = 0; s < T; ++s) dp[s * T + t] = p[s * T + t] * (dp[s * T + t] - dot);
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        for (int64_t t = 0; t < T; ++t) {  // out and dQ: sums over keys
+          float o = 0.0f, g = 0.0f;
+          for (int64_t s = 0; s < T; ++s) {
+            o += p[s * T + t] * v[at(b, s, h, d)];
+            g += dp[s * T + t] * k[at(b, s, h, d)];
+          }
+          out[at(b, t, h, d)] = o * 1.0f;
+          dq[at(b, t, h, d)] = g * scale;
+        }
+        for (int64_t s = 0; s < T; ++s) {  // dV and dK: sums over queries
+          float gv = 0.0f, gk = 0.0f;
+          for (int64_t t = 0; t < T; ++t) {
+            gv += p[s * T + t] * dout[at(b, t, h, d)];
+            gk += dp[s * T + t] * q[at(b, t, h, d)];
+          }
+          dv[at(b, s, h, d)] = gv * 1.0f;
+          dk[at(b, s, h, d)] = gk * scale;
+        }
+      }
+    }
+  }
+  const Shape shape{B, T, H, D};
+  const Tensor tq = Tensor::from_vector(q, shape), tk = Tensor::from_vector(k, shape),
+               tv = Tensor::from_vector(v, shape);
+  const Tensor y = ops::dot_product_attention_forward(tq, tk, tv);
+  const ops::AttentionGrads g =
+      ops::dot_product_attention_backward(Tensor::from_vector(dout, shape), tq, tk, tv);
+  EXPECT_TRUE(same_bits(y.data<float>(), out.data(), out.size()));
+  EXPECT_TRUE(same_bits(g.dquery.data<float>(), dq.data(), dq.size()));
+  EXPECT_TRUE(same_bits(g.dkey.data<float>(), dk.data(), dk.size()));
+  EXPECT_TRUE(same_bits(g.dvalue.data<float>(), dv.data(), dv.size()));
 }
 
 }  // namespace
