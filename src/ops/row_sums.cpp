@@ -9,27 +9,52 @@
 namespace lockstep::ops::detail {
 namespace {
 
-typedef double RowD8 __attribute__((vector_size(64)));
-typedef float RowF8 __attribute__((vector_size(32)));
-typedef uint16_t RowH8 __attribute__((vector_size(16)));
-typedef uint32_t RowW8 __attribute__((vector_size(32)));
+// Eight double lanes of a row's sums, whatever the build: one 64-byte vector in the x86-64-v4
+// build, two 32-byte ones in x86-64-v3 and four 16-byte ones in the baseline (W: the build's float
+// lanes, LOCKSTEP_DISPATCHED_LANES), so that every part is one register — a 64-byte vector in the
+// AVX2 build would be lowered through the stack. Lane i holds the elements i mod 8 in every build,
+// and lanes_sum adds them in one fixed tree: the sums have the same bits in every build.
+template <int W>
+struct Row8 {
+  static constexpr int kLanes = W / 2;  // doubles per register
+  static constexpr int kParts = 8 / kLanes;
+  typedef double D __attribute__((vector_size(8 * kLanes)));
+  typedef float F __attribute__((vector_size(4 * kLanes)));
+  typedef uint16_t H __attribute__((vector_size(2 * kLanes)));
+  typedef uint32_t U __attribute__((vector_size(4 * kLanes)));
+  D part[kParts];
+};
 
-[[gnu::always_inline]] inline void load8(RowD8& out, const float* p) {
-  RowF8 f;
-  std::memcpy(&f, p, sizeof f);
-  out = __builtin_convertvector(f, RowD8);
+template <int W>
+[[gnu::always_inline]] inline void load8(Row8<W>& out, const float* p) {
+  for (int k = 0; k < Row8<W>::kParts; ++k) {
+    typename Row8<W>::F f;
+    std::memcpy(&f, p + k * Row8<W>::kLanes, sizeof f);
+    out.part[k] = __builtin_convertvector(f, typename Row8<W>::D);
+  }
 }
-[[gnu::always_inline]] inline void load8(RowD8& out, const bfloat16* p) {
-  RowH8 h;
-  std::memcpy(&h, p, sizeof h);
-  const RowW8 bits = __builtin_convertvector(h, RowW8) << 16;  // bfloat16 -> float32 bits
-  out = __builtin_convertvector((RowF8)bits, RowD8);
+template <int W>
+[[gnu::always_inline]] inline void load8(Row8<W>& out, const bfloat16* p) {
+  for (int k = 0; k < Row8<W>::kParts; ++k) {
+    typename Row8<W>::H h;
+    std::memcpy(&h, p + k * Row8<W>::kLanes, sizeof h);
+    // bfloat16 -> float32 bits
+    const auto bits = __builtin_convertvector(h, typename Row8<W>::U) << 16;
+    out.part[k] = __builtin_convertvector((typename Row8<W>::F)bits, typename Row8<W>::D);
+  }
 }
-[[gnu::always_inline]] inline void load8(RowD8& out, const double* p) {
-  std::memcpy(&out, p, sizeof out);
+template <int W>
+[[gnu::always_inline]] inline void load8(Row8<W>& out, const double* p) {
+  std::memcpy(&out.part, p, sizeof out.part);
 }
-[[gnu::always_inline]] inline double lanes_sum(const RowD8& v) {
-  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+template <int W>
+[[gnu::always_inline]] inline double lane(const Row8<W>& v, int i) {
+  return v.part[i / Row8<W>::kLanes][i % Row8<W>::kLanes];
+}
+template <int W>
+[[gnu::always_inline]] inline double lanes_sum(const Row8<W>& v) {
+  return ((lane(v, 0) + lane(v, 1)) + (lane(v, 2) + lane(v, 3))) +
+         ((lane(v, 4) + lane(v, 5)) + (lane(v, 6) + lane(v, 7)));
 }
 inline double scalar(float v) {
   return v;
@@ -41,46 +66,50 @@ inline double scalar(double v) {
   return v;
 }
 
-template <typename T>
+template <int W, typename T>
 [[gnu::always_inline]] inline double sum_of(const T* x, int64_t n) {
-  RowD8 acc{}, v;
+  Row8<W> acc{}, v;
   int64_t d = 0;
   for (; d + 8 <= n; d += 8) {
     load8(v, x + d);
-    acc += v;
+    for (int k = 0; k < Row8<W>::kParts; ++k) acc.part[k] += v.part[k];
   }
   double sum = lanes_sum(acc);
   for (; d < n; ++d) sum += scalar(x[d]);
   return sum;
 }
 
-template <typename T>
+template <int W, typename T>
 [[gnu::always_inline]] inline double centered_squares_of(const T* x, int64_t n, double mu) {
-  RowD8 acc{}, v;
+  Row8<W> acc{}, v;
   int64_t d = 0;
   for (; d + 8 <= n; d += 8) {
     load8(v, x + d);
-    v -= mu;
-    acc += v * v;
+    for (int k = 0; k < Row8<W>::kParts; ++k) {
+      const typename Row8<W>::D c = v.part[k] - mu;
+      acc.part[k] += c * c;
+    }
   }
   double sum = lanes_sum(acc);
   for (; d < n; ++d) sum += (scalar(x[d]) - mu) * (scalar(x[d]) - mu);
   return sum;
 }
 
-template <typename T>
+template <int W, typename T>
 [[gnu::always_inline]] inline void gradient_sums_of(const T* dy, const T* x, const double* g,
                                                     int64_t n, double mu, double s, double& sum_g,
                                                     double& sum_gx) {
-  RowD8 ag{}, agx{}, vd, vx, vg;
+  Row8<W> ag{}, agx{}, vd, vx, vg;
   int64_t d = 0;
   for (; d + 8 <= n; d += 8) {
     load8(vd, dy + d);
     load8(vx, x + d);
     load8(vg, g + d);
-    const RowD8 dg = vd * vg;
-    ag += dg;
-    agx += dg * ((vx - mu) * s);
+    for (int k = 0; k < Row8<W>::kParts; ++k) {
+      const typename Row8<W>::D dg = vd.part[k] * vg.part[k];
+      ag.part[k] += dg;
+      agx.part[k] += dg * ((vx.part[k] - mu) * s);
+    }
   }
   sum_g = lanes_sum(ag);
   sum_gx = lanes_sum(agx);
@@ -129,22 +158,22 @@ template <typename T>
   }
 }
 
-template <typename T>
+template <int W, typename T>
 [[gnu::always_inline]] inline void normalize_rows(const T* x, int64_t rows, int64_t n,
                                                   const double* g, const double* b, double epsilon,
                                                   T* y, double* mean, double* inv_std) {
   const double count = static_cast<double>(n);
   for (int64_t r = 0; r < rows; ++r) {
     const T* row = x + r * n;
-    const double mu = sum_of(row, n) / count;
-    const double rstd = 1.0 / std::sqrt(centered_squares_of(row, n, mu) / count + epsilon);
+    const double mu = sum_of<W>(row, n) / count;
+    const double rstd = 1.0 / std::sqrt(centered_squares_of<W>(row, n, mu) / count + epsilon);
     mean[r] = mu;
     inv_std[r] = rstd;
     normalize_row(row, g, b, n, mu, rstd, y + r * n);
   }
 }
 
-template <typename T>
+template <int W, typename T>
 [[gnu::always_inline]] inline void normalize_rows_grad(const T* dy, const T* x, int64_t rows,
                                                        int64_t n, const double* g,
                                                        const double* mean, const double* inv_std,
@@ -154,7 +183,7 @@ template <typename T>
     const T* pd = dy + r * n;
     const T* px = x + r * n;
     double sum_g = 0, sum_gx = 0;
-    gradient_sums_of(pd, px, g, n, mean[r], inv_std[r], sum_g, sum_gx);
+    gradient_sums_of<W>(pd, px, g, n, mean[r], inv_std[r], sum_g, sum_gx);
     normalize_row_grad(pd, px, g, n, mean[r], inv_std[r], sum_g / count, sum_gx / count, dgamma,
                        dbeta, dx + r * n);
   }
@@ -162,58 +191,60 @@ template <typename T>
 
 }  // namespace
 
-LOCKSTEP_DISPATCHED(void, layer_norm_rows,
-                    (const float* x, int64_t rows, int64_t n, const double* g, const double* b,
-                     double epsilon, float* y, double* mean, double* inv_std),
-                    (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
-  normalize_rows(x, rows, n, g, b, epsilon, y, mean, inv_std);
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows,
+                          (const float* x, int64_t rows, int64_t n, const double* g,
+                           const double* b, double epsilon, float* y, double* mean,
+                           double* inv_std),
+                          (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
+  normalize_rows<kFloatLanes>(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
-LOCKSTEP_DISPATCHED(void, layer_norm_rows,
-                    (const bfloat16* x, int64_t rows, int64_t n, const double* g, const double* b,
-                     double epsilon, bfloat16* y, double* mean, double* inv_std),
-                    (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
-  normalize_rows(x, rows, n, g, b, epsilon, y, mean, inv_std);
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows,
+                          (const bfloat16* x, int64_t rows, int64_t n, const double* g,
+                           const double* b, double epsilon, bfloat16* y, double* mean,
+                           double* inv_std),
+                          (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
+  normalize_rows<kFloatLanes>(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
-LOCKSTEP_DISPATCHED(void, layer_norm_rows_grad,
-                    (const float* dy, const float* x, int64_t rows, int64_t n, const double* g,
-                     const double* mean, const double* inv_std, double* dgamma, double* dbeta,
-                     float* dx),
-                    (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
-  normalize_rows_grad(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
+                          (const float* dy, const float* x, int64_t rows, int64_t n,
+                           const double* g, const double* mean, const double* inv_std,
+                           double* dgamma, double* dbeta, float* dx),
+                          (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
+  normalize_rows_grad<kFloatLanes>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
-LOCKSTEP_DISPATCHED(void, layer_norm_rows_grad,
-                    (const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
-                     const double* g, const double* mean, const double* inv_std, double* dgamma,
-                     double* dbeta, bfloat16* dx),
-                    (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
-  normalize_rows_grad(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
+                          (const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
+                           const double* g, const double* mean, const double* inv_std,
+                           double* dgamma, double* dbeta, bfloat16* dx),
+                          (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
+  normalize_rows_grad<kFloatLanes>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
 
-LOCKSTEP_DISPATCHED(double, row_sum, (const float* x, int64_t n), (x, n)) {
-  return sum_of(x, n);
+LOCKSTEP_DISPATCHED_LANES(double, row_sum, (const float* x, int64_t n), (x, n)) {
+  return sum_of<kFloatLanes>(x, n);
 }
-LOCKSTEP_DISPATCHED(double, row_sum, (const bfloat16* x, int64_t n), (x, n)) {
-  return sum_of(x, n);
+LOCKSTEP_DISPATCHED_LANES(double, row_sum, (const bfloat16* x, int64_t n), (x, n)) {
+  return sum_of<kFloatLanes>(x, n);
 }
-LOCKSTEP_DISPATCHED(double, row_centered_squares, (const float* x, int64_t n, double mu),
-                    (x, n, mu)) {
-  return centered_squares_of(x, n, mu);
+LOCKSTEP_DISPATCHED_LANES(double, row_centered_squares, (const float* x, int64_t n, double mu),
+                          (x, n, mu)) {
+  return centered_squares_of<kFloatLanes>(x, n, mu);
 }
-LOCKSTEP_DISPATCHED(double, row_centered_squares, (const bfloat16* x, int64_t n, double mu),
-                    (x, n, mu)) {
-  return centered_squares_of(x, n, mu);
+LOCKSTEP_DISPATCHED_LANES(double, row_centered_squares, (const bfloat16* x, int64_t n, double mu),
+                          (x, n, mu)) {
+  return centered_squares_of<kFloatLanes>(x, n, mu);
 }
-LOCKSTEP_DISPATCHED(void, row_gradient_sums,
-                    (const float* dy, const float* x, const double* g, int64_t n, double mu,
-                     double s, double& sum_g, double& sum_gx),
-                    (dy, x, g, n, mu, s, sum_g, sum_gx)) {
-  gradient_sums_of(dy, x, g, n, mu, s, sum_g, sum_gx);
+LOCKSTEP_DISPATCHED_LANES(void, row_gradient_sums,
+                          (const float* dy, const float* x, const double* g, int64_t n, double mu,
+                           double s, double& sum_g, double& sum_gx),
+                          (dy, x, g, n, mu, s, sum_g, sum_gx)) {
+  gradient_sums_of<kFloatLanes>(dy, x, g, n, mu, s, sum_g, sum_gx);
 }
-LOCKSTEP_DISPATCHED(void, row_gradient_sums,
-                    (const bfloat16* dy, const bfloat16* x, const double* g, int64_t n, double mu,
-                     double s, double& sum_g, double& sum_gx),
-                    (dy, x, g, n, mu, s, sum_g, sum_gx)) {
-  gradient_sums_of(dy, x, g, n, mu, s, sum_g, sum_gx);
+LOCKSTEP_DISPATCHED_LANES(void, row_gradient_sums,
+                          (const bfloat16* dy, const bfloat16* x, const double* g, int64_t n,
+                           double mu, double s, double& sum_g, double& sum_gx),
+                          (dy, x, g, n, mu, s, sum_g, sum_gx)) {
+  gradient_sums_of<kFloatLanes>(dy, x, g, n, mu, s, sum_g, sum_gx);
 }
 
 }  // namespace lockstep::ops::detail

@@ -15,6 +15,7 @@
 #include "lockstep/ops/activations.h"
 #include "lockstep/ops/attention.h"
 #include "lockstep/ops/elementwise.h"
+#include "lockstep/ops/nn_norm.h"
 
 namespace lockstep {
 namespace {
@@ -176,6 +177,47 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   EXPECT_TRUE(same_bits(g.dquery.data<float>(), dq.data(), dq.size()));
   EXPECT_TRUE(same_bits(g.dkey.data<float>(), dk.data(), dk.size()));
   EXPECT_TRUE(same_bits(g.dvalue.data<float>(), dv.data(), dv.size()));
+}
+
+// Layer normalization's row sums, by their scalar definition: float64 sums in eight lanes (lane i
+// takes the elements i mod 8 of the whole blocks of eight), added in the tree
+// ((0+1)+(2+3))+((4+5)+(6+7)), then the remainder in order. 67 features: eight blocks and a tail.
+double lanes_then_tail(const std::vector<double>& terms) {
+  double lane[8] = {};
+  const size_t whole = terms.size() / 8 * 8;
+  for (size_t d = 0; d < whole; ++d) lane[d % 8] += terms[d];
+  double sum =
+      ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (size_t d = whole; d < terms.size(); ++d) sum += terms[d];
+  return sum;
+}
+
+TEST(IsaLoops, LayerNormGivesTheScalarBits) {
+  constexpr int64_t rows = 5, n = 67;
+  constexpr double epsilon = 1e-3;
+  auto finite = [](std::vector<float> v) {
+    for (float& e : v) e = std::isfinite(e) ? e : 0.5f;
+    return v;
+  };
+  const std::vector<float> x = finite(values(rows * n, 9)), gamma = finite(values(n, 10)),
+                           beta = finite(values(n, 11));
+  std::vector<float> want(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<double> row(x.begin() + r * n, x.begin() + (r + 1) * n);
+    const double mu = lanes_then_tail(row) / static_cast<double>(n);
+    std::vector<double> squares(n);
+    for (int64_t d = 0; d < n; ++d) squares[d] = (row[d] - mu) * (row[d] - mu);
+    const double rstd =
+        1.0 / std::sqrt(lanes_then_tail(squares) / static_cast<double>(n) + epsilon);
+    for (int64_t d = 0; d < n; ++d) {
+      want[r * n + d] = static_cast<float>((row[d] - mu) * rstd * static_cast<double>(gamma[d]) +
+                                           static_cast<double>(beta[d]));
+    }
+  }
+  const ops::LayerNormResult got =
+      ops::layer_norm_forward(Tensor::from_vector(x, {rows, n}), Tensor::from_vector(gamma, {n}),
+                              Tensor::from_vector(beta, {n}), epsilon);
+  EXPECT_TRUE(same_bits(got.output.data<float>(), want.data(), want.size()));
 }
 
 }  // namespace
