@@ -6,17 +6,21 @@
 //   backup_worker_count resume DIR EPOCHS PIPELINE OUT   fit to EPOCHS with BackupAndRestore(DIR)
 //   backup_worker_count full   -   EPOCHS PIPELINE OUT   fit EPOCHS epochs, no backup
 //
-// PIPELINE is "global" (experimental_distribute_dataset of global batches) or "per-replica"
-// (one shuffled shard per replica, as `lockstep train --input-pipeline per-replica`). The model
+// PIPELINE is "global" (experimental_distribute_dataset of global batches), "per-replica"
+// (one shuffled shard per replica, as `lockstep train --input-pipeline per-replica`) or "file"
+// (the examples in 4 CSV files that each process writes for itself under DIR, sharded by file
+// across workers: AutoShardPolicy::FILE, sparse labels). The model
 // has a Dropout layer, so the backup's per-replica random streams must carry over too. The chief
 // writes the final weights to OUT (safetensors) and the epoch fit resumed after to OUT.restored.
 // Errors print one line and exit 3 (alone) or end the job (under mpirun).
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <unistd.h>
 
 #include "lockstep/lockstep.h"
 
@@ -43,13 +47,40 @@ Element synthetic_data() {
   return {x, y};
 }
 
+// The examples as 4 CSV files (features f0.., then the class index), in a directory of this
+// process's own; returns its glob.
+std::string write_csv_shards(const Element& data, const std::string& dir) {
+  const std::string files = dir + "/csv-" + std::to_string(::getpid());
+  std::filesystem::create_directories(files);
+  for (int j = 0; j < 4; ++j) {
+    std::ofstream f(files + "/part-" + std::to_string(j) + ".csv");
+    for (int64_t c = 0; c < kFeatures; ++c) f << "f" << c << ",";
+    f << "label\n";
+    f.precision(9);
+    for (int64_t i = j; i < kExamples; i += 4) {
+      for (int64_t c = 0; c < kFeatures; ++c) f << data[0].data<float>()[i * kFeatures + c] << ",";
+      int64_t label = 0;
+      while (data[1].data<float>()[i * kClasses + label] == 0.0f) ++label;
+      f << label << "\n";
+    }
+  }
+  return files + "/part-*.csv";
+}
+
 int run(const std::string& mode, const std::string& dir, int epochs, const std::string& pipeline,
         const std::string& out) {
   keras::set_random_seed(77);
   distribute::MultiWorkerMirroredStrategy strategy({.timeout_seconds = 60});
   const Element data = synthetic_data();
   std::optional<distribute::DistributedDataset> input;
-  if (pipeline == "global") {
+  if (pipeline == "file") {
+    const std::string pattern = write_csv_shards(data, dir);
+    Dataset csv = make_csv_dataset(pattern, {.batch_size = kGlobalBatch / strategy.num_workers(),
+                                             .label_name = "label",
+                                             .shuffle_seed = 5})
+                      .dataset;
+    input = strategy.experimental_distribute_dataset(csv, distribute::AutoShardPolicy::FILE);
+  } else if (pipeline == "global") {
     input = strategy.experimental_distribute_dataset(
         Dataset::from_tensor_slices(data).shuffle(kExamples, 5).repeat().batch(kGlobalBatch));
   } else {
@@ -68,8 +99,13 @@ int run(const std::string& mode, const std::string& dir, int epochs, const std::
                            keras::layers::Dense({.units = 12, .activation = "relu"}),
                            keras::layers::Dropout(0.3),
                            keras::layers::Dense({.units = kClasses, .activation = "softmax"})});
-  model.compile(
-      {.optimizer = keras::optimizers::Adam(), .loss = keras::losses::CategoricalCrossentropy()});
+  if (pipeline == "file") {
+    model.compile({.optimizer = keras::optimizers::Adam(),
+                   .loss = keras::losses::SparseCategoricalCrossentropy()});
+  } else {
+    model.compile(
+        {.optimizer = keras::optimizers::Adam(), .loss = keras::losses::CategoricalCrossentropy()});
+  }
   std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks;
   std::shared_ptr<keras::callbacks::BackupAndRestore> backup;
   if (mode != "full") {
@@ -93,8 +129,8 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (argc < 5 || (mode != "write" && mode != "resume" && mode != "full") ||
       (mode != "write" && argc < 6)) {
-    std::cerr << "usage: backup_worker_count write|resume|full DIR EPOCHS global|per-replica "
-                 "[OUT]\n";
+    std::cerr << "usage: backup_worker_count write|resume|full DIR EPOCHS "
+                 "global|per-replica|file [OUT]\n";
     return 2;
   }
   try {

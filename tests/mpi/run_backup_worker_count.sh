@@ -5,7 +5,8 @@
 # sync, and the input position is re-sharded over the new workers. A backup of other replicas in
 # sync (2 x 2 resumed as 1 x 2, 1 x 1 as 2 x 1) resumes too, deterministically (an elastic
 # restart); a global batch the new replicas cannot divide for per-replica pipelines stops at once
-# with one line naming both.
+# with one line naming both. A backup of an input sharded by file resumes on its own number of
+# workers only.
 #   run_backup_worker_count.sh <mpirun> <backup_worker_count> <weights_close>
 set -u
 MPIRUN=$1 PROG=$2 CLOSE=$3
@@ -70,6 +71,32 @@ cat "$DIR/e.err"
 grep -qF "global batch size (16) must be divisible by the number of replicas in sync (3)" \
   "$DIR/e.err" || fail "the refusal does not name the global batch and the replicas"
 [ ! -e "$DIR/e.out" ] || fail "training ran with a global batch the replicas cannot divide"
+
+# Input sharded by file (each worker reads its own 2 of 4 CSV files): the backup resumes on its own
+# number of workers, and another number stops before training with one line that names the
+# workers it needs.
+refused() {  # refused NAME ERRFILE OUT WORKERS
+  local rc=$4
+  cat "$2"
+  [ "$rc" -ne 0 ] || fail "$1: resumed a FILE-sharded backup on another number of workers"
+  grep -qF "AutoShardPolicy::FILE" "$2" || fail "$1: the refusal does not name FILE sharding"
+  grep -qF "resume on $5" "$2" || fail "$1: the refusal does not name the workers to resume on"
+  [ ! -e "$3" ] || fail "$1: training ran"
+}
+LOCKSTEP_DEVICES=cpu:1 mpi2 "$PROG" write "$DIR/f" 2 file || fail "file: -np 2 write"
+cp -a "$DIR/f" "$DIR/f2"
+LOCKSTEP_DEVICES=cpu:2 alone "$PROG" resume "$DIR/f" 4 file "$DIR/f.out" 2>"$DIR/f.err"
+rc=$?
+refused "file: -np 2 -> alone" "$DIR/f.err" "$DIR/f.out" $rc "2 workers"
+[ "$(grep -vc '^lockstep: warning: ' "$DIR/f.err")" -eq 1 ] || fail "file: the refusal is not one line"
+LOCKSTEP_DEVICES=cpu:1 mpi2 "$PROG" resume "$DIR/f2" 4 file "$DIR/f2.out" ||
+  fail "file: -np 2 did not resume its own backup"
+[ "$(cat "$DIR/f2.out.restored" 2>/dev/null)" = 1 ] ||
+  fail "file: -np 2 did not resume its own backup after epoch index 1"
+LOCKSTEP_DEVICES=cpu:2 alone "$PROG" write "$DIR/g" 2 file || fail "file: write alone"
+LOCKSTEP_DEVICES=cpu:1 mpi2 "$PROG" resume "$DIR/g" 4 file "$DIR/g.out" 2>"$DIR/g.err"
+rc=$?
+refused "file: alone -> -np 2" "$DIR/g.err" "$DIR/g.out" $rc "1 worker"
 
 [ $failures -eq 0 ] && echo PASS
 [ $failures -eq 0 ]

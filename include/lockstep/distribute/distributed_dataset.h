@@ -116,13 +116,18 @@ class DistributedDataset {
   int64_t cardinality() const;
   Mode mode() const { return mode_; }
   int num_local_replicas() const { return num_local_; }
+  // Whether each worker reads its own files (AutoShardPolicy::FILE, or AUTO that chose it): the
+  // examples a step sees then depend on the number of workers.
+  bool sharded_by_file() const { return sharded_by_file_; }
 
  private:
+  friend class Strategy;  // marks FILE sharding
   std::vector<Dataset> datasets_;
   Mode mode_;
   int num_local_;
   int num_in_sync_;
   int first_local_;
+  bool sharded_by_file_ = false;
 };
 
 }  // namespace lockstep::distribute

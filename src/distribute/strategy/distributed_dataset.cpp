@@ -244,6 +244,11 @@ DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& data
                               num_local_replicas(), num_replicas_in_sync(),
                               worker_index() * num_local_replicas());
   };
+  auto by_file = [&](const Dataset& mine) {
+    DistributedDataset d = per_worker(equal_steps(*this, mine));
+    d.sharded_by_file_ = true;
+    return d;
+  };
   switch (policy) {
     case AutoShardPolicy::AUTO:
       // tf.data's AUTO: by file when the pipeline reads at least one file per worker, else by
@@ -255,7 +260,7 @@ DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& data
         } catch (const InvalidArgument&) {
           // A file list shorter than the workers: shard by data, as tf.data falls back.
         }
-        if (mine) return per_worker(equal_steps(*this, *mine));
+        if (mine) return by_file(*mine);
       }
       return experimental_distribute_dataset(dataset);
     case AutoShardPolicy::DATA:
@@ -263,7 +268,7 @@ DistributedDataset Strategy::experimental_distribute_dataset(const Dataset& data
     case AutoShardPolicy::OFF:
       return per_worker(dataset);
     case AutoShardPolicy::FILE:
-      return per_worker(equal_steps(*this, dataset.shard_files(num_workers(), worker_index())));
+      return by_file(dataset.shard_files(num_workers(), worker_index()));
   }
   throw InvalidArgument("experimental_distribute_dataset: unknown AutoShardPolicy " +
                         std::to_string(static_cast<int>(policy)) + ".");

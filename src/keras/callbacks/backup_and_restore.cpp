@@ -239,6 +239,7 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   saved_layout_ =
       replica_counts(parse_optional(file.metadata, "backup.num_workers", path),
                      parse_optional(file.metadata, "backup.local_replicas", path), saved_in_sync);
+  check_same_workers_if_by_file(file.metadata, path);
   saved_global_batch_ =
       std::max<int64_t>(0, parse_optional(file.metadata, "backup.global_batch_size", path));
   restore_random_state(m, file.metadata, path);
@@ -247,6 +248,34 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   restored_replicas_in_sync_ = static_cast<int>(saved_in_sync);
   global_batch_pending_ = saved_global_batch_ > 0 && static_cast<bool>(target().global_batch_size);
   target().resume_from(restored_epoch_ + 1, position);
+}
+
+// A FILE-sharded input gives each worker its own files: a worker's input position is in its own
+// files, and another number of workers splits the files differently. Such a backup resumes on its
+// own number of workers only; there is no re-sharding.
+void BackupAndRestore::check_same_workers_if_by_file(
+    const std::map<std::string, std::string>& metadata, const std::string& path) const {
+  const auto saved = metadata.find("backup.input_sharding");
+  const bool saved_by_file = saved != metadata.end() && saved->second == "file";
+  const bool now_by_file = target().input_sharded_by_file && target().input_sharded_by_file();
+  const int64_t saved_workers = parse_optional(metadata, "backup.num_workers", path);
+  const distribute::Strategy& s = model().distribute_strategy();
+  if (!(saved_by_file || now_by_file) || saved_workers <= 0 || saved_workers == s.num_workers()) {
+    return;
+  }
+  throw FailedPrecondition(
+      "BackupAndRestore: '" + path + "' was written by " + saved_layout_ + " reading " +
+      (saved_by_file ? "files sharded across workers (AutoShardPolicy::FILE)"
+                     : "data sharded across workers") +
+      "; this job (" +
+      replica_counts(s.num_workers(), s.num_local_replicas(), s.num_replicas_in_sync()) +
+      ") reads " +
+      (now_by_file ? "files sharded across its workers" : "data sharded across its workers") +
+      ". With files sharded by worker, each worker's input position is in its own files, which " +
+      "another number of workers splits differently: resume on " + std::to_string(saved_workers) +
+      (saved_workers == 1 ? " worker" : " workers") +
+      ", or shard by data in both runs (AutoShardPolicy::DATA; lockstep train: "
+      "--auto-shard-policy data).");
 }
 
 void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
@@ -296,6 +325,10 @@ void BackupAndRestore::on_epoch_end(int epoch, const Logs&) {
                      {"backup.replicas_in_sync", std::to_string(s.num_replicas_in_sync())},
                      {"backup.iterator_iteration", std::to_string(position.iteration)},
                      {"backup.iterator_position", std::to_string(position.position)}});
+    if (target().input_sharded_by_file) {
+      metadata.insert(
+          {"backup.input_sharding", target().input_sharded_by_file() ? "file" : "data"});
+    }
     if (largest_global_batch_ > 0) {
       metadata.insert({"backup.global_batch_size", std::to_string(largest_global_batch_)});
     }

@@ -77,6 +77,7 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
   callbacks::TrainingTarget target = callbacks::training_target(*this);
   target.iterator_state = [&it] { return it ? it->state() : IteratorState{}; };
   target.global_batch_size = [&it] { return it ? it->last_global_batch_size() : int64_t{0}; };
+  target.input_sharded_by_file = [&dist] { return dist.sharded_by_file(); };
   target.resume_from = [&](int epoch, const IteratorState& position) {
     initial_epoch = epoch;
     resume_position = position;

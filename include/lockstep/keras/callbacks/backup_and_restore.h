@@ -12,11 +12,16 @@
 //                          (initializers.h), "backup.dropout_*": each Dropout layer's per-replica
 //                          mask stream positions (all workers' replicas), "backup.num_workers" /
 //                          "backup.local_replicas" / "backup.replicas_in_sync": the job's layout,
-//                          "backup.global_batch_size": the largest global batch of its steps
+//                          "backup.global_batch_size": the largest global batch of its steps,
+//                          "backup.input_sharding": "file" when each worker read its own files
+//                          (AutoShardPolicy::FILE), else "data"
 //
 // When fit starts and the file exists, everything is restored and fit continues at the epoch
 // after the saved one, with the input iterator where it was, so the resumed run computes exactly
 // what the uninterrupted one would have (same bits, for a deterministic pipeline and strategy).
+// A backup of a FILE-sharded input resumes on the same number of workers only (each worker's input
+// position is in its own files); another number of workers is refused with FailedPrecondition
+// before anything is restored.
 // When training completes, the backup is deleted (as Keras does), so the next fit starts afresh.
 //
 // Crash safety: the file is written atomically (save_safetensors: temporary file, fsync, rename),
@@ -56,6 +61,7 @@
 // of replicas in sync (e.g. 2 workers x 1 replica resumed as 1 worker x 2) every stream continues
 // exactly and the resumed weights are bit-identical to an uninterrupted run's.
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "lockstep/keras/callbacks/callback.h"
@@ -82,6 +88,8 @@ class BackupAndRestore final : public Callback {
 
  private:
   void barrier_workers();
+  void check_same_workers_if_by_file(const std::map<std::string, std::string>& metadata,
+                                     const std::string& path) const;
   bool is_chief();
   std::string dir_;
   bool delete_checkpoint_;

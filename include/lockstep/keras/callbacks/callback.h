@@ -48,6 +48,9 @@ struct TrainingTarget {
   std::function<void(int epoch, const IteratorState& position)> resume_from;
   // Set by fit only: the global batch size (examples over all replicas in sync) of the last step.
   std::function<int64_t()> global_batch_size;
+  // Set by fit only: whether fit's input is sharded by file across workers
+  // (distribute::DistributedDataset::sharded_by_file).
+  std::function<bool()> input_sharded_by_file;
 };
 
 // The TrainingTarget of `model` (stop_training, optimizer, weights, save_weights; fit adds the
