@@ -1,5 +1,6 @@
 // `lockstep train`: the seed program (784-128-10 MLP, Adam, categorical cross-entropy) with the
 // knobs a user needs, reporting Keras' progress bar and the final test loss and accuracy.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -177,6 +178,34 @@ FileTraining prepare_file_training(const TrainArgs& a, distribute::Strategy& str
         in.examples.shard_files(workers, w);
         policy = "file";
       } catch (const InvalidArgument&) {
+      }
+    }
+  }
+  if (policy == "file") {
+    // Which worker reads each file, gathered from the workers themselves (a collective: every
+    // worker takes part), for the report below.
+    const std::vector<std::string> all = in.labels.input_files();
+    const std::vector<std::string> mine = in.labels.shard_files(workers, w).input_files();
+    std::vector<double> reader(all.size() * 2, 0.0);  // per file: sum of (worker + 1), readers
+    for (const std::string& f : mine) {
+      const auto j = static_cast<size_t>(std::find(all.begin(), all.end(), f) - all.begin());
+      if (j < all.size()) {
+        reader[2 * j] += w + 1;
+        reader[2 * j + 1] += 1;
+      }
+    }
+    strategy.all_reduce_across_workers(reader, distribute::ReduceOp::SUM);
+    if (a.verbose > 0) {
+      for (int v = 0; v < workers; ++v) {
+        std::string names;
+        int count = 0;
+        for (size_t j = 0; j < all.size(); ++j) {
+          if (reader[2 * j + 1] != 1 || reader[2 * j] != v + 1) continue;
+          names += (names.empty() ? "" : ", ") + std::filesystem::path(all[j]).filename().string();
+          ++count;
+        }
+        std::cout << "data: worker " << v << " of " << workers << " reads " << count << " of "
+                  << all.size() << " files: " << names << "\n";
       }
     }
   }

@@ -13,6 +13,7 @@
 // has a Dropout layer, so the backup's per-replica random streams must carry over too. The chief
 // writes the final weights to OUT (safetensors) and the epoch fit resumed after to OUT.restored.
 // Errors print one line and exit 3 (alone) or end the job (under mpirun).
+#include <unistd.h>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -20,7 +21,6 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include "lockstep/lockstep.h"
 
