@@ -2,7 +2,8 @@
 // training step (forward x·W1, h·W2; backward dW2, dh, dW1 — the first layer's dx is skipped),
 // and small eltwise / softmax ops where a plain loop may beat a oneDNN call.
 //   OMP_NUM_THREADS=1 taskset -c 0 build/release/bench/ops_bench
-// Reference: oneDNN fp32 runs the five matmuls in ~329 µs on one core (docs/machine.md).
+// Reference: oneDNN's own time for the five matmuls on each CPU class is in docs/machine.md, "The
+// CPUs seen so far".
 #include <benchmark/benchmark.h>
 
 #include <oneapi/dnnl/dnnl.hpp>

@@ -1,8 +1,9 @@
 #pragma once
-// Everything: core, ops, autodiff, data, distribute, keras.
+// Everything: core, trace, ops, autodiff, data, distribute, keras.
 #include "lockstep/autodiff.h"
 #include "lockstep/core.h"
 #include "lockstep/data.h"
 #include "lockstep/distribute.h"
 #include "lockstep/keras.h"
 #include "lockstep/ops.h"
+#include "lockstep/trace.h"

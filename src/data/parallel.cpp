@@ -218,9 +218,8 @@ class ParallelMapIterator : public IteratorImpl {
 // in training every core runs a pinned replica, and a producer at equal priority preempts one of
 // them for its whole time slice while the others wait for it at the next barrier. At nice 19 it
 // runs when a replica waits (a barrier, a sleep between dispatches) or when the replicas wait for
-// its data, which is the moment it is needed. Measured (docs/data.md): 2 replicas of the seed
-// model, 5 interleaved rounds, median of medians 616k -> 640k samples/s (spe 1) and 664k -> 691k
-// (spe 8). Only ever lowers the priority, which needs no privilege.
+// its data, which is the moment it is needed (docs/data.md; docs/performance.md, "Measured design
+// choices"). Only ever lowers the priority, which needs no privilege.
 void lower_priority() {
   int nice = 19;
   if (const char* v = std::getenv("LOCKSTEP_PREFETCH_NICE")) nice = std::atoi(v);

@@ -112,14 +112,16 @@ LOCKSTEP_DISPATCHED(void, relu_grad_widen,
 }
 
 // A run that wants more safe points (a backup run, task_wants_fine_checks: the run it backs up
-// usually commits within tens of microseconds, and the seed model's first forward matmul is one
-// ~150 µs oneDNN call with no safe point in it) computes a long float32 forward matmul in row
-// blocks, checking for cancellation between them — only for a shape whose row blocks give the
-// bits of the whole call, so that a backup that wins commits what the first run would have. Each
-// shape is checked once, on random operands: oneDNN may pick its kernel by the row count. The
+// usually commits long before a whole forward matmul, one oneDNN call with no safe point in it,
+// ends; see docs/performance.md, "Measured design choices") computes a long float32 forward matmul
+// in row blocks, checking for cancellation between them — only for a shape whose row blocks give
+// the bits of the whole call, so that a backup that wins commits what the first run would have.
+// Each shape is checked once, on random operands: oneDNN may pick its kernel by the row count. The
 // first check comes before the first block: the twin may have committed while this run got here.
 constexpr int kFineBlocks = 8;
-constexpr int64_t kFineMinMacs = int64_t{1} << 21;  // ~2 M multiply-adds: ~10 µs on one core
+// Below this a call ends about as soon as a check would stop it (docs/performance.md, "Measured
+// design choices").
+constexpr int64_t kFineMinMacs = int64_t{1} << 21;
 
 int64_t fine_block_begin(int64_t rows, int block) {
   if (block == kFineBlocks) return rows;

@@ -267,9 +267,9 @@ void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, 
   const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
   // A float32 product with a transposed left operand and nothing fused — a dense layer's weight
   // gradient, xᵀ·dz — goes to oneDNN's sgemm, which packs the transposed operand as it reads it:
-  // the matmul primitive first copies it transposed, and was 0–27% slower on such shapes here (a
-  // seed-model step 3% slower). Deterministic like the primitive: one kernel per shape and thread
-  // count.
+  // the matmul primitive first copies it transposed, which costs more than the product saves
+  // (docs/performance.md, "Measured design choices"). Deterministic like the primitive: one kernel
+  // per shape and thread count.
   if (ta && !tb && !bias.defined() && act == FusedActivation::none && a.dtype() == DType::float32 &&
       b.dtype() == DType::float32 && out.dtype() == DType::float32) {
     onednn::apply_isa_cap();

@@ -23,7 +23,7 @@
 #include "lockstep/core/profiler.h"
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/input_context.h"
-#include "lockstep/distribute/profile_writer.h"
+#include "lockstep/distribute/profiler.h"
 #include "lockstep/distribute/strategies.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/task_pool.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the layering of a Lockstep source tree; exits 1 and names every violation.
 
-Layers, bottom to top: core < ops < autodiff < data < distribute < keras < apps. Every layer shares
+Layers, bottom to top: core < trace < ops < autodiff < data < distribute < keras < apps. Every layer shares
 the one include/ directory, so the compiler cannot stop a header of a higher layer from being
 included; this check does. The rules:
 
@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-LAYERS = ["core", "ops", "autodiff", "data", "distribute", "keras", "apps"]
+LAYERS = ["core", "trace", "ops", "autodiff", "data", "distribute", "keras", "apps"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 SOURCE_SUFFIXES = (".h", ".hpp", ".cpp", ".cc")
 # Third-party headers a public header must not include (the library links these privately).

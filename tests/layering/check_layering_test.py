@@ -77,6 +77,12 @@ class CheckLayering(unittest.TestCase):
             "include/lockstep/distribute/strategy.h:3",
             "layer 'distribute' includes a header of layer 'keras'")
 
+    def test_trace_analysis_reaching_for_a_strategy_fails(self):
+        # Reading a trace needs core's spans alone; the profiler's gathering is distribute's.
+        self.assert_violation(
+            {"src/trace/summary.cpp": '#include "lockstep/distribute/strategy.h"\n'},
+            "src/trace/summary.cpp:1", "layer 'trace' includes a header of layer 'distribute'")
+
     def test_including_a_higher_layers_umbrella_fails(self):
         self.assert_violation({"src/data/dataset.cpp": '#include "lockstep/lockstep.h"\n'},
                               "layer 'data' includes a header of layer 'keras'")

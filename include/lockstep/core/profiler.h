@@ -1,7 +1,7 @@
 #pragma once
 // The step profiler's recorder: spans of time, per thread, of what a training step does (waiting
 // for input, forward, backward, summing the replicas, the update, ...), for a Chrome/Perfetto
-// trace and a summary (distribute/profile_summary.h).
+// trace and a summary (the trace module: lockstep/trace.h).
 //
 // Off by default. Off, a span site costs one relaxed atomic load: no clock read, no allocation.
 // On (start()), a thread's first span gives it a fixed buffer of RecorderOptions::spans_per_thread
@@ -12,7 +12,7 @@
 // thread that runs a step opens a StepTrace around it: its span is the outermost, and every span
 // that begins on any thread while it is open carries its step number.
 //
-// A custom training loop (distribute/profile_writer.h writes the files):
+// A custom training loop (lockstep/distribute/profiler.h writes the files):
 //
 //   profiler::start();
 //   for (int64_t step = 1; step <= steps; ++step) {

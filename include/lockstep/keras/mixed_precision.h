@@ -8,7 +8,7 @@
 //                     kept by this policy beside each variable and rewritten by the optimizer as
 //                     it updates the weights, rounded_weights() below; same values, identity
 //                     gradient; see
-//                     docs/performance.md "Step time"). A float32 layer (e.g. the output layer)
+//                     docs/performance.md "Mixed precision"). A float32 layer (e.g. the output layer)
 //                     fed bfloat16 activations multiplies them as they are, in float32;
 //   "bfloat16"        compute and variables in bfloat16;
 //   "float64"         compute and variables in float64 (Keras accepts any dtype name as a policy;

@@ -152,11 +152,10 @@ bool HostSharedReducer::busy() {
   // awake. Both counts are the whole machine's, not this rank's affinity: the peers are other
   // processes, whose cores need not be this one's (a rank that the launcher bound to one core, as
   // Open MPI does for 2 ranks, compared procs_running with its one core, never spun while its
-  // peer ran on the other, and slept through every barrier: plain `mpirun -np 2 lockstep train`,
-  // quiet, 387k samples/s against 437k spinning).
-  // With more ranks than CPUs the job itself oversubscribes the host; there the instant count is
-  // what tells whether a waiter can spin (counting asleep ranks as runnable would never let it:
-  // `mpirun -np 4` on 2 cores beside a co-runner, 164k against 168-176k samples/s).
+  // peer ran on the other, and slept through every barrier; docs/performance.md, "Measured design
+  // choices"). With more ranks than CPUs the job itself oversubscribes the host; there the instant
+  // count is what tells whether a waiter can spin (counting asleep ranks as runnable would never
+  // let it, which was slower beside a co-runner; docs/performance.md, "Measured design choices").
   const int running = procs_running();
   const int counted = size_ <= cpus_ ? running - placement_.awake_ranks() + size_ : running;
   const bool sample = running < 0 || counted > cpus_;
@@ -232,7 +231,7 @@ void HostSharedReducer::all_reduce(void* buf, size_t count, DType dtype, ReduceO
     if (rank_ == 0) {
       // Automatically only for two ranks, which read as many bytes either way (each rank reads
       // every slot once in the one form, twice the pack in the other): with four ranks on two
-      // cores the one form read twice as much and cost 5-8% (326k against 344-352k samples/s).
+      // cores the one form reads twice as much (docs/performance.md, "Measured design choices").
       const bool one =
           barriers_ == Barriers::one || (barriers_ == Barriers::automatic && size_ == 2 && busy());
       header_->one_barrier[set].store(one ? 1 : 0, std::memory_order_relaxed);
@@ -242,7 +241,7 @@ void HostSharedReducer::all_reduce(void* buf, size_t count, DType dtype, ReduceO
       // Every rank folds the whole pack into its own buffer, in rank order as below (the same
       // bits). The slots stay as they are until every rank has arrived at the next pack's barrier
       // (the one after writes the other set), so no second barrier is needed. Quiet, the two
-      // barriers below are ~2.5% faster (each rank reads and adds half as much); on a busy
+      // barriers below are faster (each rank reads and adds half as much); on a busy
       // machine every barrier is a place to wait for a descheduled peer.
       for (int r = 0; r < size_; ++r) srcs_[static_cast<size_t>(r)] = slot(set, r);
       void* dst[1] = {bytes + begin * esize};

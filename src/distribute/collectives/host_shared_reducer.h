@@ -5,9 +5,10 @@
 // Open MPI moves data between processes of one host through shared memory too, but it can only
 // be polled: a rank waiting for a peer that the scheduler took off its core either spins (taking
 // the core that peer needs) or sleeps in slices and wakes late. With one co-runner process beside
-// `mpirun -np 2` on 2 cores that cost ~80% of the quiet step rate. Here the last rank to arrive
-// at a barrier wakes the others through a futex on the shared word, so a waiting rank gives its
-// core away and is back within a wake-up of its peer's arrival.
+// `mpirun -np 2` on 2 cores that cost most of the quiet step rate (docs/performance.md, "Measured
+// design choices"). Here the last rank to arrive at a barrier wakes the others through a futex on
+// the shared word, so a waiting rank gives its core away and is back within a wake-up of its peer's
+// arrival.
 //
 // Each all-reduce moves packs of at most slot_bytes per rank: every rank copies its pack into its
 // slot, meets the others at a barrier, reduces its block of the pack (block_range) over all slots

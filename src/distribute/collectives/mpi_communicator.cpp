@@ -156,8 +156,8 @@ void MpiCommunicator::do_all_reduce_compressed(bfloat16* buf, size_t count) {
 }
 
 // Always the non-blocking MPI_Iallreduce, waited for by wait(), also without a deadline. Open MPI's
-// blocking MPI_Allreduce (coll/tuned) is a little faster on an idle machine (25 vs 38 us for the
-// seed model's 407 KB between 2 ranks) but busy-polls inside Open MPI for as long as the slowest
+// blocking MPI_Allreduce (coll/tuned) is a little faster on an idle machine (docs/performance.md,
+// "Multi-worker (MPI) throughput") but busy-polls inside Open MPI for as long as the slowest
 // rank takes; with one co-runner process beside `mpirun -np 2` on 2 cores that spinning rank holds
 // a core its peer needs (docs/distributed.md, "Waiting without spinning").
 // In place, in packs of at most bytes_per_pack (one call even for count 0, so every rank takes

@@ -25,8 +25,7 @@ bool env_set(const char* name) {
 // fragment and, in containers, often refused by the ptrace policy, which makes Open MPI print
 // warnings and fall back). For gradient-sized messages (0.1-25 MB) the copy through the shared
 // segment was faster on every machine we measured (docs/performance.md, "Multi-worker (MPI)
-// throughput": a 407 KB all-reduce between 2 ranks took 25 us instead of 53 us, 23 MB 3.9 ms
-// instead of 6.0 ms), so Lockstep makes it the default. MCA settings the user gave (mpirun
+// throughput"), so Lockstep makes it the default. MCA settings the user gave (mpirun
 // --mca ..., or the OMPI_MCA_ variable) win: setenv with overwrite = 0, before MPI_Init, where
 // Open MPI reads its parameters. LOCKSTEP_MPI_TRANSPORT_DEFAULTS=0 turns this off.
 void apply_transport_defaults() {

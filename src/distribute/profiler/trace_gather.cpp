@@ -9,7 +9,7 @@
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/distribute/collective.h"
-#include "lockstep/distribute/profile_trace.h"
+#include "lockstep/distribute/profiler.h"
 
 namespace lockstep::distribute {
 

@@ -5,8 +5,7 @@
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
-#include "lockstep/distribute/profile_trace.h"
-#include "lockstep/distribute/profile_writer.h"
+#include "lockstep/distribute/profiler.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/distribute/task_pool.h"
 

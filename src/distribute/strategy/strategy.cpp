@@ -79,7 +79,7 @@ TaskPool& Strategy::task_pool() {
     // cores (TaskPoolOptions::busy_extra_threads). Pinned threads keep to their cores. Not for a
     // worker that shares its host with others of the job: their step waits for every rank, and
     // the extra can only back up this rank's own tasks, so beside a co-runner it added switches
-    // and no share (`mpirun -np 2`, each rank bound to its core: 142k against 161k samples/s).
+    // and no share (docs/performance.md, "Measured design choices").
     if (!config_.pin_threads && !config_.shares_host_with_workers &&
         num_threads_ >= available_core_count()) {
       o.busy_extra_threads = 1;

@@ -5,7 +5,7 @@
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
-#include "lockstep/distribute/profile_writer.h"
+#include "lockstep/distribute/profiler.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/model.h"
 

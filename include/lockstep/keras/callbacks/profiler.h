@@ -7,8 +7,8 @@
 //                                                                            .first_step = 10,
 //                                                                            .last_step = 40})}});
 //
-// writes prof/trace.json, summary.txt, steps.svg and report.html (distribute/profile_writer.h) and
-// prints the summary on the chief. Steps are counted from 1 over the whole fit call, across
+// writes prof/trace.json, summary.txt, steps.svg and report.html (lockstep/distribute/profiler.h)
+// and prints the summary on the chief. Steps are counted from 1 over the whole fit call, across
 // epochs. With steps_per_execution k the range is rounded out to whole dispatches of k steps.
 // Every worker of a multi-worker job must use it with the same range: the chief gathers the
 // workers' spans when the range ends.
@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "lockstep/distribute/profile_summary.h"
+#include "lockstep/distribute/profiler.h"
 #include "lockstep/keras/callbacks/callback.h"
 
 namespace lockstep::keras::callbacks {

@@ -1,10 +1,10 @@
 #include <cstdio>
 #include <string>
 
-#include "lockstep/distribute/profile_summary.h"
-#include "profile_style.h"
+#include "lockstep/trace/summary.h"
+#include "report_style.h"
 
-namespace lockstep::distribute {
+namespace lockstep::trace {
 
 namespace {
 
@@ -91,7 +91,7 @@ std::string html_report(const ProfileSummary& s) {
     double share = 0;
     for (const PhaseRow& r : s.phases) {
       out += "<tr><td><span class=\"swatch\" style=\"background:" +
-             std::string(profile_style::color_of(r.phase)) + "\"></span>" + escape(r.name) +
+             std::string(report_style::color_of(r.phase)) + "\"></span>" + escape(r.name) +
              "</td><td>" + f3(r.mean_ms) + "</td><td>" + f3(r.p50_ms) + "</td><td>" + f3(r.p99_ms) +
              "</td><td>" + f1(r.share_percent) + "%</td><td>" +
              (r.phase == profiler::Phase::step ? std::string("-") : f3(r.all_threads_ms)) +
@@ -141,4 +141,4 @@ std::string html_report(const ProfileSummary& s) {
   return out;
 }
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::trace

@@ -1,5 +1,5 @@
 #pragma once
-// ProfileSummary: what a person reads first about a profile (profile_trace.h) — where each step's
+// ProfileSummary: what a person reads first about a profile (trace.h) — where each step's
 // time went, who was slowest, and verdicts in the spirit of TensorFlow's input-pipeline analyzer.
 //
 // Per step, the *host view* is the thread that ran the step (its StepTrace): each of its spans
@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "lockstep/core/profiler.h"
-#include "lockstep/distribute/profile_trace.h"
+#include "lockstep/trace/trace.h"
 
-namespace lockstep::distribute {
+namespace lockstep::trace {
 
 struct VerdictThresholds {
   double input_bound_percent = 20;
@@ -118,8 +118,8 @@ struct ProfileSummary {
   std::vector<Verdict> verdicts;
 };
 
-// Throws InvalidArgument when the trace holds no worker (gather_trace's result off the chief).
-// A trace without steps (no StepTrace) gives steps = 0 and a verdict saying so.
+// Throws InvalidArgument when the trace holds no worker (distribute::gather_trace's result off the
+// chief). A trace without steps (no StepTrace) gives steps = 0 and a verdict saying so.
 ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& thresholds = {});
 
 // The verdicts of a summary (summarize() sets ProfileSummary::verdicts with its thresholds; this
@@ -136,4 +136,4 @@ std::string step_breakdown_svg(const ProfileSummary& summary);
 // report.html: the verdicts, the table and the chart in one file that needs no network.
 std::string html_report(const ProfileSummary& summary);
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::trace

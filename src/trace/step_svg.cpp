@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <string>
 
-#include "lockstep/distribute/profile_summary.h"
-#include "profile_style.h"
+#include "lockstep/trace/summary.h"
+#include "report_style.h"
 
-namespace lockstep::distribute {
+namespace lockstep::trace {
 
 namespace {
 
@@ -75,7 +75,7 @@ std::string step_breakdown_svg(const ProfileSummary& s) {
     out += "<line x1=\"" + num(kLeft) + "\" x2=\"" + num(kRight) + "\" y1=\"" + num(y_of(v)) +
            "\" y2=\"" + num(y_of(v)) + "\" stroke=\"#e5e5e5\"/>\n";
     out += "<text x=\"" + num(kLeft - 6) + "\" y=\"" + num(y_of(v) + 4) +
-           "\" text-anchor=\"end\">" + profile_style::short_number(v) + "</text>\n";
+           "\" text-anchor=\"end\">" + report_style::short_number(v) + "</text>\n";
   }
   out += "<text transform=\"translate(16," + num((kTop + kBottom) / 2) +
          ") rotate(-90)\" text-anchor=\"middle\">ms per step</text>\n";
@@ -90,7 +90,7 @@ std::string step_breakdown_svg(const ProfileSummary& s) {
                             ? "step " + std::to_string(b.first)
                             : "steps " + std::to_string(b.first) + "-" + std::to_string(b.last);
     out += "<g><title>" + label + ": " + num(b.total) + " ms</title>\n";
-    for (const profile_style::PhaseStyle& ps : profile_style::phases()) {
+    for (const report_style::PhaseStyle& ps : report_style::phases()) {
       const double v = b.ms[static_cast<size_t>(ps.phase)];
       if (v <= 0) continue;
       out += "<rect x=\"" + num(x) + "\" y=\"" + num(y_of(base + v)) + "\" width=\"" +
@@ -115,7 +115,7 @@ std::string step_breakdown_svg(const ProfileSummary& s) {
          "</text>\n";
   // Legend, top to bottom as the bars stack bottom to top.
   double ly = kTop;
-  const auto& styles = profile_style::phases();
+  const auto& styles = report_style::phases();
   for (auto it = styles.rbegin(); it != styles.rend(); ++it) {
     out += "<rect x=\"720\" y=\"" + num(ly) + "\" width=\"14\" height=\"14\" fill=\"" + it->color +
            "\"/><text x=\"740\" y=\"" + num(ly + 11) + "\">" + it->label + "</text>\n";
@@ -125,4 +125,4 @@ std::string step_breakdown_svg(const ProfileSummary& s) {
   return out;
 }
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::trace

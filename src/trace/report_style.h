@@ -6,7 +6,7 @@
 
 #include "lockstep/core/profiler.h"
 
-namespace lockstep::distribute::profile_style {
+namespace lockstep::trace::report_style {
 
 struct PhaseStyle {
   profiler::Phase phase;
@@ -46,4 +46,4 @@ inline std::string short_number(double v) {
   return buf;
 }
 
-}  // namespace lockstep::distribute::profile_style
+}  // namespace lockstep::trace::report_style

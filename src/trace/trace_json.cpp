@@ -2,10 +2,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "lockstep/distribute/profile_trace.h"
+#include "lockstep/trace/trace.h"
 #include "span_order.h"
 
-namespace lockstep::distribute {
+namespace lockstep::trace {
 
 namespace {
 
@@ -93,4 +93,4 @@ std::string trace_event_json(const ProfileTrace& trace) {
   return out;
 }
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::trace

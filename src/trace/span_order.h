@@ -5,7 +5,7 @@
 // is the parent. `a` and `b` point into the same thread's vector of spans, in recording order.
 #include "lockstep/core/profiler.h"
 
-namespace lockstep::distribute::span_order {
+namespace lockstep::trace::span_order {
 
 inline bool parent_first(const profiler::Span* a, const profiler::Span* b) {
   if (a->begin_ns != b->begin_ns) return a->begin_ns < b->begin_ns;
@@ -13,4 +13,4 @@ inline bool parent_first(const profiler::Span* a, const profiler::Span* b) {
   return a > b;
 }
 
-}  // namespace lockstep::distribute::span_order
+}  // namespace lockstep::trace::span_order

@@ -6,10 +6,10 @@
 
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
-#include "lockstep/distribute/profile_summary.h"
+#include "lockstep/trace/summary.h"
 #include "span_order.h"
 
-namespace lockstep::distribute {
+namespace lockstep::trace {
 
 namespace {
 
@@ -383,4 +383,4 @@ ProfileSummary summarize(const ProfileTrace& trace, const VerdictThresholds& th)
   return out;
 }
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::trace

@@ -3,9 +3,9 @@
 #include <initializer_list>
 #include <string>
 
-#include "lockstep/distribute/profile_summary.h"
+#include "lockstep/trace/summary.h"
 
-namespace lockstep::distribute {
+namespace lockstep::trace {
 
 namespace {
 
@@ -143,4 +143,4 @@ const char* severity_name(Severity s) {
   return "ok";
 }
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::trace

@@ -1,6 +1,7 @@
 #pragma once
-// ProfileTrace: the spans every worker recorded (lockstep/core/profiler.h), gathered to the chief
-// on one clock, and their Chrome/Perfetto trace (Trace Event Format, opened as is by
+// ProfileTrace: the spans every worker recorded (lockstep/core/profiler.h), on the chief's clock
+// (distribute::gather_trace collects them, lockstep/distribute/profiler.h), and their
+// Chrome/Perfetto trace (Trace Event Format, opened as is by
 // ui.perfetto.dev and chrome://tracing): one process per worker (pid = world rank), one track per
 // thread that recorded (tid), each span a complete event (ph "X", ts and dur in microseconds).
 #include <cstdint>
@@ -9,9 +10,7 @@
 
 #include "lockstep/core/profiler.h"
 
-namespace lockstep::distribute {
-
-class Communicator;
+namespace lockstep::trace {
 
 struct WorkerSpans {
   int rank = 0;  // world rank: the trace's pid
@@ -23,16 +22,6 @@ struct ProfileTrace {
   std::vector<WorkerSpans> workers;  // in rank order
 };
 
-// This process's spans (profiler::collect()) as worker `rank`, on its own clock.
-ProfileTrace local_trace(int rank = 0);
-
-// Collective: every worker calls it, with the communicator between workers (nullptr: one worker,
-// this process). Returns every worker's spans on the chief (rank 0) and an empty trace (no
-// workers) elsewhere. Workers on one machine share its monotonic clock; a worker on another
-// machine (another boot id) is shifted by the difference of the two clocks read right after a
-// common barrier, which leaves an error of about one barrier's latency.
-ProfileTrace gather_trace(Communicator* cross);
-
 // The trace as Trace Event Format JSON: metadata events name each process ("worker 0") and each
 // thread (its profiler label), then one "X" event per span, named after its phase ("step 12" for
 // a step; " (backup)" appended to a backup run's), with args {step, replica, backup}. Times are
@@ -40,4 +29,4 @@ ProfileTrace gather_trace(Communicator* cross);
 // nest in the recording nest in the viewer.
 std::string trace_event_json(const ProfileTrace& trace);
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::trace

@@ -1,9 +1,9 @@
 #include <cstdio>
 #include <string>
 
-#include "lockstep/distribute/profile_summary.h"
+#include "lockstep/trace/summary.h"
 
-namespace lockstep::distribute {
+namespace lockstep::trace {
 
 namespace {
 
@@ -85,4 +85,4 @@ std::string format_summary(const ProfileSummary& s) {
   return out;
 }
 
-}  // namespace lockstep::distribute
+}  // namespace lockstep::trace
