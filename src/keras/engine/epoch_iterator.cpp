@@ -13,7 +13,6 @@ EpochIterator::EpochIterator(distribute::DistributedDataset data, EpochIteratorO
                  "Received: steps_per_epoch=",
                  options_.steps_per_epoch, ", steps_per_execution=", options_.steps_per_execution,
                  ".");
-  if (options_.steps_per_epoch > 0) it_.emplace(data_.make_iterator());
 }
 
 Dataset EpochIterator::from_arrays(const Tensor& x, const Tensor& y, int64_t batch_size,
@@ -36,7 +35,9 @@ void EpochIterator::resume(const IteratorState& position) {
 }
 
 void EpochIterator::begin_epoch() {
-  if (options_.steps_per_epoch == 0) it_.emplace(data_.make_iterator());
+  // A new pass counts as one of the data's iterations (its shuffle order): make one only when
+  // the epoch needs it.
+  if (options_.steps_per_epoch == 0 || !it_) it_.emplace(data_.make_iterator());
   step_ = 0;
   exhausted_ = false;
 }

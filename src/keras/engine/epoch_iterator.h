@@ -24,6 +24,9 @@ struct EpochIteratorOptions {
 class EpochIterator {
  public:
   EpochIterator(distribute::DistributedDataset data, EpochIteratorOptions options);
+  // The iterator refers to data_.
+  EpochIterator(const EpochIterator&) = delete;
+  EpochIterator& operator=(const EpochIterator&) = delete;
 
   // fit(x, y) / evaluate(x, y) / predict(x): the arrays as a dataset of batches of `batch_size`
   // examples (x alone when y is undefined), shuffled each epoch with `seed` when asked.
@@ -33,7 +36,7 @@ class EpochIterator {
   // Continues at `position` (Iterator::state()): with steps_per_epoch the iteration goes on from
   // there; otherwise the next epoch's pass is the one after the saved one.
   void resume(const IteratorState& position);
-  // Starts an epoch: a new pass over the data, unless steps_per_epoch is set.
+  // Starts an epoch: a new pass over the data, unless steps_per_epoch is set and a pass began.
   void begin_epoch();
   // How many steps to run next (up to steps_per_execution, within steps_per_epoch); 0 when the
   // epoch is done.
