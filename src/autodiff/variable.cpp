@@ -134,11 +134,6 @@ void Variable::enable_next_buffer() const {
   s.values[next] = std::move(buffer);
 }
 
-bool Variable::has_next_buffer() const {
-  raw_value();
-  return state_->values[1 - state_->cur()].defined();
-}
-
 const Tensor& Variable::next_value() const {
   raw_value();
   const Tensor& t = state_->values[1 - state_->cur()];

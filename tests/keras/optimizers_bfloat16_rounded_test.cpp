@@ -9,10 +9,10 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "lockstep/keras/optimizers.h"
+#include "optimizer_update_in_ranges.h"
 #include "testing/bfloat16_reference.h"
 
 namespace lockstep::keras::optimizers {
@@ -50,21 +50,15 @@ void check_keeps_copies_current(const Factory& make, bool split) {
   auto opt_plain = make(), opt_cached = make();
   opt_plain->build(plain);
   opt_cached->build(cached);
-  const int64_t total = opt_cached->num_elements();
+  int64_t total = 0;
+  for (const Variable& v : cached) total += v.num_elements();
   for (int step = 0; step < 4; ++step) {
     std::vector<Tensor> g = grads_for_step(step);
     opt_plain->apply_gradients(g, plain);
     if (!split) {
       opt_cached->apply_gradients(g, cached);
     } else {
-      const int64_t cuts[] = {0, 1700, 4999, total};
-      std::vector<std::thread> threads;
-      for (int r = 0; r < 3; ++r) {
-        threads.emplace_back(
-            [&, r] { opt_cached->apply_gradients_range(g, cached, cuts[r], cuts[r + 1]); });
-      }
-      for (auto& t : threads) t.join();
-      opt_cached->finish_step();
+      update_in_ranges(*opt_cached, g, cached, {0, 1700, 4999, total});
     }
     for (size_t i = 0; i < cached.size(); ++i) {
       const float* w = cached[i].raw_value().data<float>();

@@ -93,7 +93,6 @@ class Variable {
   // Allocates the second buffer (a copy of the value) if there is none. Call while no other
   // thread uses the variable.
   void enable_next_buffer() const;
-  bool has_next_buffer() const;
   // The buffer flip_buffers() makes current; FailedPrecondition without enable_next_buffer().
   const Tensor& next_value() const;
   // Makes the next buffer current (and tells the companion).

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "lockstep/data/dataset.h"
+#include "lockstep/data/element.h"
+#include "lockstep/distribute/per_replica.h"
 #include "lockstep/keras/callbacks/callback.h"
 #include "lockstep/keras/callbacks/history.h"
 #include "lockstep/keras/keras_tensor.h"
@@ -33,6 +35,8 @@ struct SyncStats;  // lockstep/distribute/replicated_step.h
 }  // namespace lockstep::distribute
 
 namespace lockstep::keras {
+
+struct Trainer;  // the engine behind compile / fit / evaluate (src/keras/engine/trainer.h)
 
 // Accepts an optimizer object (copied via clone()), a shared_ptr, or a Keras name ("adam").
 struct OptimizerArg {
@@ -142,6 +146,18 @@ class Model : public LayerImpl<Model> {
   // One step on one global batch; returns {"loss": ..., metrics...} for this batch.
   std::map<std::string, double> train_on_batch(const Tensor& x, const Tensor& y);
 
+  // Keras' Model.train_step(data): one training step, which fit and train_on_batch call for every
+  // batch of arrays or of a Dataset. `data` is the batch as the model's strategy distributed it:
+  // data[r] is local replica r's slice of the global batch (under the default strategy, one slice:
+  // the whole batch), each an element (x, y, ...). The default runs the strategy's replicated
+  // step — every replica's forward and backward on its slice, the gradients summed, the
+  // optimizer's update — and returns no logs: fit then reports the running loss and metrics of
+  // the epoch. An override may do anything (its own GradientTape and
+  // optimizer().apply_gradients, say) and return the logs fit reports (Keras: the metrics'
+  // results). Per-replica pipelines (distribute_datasets_from_function) pull their batches inside
+  // the replicas' tasks and always take the default step.
+  virtual callbacks::Logs train_step(const distribute::PerReplica<Element>& data);
+
   // Keras' table: layer (type), output shape, params; totals.
   std::string summary() const;
   void save_weights(const std::string& path) const;
@@ -177,7 +193,7 @@ class Model : public LayerImpl<Model> {
   // Time and bytes of the gradient sum and update, and the backup task runs, accumulated over
   // every training step so far (all zeros before the first). See distribute/replicated_step.h.
   distribute::SyncStats gradient_sync_stats() const;
-  bool compiled() const { return training_ != nullptr; }
+  bool compiled() const { return trainer_ != nullptr; }
   // Set by callbacks (EarlyStopping, TerminateOnNaN) to end fit after the current step.
   bool stop_training = false;
 
@@ -188,11 +204,10 @@ class Model : public LayerImpl<Model> {
   void set_graph(std::vector<KerasTensor> inputs, KerasTensor outputs);
 
  private:
-  struct TrainingState;
   struct Graph;
   friend struct Trainer;
   std::unique_ptr<Graph> graph_;
-  std::unique_ptr<TrainingState> training_;
+  std::unique_ptr<Trainer> trainer_;  // set by compile()
   distribute::Strategy* strategy_;
 };
 

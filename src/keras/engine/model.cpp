@@ -17,7 +17,7 @@
 #include "lockstep/keras/saving/safetensors.h"
 #include "lockstep/keras/saving/saving_lib.h"
 #include "lockstep/keras/saving/serialization_lib.h"
-#include "training_state.h"
+#include "trainer.h"
 
 namespace lockstep::keras {
 
@@ -46,7 +46,19 @@ Model::Model(const std::vector<KerasTensor>& inputs, const KerasTensor& outputs,
 }
 
 Model::~Model() = default;
-Model::Model(Model&&) noexcept = default;
+Model::Model(Model&& other) noexcept
+    : LayerImpl(std::move(other)),
+      stop_training(other.stop_training),
+      graph_(std::move(other.graph_)),
+      trainer_(std::move(other.trainer_)),
+      strategy_(other.strategy_) {
+  if (trainer_) trainer_->model = this;
+}
+
+callbacks::Logs Model::train_step(const distribute::PerReplica<Element>& data) {
+  trainer_->train_on(data);
+  return {};
+}
 
 void Model::set_graph(std::vector<KerasTensor> inputs, KerasTensor outputs) {
   auto g = std::make_unique<Graph>();
@@ -187,16 +199,16 @@ std::string Model::to_json() const {
 }
 
 nlohmann::json Model::get_compile_config() const {
-  if (!training_) return nlohmann::json::object();
+  if (!trainer_) return nlohmann::json::object();
   nlohmann::json metrics = nlohmann::json::array();
-  for (const auto& m : training_->metrics) metrics.push_back(saving::serialize_keras_object(*m));
-  return {{"optimizer", saving::serialize_keras_object(*training_->optimizer)},
-          {"loss", saving::serialize_keras_object(*training_->loss)},
+  for (const auto& m : trainer_->metrics) metrics.push_back(saving::serialize_keras_object(*m));
+  return {{"optimizer", saving::serialize_keras_object(*trainer_->optimizer)},
+          {"loss", saving::serialize_keras_object(*trainer_->loss)},
           {"loss_weights", nullptr},
           {"metrics", metrics},
           {"weighted_metrics", nullptr},
           {"run_eagerly", false},
-          {"steps_per_execution", training_->steps_per_execution},
+          {"steps_per_execution", trainer_->steps_per_execution},
           {"jit_compile", false}};
 }
 
@@ -217,25 +229,25 @@ void Model::compile_from_config(const nlohmann::json& config) {
 }
 
 optimizers::Optimizer& Model::optimizer() {
-  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+  LOCKSTEP_CHECK_AS(FailedPrecondition, trainer_, "Model '", name(),
                     "' is not compiled: call compile() first.");
-  return *training_->optimizer;
+  return *trainer_->optimizer;
 }
 
 const optimizers::Optimizer& Model::optimizer() const {
-  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+  LOCKSTEP_CHECK_AS(FailedPrecondition, trainer_, "Model '", name(),
                     "' is not compiled: call compile() first.");
-  return *training_->optimizer;
+  return *trainer_->optimizer;
 }
 
 distribute::SyncStats Model::gradient_sync_stats() const {
-  return training_ && training_->step ? training_->step->stats() : distribute::SyncStats{};
+  return trainer_ && trainer_->step ? trainer_->step->stats() : distribute::SyncStats{};
 }
 
 const losses::Loss& Model::loss() const {
-  LOCKSTEP_CHECK_AS(FailedPrecondition, training_, "Model '", name(),
+  LOCKSTEP_CHECK_AS(FailedPrecondition, trainer_, "Model '", name(),
                     "' is not compiled: call compile() first.");
-  return *training_->loss;
+  return *trainer_->loss;
 }
 
 void Model::compile(CompileOptions options) {
@@ -244,12 +256,7 @@ void Model::compile(CompileOptions options) {
   LOCKSTEP_CHECK(
       options.steps_per_execution >= 1,
       "compile: expected steps_per_execution >= 1. Received: ", options.steps_per_execution, ".");
-  auto state = std::make_unique<TrainingState>();
-  state->optimizer = options.optimizer.ptr;
-  state->loss = options.loss.ptr;
-  for (const MetricArg& m : options.metrics) state->metrics.push_back(m.ptr);
-  state->steps_per_execution = options.steps_per_execution;
-  training_ = std::move(state);
+  trainer_ = std::make_unique<Trainer>(*this, options);
 }
 
 std::string Model::summary() const {

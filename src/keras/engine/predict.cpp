@@ -1,4 +1,5 @@
 // Model::predict: the model's outputs over a dataset, in the dataset's order.
+#include "epoch_iterator.h"
 #include "lockstep/core/check.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/model.h"
@@ -9,15 +10,17 @@ namespace lockstep::keras {
 
 Tensor Model::predict(const Tensor& x, int64_t batch_size) {
   LOCKSTEP_CHECK(batch_size > 0, "predict: batch_size must be positive.");
-  return predict(Dataset::from_tensor_slices(x).batch(batch_size));
+  return predict(EpochIterator::from_arrays(x, Tensor(), batch_size, false, 0));
 }
 
 Tensor Model::predict(const Dataset& dataset, int64_t steps) {
-  auto dist = strategy_->experimental_distribute_dataset(dataset);
-  auto it = dist.make_iterator();
+  EpochIterator epoch(strategy_->experimental_distribute_dataset(dataset),
+                      {.steps_per_epoch = steps});
+  epoch.begin_epoch();
   std::vector<Tensor> outputs;
-  for (int64_t step = 0; steps == 0 || step < steps; ++step) {
-    auto next = it.next();
+  while (epoch.steps_to_run() > 0) {
+    auto next = epoch.iterator().next();
+    epoch.advance(next ? 1 : 0);
     if (!next) break;
     if (!built()) {
       auto scope = strategy_->scope();

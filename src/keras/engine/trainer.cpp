@@ -25,10 +25,21 @@ double sum_of(const Tensor& per_example) {
 }
 }  // namespace
 
-Trainer::Trainer(Model& m) : model(m), state(*m.training_), strategy(*m.strategy_) {}
+Trainer::Trainer(Model& m, const CompileOptions& options)
+    : model(&m),
+      strategy(*m.strategy_),
+      optimizer(options.optimizer.ptr),
+      loss(options.loss.ptr),
+      steps_per_execution(options.steps_per_execution) {
+  for (const MetricArg& metric : options.metrics) metrics.push_back(metric.ptr);
+}
 
 Trainer::~Trainer() {
-  if (state.step) state.step->wait_for_stragglers();
+  wait_for_stragglers();
+}
+
+void Trainer::wait_for_stragglers() {
+  if (step) step->wait_for_stragglers();
 }
 
 Tensor Trainer::as_model_input(const Model& m, const Tensor& x) {
@@ -37,58 +48,58 @@ Tensor Trainer::as_model_input(const Model& m, const Tensor& x) {
 }
 
 void Trainer::prepare(const Element& first_batch) {
-  if (!model.built()) {
+  if (!model->built()) {
     auto scope = strategy.scope();
-    model(as_model_input(first_batch[0].slice(0, std::min<int64_t>(1, first_batch[0].dim(0)))));
+    (*model)(as_model_input(first_batch[0].slice(0, std::min<int64_t>(1, first_batch[0].dim(0)))));
   }
-  if (state.step) return;
-  state.trainable = model.trainable_weights();
-  for (const Variable& v : model.weights()) {
+  if (step) return;
+  trainable = model->trainable_weights();
+  for (const Variable& v : model->weights()) {
     LOCKSTEP_CHECK_AS(FailedPrecondition, !v.owner() || v.owner() == &strategy, "Model '",
-                      model.name(), "': weight '", v.name(),
+                      model->name(), "': weight '", v.name(),
                       "' was created under a different distribution strategy than the one the "
                       "model runs on ('",
                       strategy.name(), "'). Create the model and its weights inside one scope.");
   }
-  for (const Variable& v : state.trainable) {
+  for (const Variable& v : trainable) {
     LOCKSTEP_CHECK(v.dtype() == DType::float32, "fit: trainable weight '", v.name(), "' is ",
                    v.raw_value().describe(), "; weights must be float32.");
   }
-  state.optimizer->build(state.trainable);
-  const auto* prototypes = &state.metrics;
-  state.step = std::make_unique<distribute::ReplicatedStep>(
-      strategy, state.trainable, *state.optimizer, [prototypes] {
+  optimizer->build(trainable);
+  const auto* prototypes = &metrics;
+  step =
+      std::make_unique<distribute::ReplicatedStep>(strategy, trainable, *optimizer, [prototypes] {
         auto st = std::make_unique<TrainRunState>();
         for (const auto& m : *prototypes) st->metrics.push_back(m->clone());
         return st;
       });
   int n = strategy.num_local_replicas();
-  state.replica_metrics.clear();
+  replica_metrics.clear();
   for (int r = 0; r < n; ++r) {
     std::vector<std::unique_ptr<metrics::Metric>> ms;
-    for (const auto& m : state.metrics) ms.push_back(m->clone());
-    state.replica_metrics.push_back(std::move(ms));
+    for (const auto& m : metrics) ms.push_back(m->clone());
+    replica_metrics.push_back(std::move(ms));
   }
-  state.accumulated_steps = 0;
-  state.loss_sum.assign(static_cast<size_t>(n), 0.0);
-  state.example_count.assign(static_cast<size_t>(n), 0.0);
+  accumulated_steps = 0;
+  loss_sum.assign(static_cast<size_t>(n), 0.0);
+  example_count.assign(static_cast<size_t>(n), 0.0);
 }
 
 void Trainer::reset_state() {
-  std::fill(state.loss_sum.begin(), state.loss_sum.end(), 0.0);
-  std::fill(state.example_count.begin(), state.example_count.end(), 0.0);
-  for (auto& ms : state.replica_metrics)
+  std::fill(loss_sum.begin(), loss_sum.end(), 0.0);
+  std::fill(example_count.begin(), example_count.end(), 0.0);
+  for (auto& ms : replica_metrics)
     for (auto& m : ms) m->reset_state();
 }
 
 callbacks::Logs Trainer::logs() const {
   std::vector<std::unique_ptr<metrics::Metric>> merged;
   std::vector<double> global(2, 0.0);
-  for (size_t r = 0; r < state.loss_sum.size(); ++r)
-    global[0] += state.loss_sum[r], global[1] += state.example_count[r];
-  for (size_t i = 0; i < state.metrics.size(); ++i) {
-    merged.push_back(state.metrics[i]->clone());
-    for (const auto& ms : state.replica_metrics) merged.back()->merge_state(*ms[i]);
+  for (size_t r = 0; r < loss_sum.size(); ++r)
+    global[0] += loss_sum[r], global[1] += example_count[r];
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    merged.push_back(metrics[i]->clone());
+    for (const auto& ms : replica_metrics) merged.back()->merge_state(*ms[i]);
   }
   if (strategy.num_workers() > 1) {
     for (const auto& m : merged) {
@@ -128,18 +139,18 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
   st.reset();
   const int64_t b = e[0].dim(0);
   if (b == 0) {
-    run.set_gradients(std::vector<Tensor>(state.trainable.size()));
+    run.set_gradients(std::vector<Tensor>(trainable.size()));
     return;
   }
   profiler::ScopedSpan forward(profiler::Phase::forward, run.replica());
   const Tensor x = as_model_input(e[0]);
   const Tensor y = e[1];
   // Dividing by N x the global batch makes the accumulated sum the average of the N steps.
-  const int accumulation = state.optimizer->gradient_accumulation_steps();
+  const int accumulation = optimizer->gradient_accumulation_steps();
   GradientTape tape;
-  Tensor y_pred = model(x, /*training=*/true);
+  Tensor y_pred = (*model)(x, /*training=*/true);
   check_task_cancelled();
-  Tensor per_example = state.loss->call(y, y_pred);
+  Tensor per_example = loss->call(y, y_pred);
   Tensor scaled = distribute::compute_average_loss(per_example, global_batch * accumulation);
   forward.end();
   // Multi-worker: buckets of finished gradients start crossing workers while the backward pass
@@ -150,7 +161,7 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
   }
   // Straight into the run's gradient buffers: no copy.
   profiler::ScopedSpan backward(profiler::Phase::backward, run.replica());
-  run.set_gradients(tape.gradient(scaled, state.trainable, run.gradient_buffers()));
+  run.set_gradients(tape.gradient(scaled, trainable, run.gradient_buffers()));
   backward.end();
   st.loss_sum = sum_of(per_example);
   st.examples = static_cast<double>(b);
@@ -158,34 +169,34 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
 }
 
 void Trainer::train_step(distribute::ReplicatedStep::ReplicaFn fn) {
-  const int accumulation = state.optimizer->gradient_accumulation_steps();
-  const bool update = accumulation == 1 || state.accumulated_steps + 1 == accumulation;
-  state.step->run(std::move(fn), update);
-  state.accumulated_steps = update ? 0 : state.accumulated_steps + 1;
+  const int accumulation = optimizer->gradient_accumulation_steps();
+  const bool update = accumulation == 1 || accumulated_steps + 1 == accumulation;
+  step->run(std::move(fn), update);
+  accumulated_steps = update ? 0 : accumulated_steps + 1;
   for (int r = 0; r < strategy.num_local_replicas(); ++r) {
-    const auto& st = static_cast<const TrainRunState&>(*state.step->committed_state(r));
+    const auto& st = static_cast<const TrainRunState&>(*step->committed_state(r));
     const size_t i = static_cast<size_t>(r);
-    state.loss_sum[i] += st.loss_sum;
-    state.example_count[i] += st.examples;
+    loss_sum[i] += st.loss_sum;
+    example_count[i] += st.examples;
     for (size_t m = 0; m < st.metrics.size(); ++m)
-      state.replica_metrics[i][m]->merge_state(*st.metrics[m]);
+      replica_metrics[i][m]->merge_state(*st.metrics[m]);
   }
-  ++steps_run;
 }
 
 void Trainer::test_step(ReplicaContext& ctx, const Element& e) {
   int r = ctx.local_replica_id();
   int64_t b = e[0].dim(0);
   if (b == 0) return;
-  Tensor y_pred = model(as_model_input(e[0]), /*training=*/false);
-  Tensor per_example = state.loss->call(e[1], y_pred);
-  state.loss_sum[static_cast<size_t>(r)] += sum_of(per_example);
-  state.example_count[static_cast<size_t>(r)] += static_cast<double>(b);
-  for (auto& m : state.replica_metrics[static_cast<size_t>(r)]) m->update_state(e[1], y_pred);
+  Tensor y_pred = (*model)(as_model_input(e[0]), /*training=*/false);
+  Tensor per_example = loss->call(e[1], y_pred);
+  loss_sum[static_cast<size_t>(r)] += sum_of(per_example);
+  example_count[static_cast<size_t>(r)] += static_cast<double>(b);
+  for (auto& m : replica_metrics[static_cast<size_t>(r)]) m->update_state(e[1], y_pred);
 }
 
 int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t k) {
-  if (it.fetches_on_replicas() && state.step) {
+  if (it.fetches_on_replicas() && step) {
+    step_logs.clear();
     // Per-replica pipelines that never end: each replica pulls its own batches inside its task.
     // As tf.distribute does for per-replica input, the global batch is taken as this replica's
     // batch times the replicas in sync (exact when all batches are full).
@@ -204,6 +215,7 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
         const int64_t b = e[0].rank() ? e[0].dim(0) : 1;
         replica_step(run, e, b * ctx.num_replicas_in_sync());
       });
+      ++steps_run;
     }
     return k;
   }
@@ -225,27 +237,21 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
   prepare(inputs[0][0]);
   for (size_t s = 0; s < inputs.size(); ++s) {
     if (s > 0) trace.next(steps_run + 1);
-    // The batch is owned by the step's function: a run that lost to its backup may read it
-    // after this dispatch is over.
-    auto batch = std::make_shared<PerReplica<Element>>(std::move(inputs[s]));
-    const int64_t global_batch = global[s];
-    train_step([this, batch, global_batch](ReplicaContext& ctx, distribute::ReplicaRun& run) {
-      replica_step(run, (*batch)[ctx.local_replica_id()], global_batch);
-    });
+    global_batch = global[s];
+    step_logs = model->train_step(inputs[s]);
+    ++steps_run;
   }
   return static_cast<int64_t>(inputs.size());
 }
 
-Dataset dataset_from_arrays(const Tensor& x, const Tensor& y, int64_t batch_size, bool shuffle,
-                            uint64_t seed) {
-  LOCKSTEP_CHECK(x.rank() > 0 && y.rank() > 0 && x.dim(0) == y.dim(0),
-                 "x and y must have the same number of examples (leading dimension). Received: x=",
-                 x.describe(), ", y=", y.describe(), ".");
-  LOCKSTEP_CHECK(batch_size > 0, "batch_size must be positive. Received: batch_size=", batch_size,
-                 ".");
-  Dataset ds = Dataset::from_tensor_slices({x, y});
-  if (shuffle) ds = ds.shuffle(x.dim(0), seed, /*reshuffle_each_iteration=*/true);
-  return ds.batch(batch_size);
+void Trainer::train_on(const PerReplica<Element>& data) {
+  // The batch is owned by the step's function: a run that lost to its backup may read it
+  // after this dispatch is over.
+  auto batch = std::make_shared<PerReplica<Element>>(data);
+  train_step(
+      [this, batch, global = global_batch](ReplicaContext& ctx, distribute::ReplicaRun& run) {
+        replica_step(run, (*batch)[ctx.local_replica_id()], global);
+      });
 }
 
 }  // namespace lockstep::keras

@@ -1,8 +1,9 @@
 #pragma once
-// Trainer: the engine behind fit / evaluate / train_on_batch (internal to the keras engine). It
-// builds the model and its training state on the first batch, hands the strategy's ReplicatedStep
-// each step's replica function (forward, loss / global batch, gradients on the tape) and merges
-// the replicas' loss sums and metrics when they are read (sync-on-read).
+// Trainer: what compile() sets up (optimizer, loss, metric prototypes) and the engine behind
+// fit / evaluate / train_on_batch (internal to the keras engine), kept by the model between
+// calls. It builds the model and its training state on the first batch, hands the strategy's
+// ReplicatedStep each step's replica function (forward, loss / global batch, gradients on the
+// tape) and merges the replicas' loss sums and metrics when they are read (sync-on-read).
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -13,7 +14,6 @@
 #include "lockstep/keras/callbacks/callback.h"
 #include "lockstep/keras/model.h"
 #include "step_input.h"
-#include "training_state.h"
 
 namespace lockstep::keras {
 
@@ -34,23 +34,49 @@ struct TrainRunState : distribute::RunState {
 };
 
 struct Trainer {
-  Model& model;
-  Model::TrainingState& state;
+  Model* model;  // the model that owns this trainer
   distribute::Strategy& strategy;
+  // What compile() was given.
+  std::shared_ptr<optimizers::Optimizer> optimizer;
+  std::shared_ptr<losses::Loss> loss;
+  std::vector<std::shared_ptr<metrics::Metric>> metrics;  // prototypes (config only)
+  int steps_per_execution = 1;
+
+  // Training state, created on the first batch for the model's strategy.
+  std::vector<Variable> trainable;
+  // The strategy's replicated step: replicas' forward/backward as tasks, then sum and update.
+  std::unique_ptr<distribute::ReplicatedStep> step;
+  // Per local replica: metric copies and the running loss sum / example count (sync-on-read:
+  // merged when logs are read).
+  std::vector<std::vector<std::unique_ptr<metrics::Metric>>> replica_metrics;
+  std::vector<double> loss_sum, example_count;
+  // Steps since the last update (Optimizer gradient_accumulation_steps).
+  int accumulated_steps = 0;
+
   // Per-replica pipelines pulled inside the step: each replica's element of the current step,
   // pulled once whichever run of the replica's task gets there first (step_input.h).
   std::vector<std::unique_ptr<StepInput>> replica_inputs;
   int64_t steps_run = 0;
+  // The global batch size of the step Model::train_step is running (run_train sets it).
+  int64_t global_batch = 0;
+  // What the last Model::train_step returned: empty when the step left the logs to logs().
+  callbacks::Logs step_logs;
 
-  explicit Trainer(Model& m);
+  Trainer(Model& m, const CompileOptions& options);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
-
-  Tensor as_model_input(const Tensor& x) const { return as_model_input(model, x); }
+  ~Trainer();
 
   // A replica's run that lost to its backup may still be executing (it stops at its next
-  // cancellation check); it must be gone before what it refers to (this, the iterator) is.
-  ~Trainer();
+  // cancellation check); it must be gone before what it refers to (the call's iterator) is.
+  void wait_for_stragglers();
+  // For one fit / evaluate / train_on_batch call: waits for the stragglers when the call ends.
+  struct Call {
+    Trainer& trainer;
+    ~Call() { trainer.wait_for_stragglers(); }
+  };
+
+  Tensor as_model_input(const Tensor& x) const { return as_model_input(*model, x); }
   static Tensor as_model_input(const Model& m, const Tensor& x);
   // Builds the model (on a one-row slice of the first batch) and the training state.
   void prepare(const Element& first_batch);
@@ -62,6 +88,8 @@ struct Trainer {
   // at the end, and after each dispatch when a callback reads batch logs on any worker
   // (any_worker), at the same steps everywhere since every worker runs the same number of steps.
   callbacks::Logs logs() const;
+  // The logs fit reports after a step: what the model's train_step returned, else logs().
+  callbacks::Logs train_logs() const { return step_logs.empty() ? logs() : step_logs; }
   // Whether `mine` holds on any worker (one small all-reduce with several workers): a choice that
   // decides which collectives follow must be the same everywhere.
   bool any_worker(bool mine) const;
@@ -74,13 +102,12 @@ struct Trainer {
   // gradient_accumulation_steps N, only accumulation on N - 1 steps of N), and the committed
   // runs' loss sums and metrics merged into the replicas' running state.
   void train_step(distribute::ReplicatedStep::ReplicaFn fn);
+  // Model::train_step's default: train_step on `data`, a batch of global_batch examples.
+  void train_on(const PerReplica<Element>& data);
   void test_step(ReplicaContext& ctx, const Element& e);
-  // Runs up to `k` train steps from `it`; returns the number run (0 at the end).
+  // Runs up to `k` train steps from `it` (Model::train_step for each batch the host fetches);
+  // returns the number run (0 at the end).
   int64_t run_train(distribute::DistributedDataset::Iterator& it, int64_t k);
 };
-
-// fit(x, y) / evaluate(x, y): the arrays as a dataset of (x, y) batches, shuffled when asked.
-Dataset dataset_from_arrays(const Tensor& x, const Tensor& y, int64_t batch_size, bool shuffle,
-                            uint64_t seed);
 
 }  // namespace lockstep::keras

@@ -1,8 +1,10 @@
 #include "lockstep/keras/optimizers/adagrad.h"
 
+#include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "dispatched_rule.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
@@ -24,6 +26,15 @@ namespace {
 struct AdagradConstants {
   float learning_rate, epsilon;
 };
+
+// Adagrad's rule for one element (elementwise_rule.h); slot "accumulator".
+struct AdagradRule : AdagradConstants {
+  static constexpr size_t kSlots = 1;
+  [[gnu::always_inline]] float operator()(float w, float g, std::array<float, kSlots>& s) const {
+    s[0] = s[0] + g * g;
+    return w - learning_rate * g / std::sqrt(s[0] + epsilon);
+  }
+};
 }  // namespace
 
 void Adagrad::prepare_step(StepInfo& info) const {
@@ -31,17 +42,8 @@ void Adagrad::prepare_step(StepInfo& info) const {
                                       .epsilon = static_cast<float>(o_.epsilon)});
 }
 
-void Adagrad::update_step(float* __restrict w, const float* __restrict g,
-                          std::span<float* const> slots, size_t n, const StepInfo& info) const {
-  float* __restrict acc = slots[0];
-  const auto k = info.constants<AdagradConstants>();
-  const float lr = k.learning_rate, eps = k.epsilon;
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float ai = acc[i] + gi * gi;
-    acc[i] = ai;
-    w[i] -= lr * gi / std::sqrt(ai + eps);
-  }
+void Adagrad::update_step(const UpdateSpan& span, const StepInfo& info) const {
+  detail::run_rule(AdagradRule{info.constants<AdagradConstants>()}, span);
 }
 
 nlohmann::json Adagrad::get_config() const {

@@ -5,18 +5,17 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/keras/mixed_precision.h"
-#include "lockstep/ops/elementwise.h"
 
 namespace lockstep::keras::optimizers {
 
 namespace {
 
-// Elements per chunk when the gradient must be rewritten (clipping) or weight decay applied first:
-// small enough to stay in L1 next to the variable and slots, large enough to amortise the call.
+// Elements per apply() in apply_gradients when the gradient is rewritten (clipping) or the weights
+// decayed before the rule: small enough to stay in L1 between those passes and the rule's, large
+// enough to amortise the call.
 constexpr size_t kChunk = 1024;
 constexpr int kMaxSlots = 4;
 
@@ -107,7 +106,6 @@ void Optimizer::build(const std::vector<Variable>& vars) {
       if (v.name().find(pattern) != std::string::npos) decay = false;
     }
     decay_.push_back(decay ? 1 : 0);
-    total_elements_ += v.num_elements();
   }
   vars_ = vars;
   built_ = true;
@@ -120,25 +118,76 @@ int Optimizer::index_of(const Variable& v) const {
   return -1;
 }
 
+void Optimizer::check_gradients(const std::vector<Tensor>& grads,
+                                const std::vector<Variable>& vars) const {
+  LOCKSTEP_CHECK(grads.size() == vars.size(), "Optimizer '", name(),
+                 "'.apply_gradients: expected one gradient per variable. Received: ", grads.size(),
+                 " gradients for ", vars.size(), " variables.");
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const Variable& v = vars[i];
+    LOCKSTEP_CHECK(index_of(v) >= 0, "Optimizer '", name(), "'.apply_gradients: unknown variable '",
+                   v.name(),
+                   "'. This optimizer can only be called for the variables it was built with; "
+                   "build() it with every variable first.");
+    const Tensor& g = grads[i];
+    if (!g.defined()) continue;
+    LOCKSTEP_CHECK(g.dtype() == DType::float32 && g.shape() == v.shape(), "Optimizer '", name(),
+                   "'.apply_gradients: expected a float32 gradient shaped like variable '",
+                   v.name(), "' (", v.raw_value().describe(), "). Received: ", g.describe(), ".");
+  }
+}
+
 void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
                                 const std::vector<Variable>& vars) {
   if (!built_) build(vars);
-  int64_t total = 0;
-  for (const Variable& v : vars) total += v.num_elements();
-  apply(grads, vars, 0, total, "apply_gradients");
-  finish_step();
+  check_gradients(grads, vars);
+  // apply_gradients binds its own variables: a training step bound to this optimizer keeps its
+  // binding for its next update.
+  struct KeepBinding {
+    Optimizer& o;
+    std::vector<int> bound = std::move(o.bound_);
+    std::vector<float> scale = std::move(o.bound_scale_);
+    ~KeepBinding() {
+      o.bound_ = std::move(bound);
+      o.bound_scale_ = std::move(scale);
+    }
+  } keep{*this};
+  bind(vars);
+  std::vector<double> squared_norms;
+  if (wants_gradient_norms()) {
+    for (const Tensor& g : grads) squared_norms.push_back(g.defined() ? squared_norm(g) : 0.0);
+  }
+  begin_update(squared_norms);
+  const bool rewrites = rewrites_gradient();
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    float* w = vars[i].raw_value().data<float>();
+    const float* g = grads[i].data<float>();
+    const std::vector<Variable>& slots = slots_[static_cast<size_t>(bound_[i])];
+    float* rounded = mixed_precision::rounded_weights_data(vars[i]);
+    const size_t n = static_cast<size_t>(vars[i].num_elements());
+    const size_t chunk = rewrites || decay_[static_cast<size_t>(bound_[i])] != 0 ? kChunk : n;
+    alignas(64) float scratch[kChunk];
+    float* slot_ptr[kMaxSlots] = {};
+    for (size_t c0 = 0; c0 < n; c0 += chunk) {
+      const size_t m = std::min(chunk, n - c0);
+      for (size_t s = 0; s < slots.size(); ++s) {
+        slot_ptr[s] = slots[s].raw_value().data<float>() + c0;
+      }
+      // The caller's gradient stays as it is: when apply() rewrites g, it gets a copy.
+      float* gc = const_cast<float*>(g) + c0;
+      if (rewrites) {
+        std::memcpy(scratch, gc, m * sizeof(float));
+        gc = scratch;
+      }
+      apply(i, static_cast<int64_t>(c0), w + c0, gc, {slot_ptr, slots.size()}, w + c0,
+            {slot_ptr, slots.size()}, m, rounded == nullptr ? nullptr : rounded + c0);
+    }
+  }
+  end_update();
 }
 
-void Optimizer::apply_gradients_range(const std::vector<Tensor>& grads,
-                                      const std::vector<Variable>& vars, int64_t begin,
-                                      int64_t end) {
-  LOCKSTEP_CHECK_AS(FailedPrecondition, built_, "Optimizer '", name(),
-                    "'.apply_gradients_range: call build(vars) first (the replicas must not "
-                    "race to create slots).");
-  apply(grads, vars, begin, end, "apply_gradients_range");
-}
-
-void Optimizer::finish_step() {
+void Optimizer::end_update() {
   iterations_.raw_value().data<int64_t>()[0] += 1;
 }
 
@@ -183,124 +232,6 @@ nlohmann::json Optimizer::get_config() const {
            options_.base.gradient_accumulation_steps
                ? nlohmann::json(*options_.base.gradient_accumulation_steps)
                : nlohmann::json()}};
-}
-
-void Optimizer::update_step_rounded(float* var, const float* grad, std::span<float* const> slots,
-                                    size_t n, const StepInfo& info, float* rounded) const {
-  float* chunk_slots[kMaxSlots] = {};
-  for (size_t c0 = 0; c0 < n; c0 += kChunk) {
-    const size_t m = std::min(kChunk, n - c0);
-    for (size_t s = 0; s < slots.size(); ++s) chunk_slots[s] = slots[s] + c0;
-    update_step(var + c0, grad + c0, std::span<float* const>(chunk_slots, slots.size()), m, info);
-    round_to_bfloat16_values(var + c0, rounded + c0, m);
-  }
-}
-
-void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
-                      int64_t begin, int64_t end, const char* caller) {
-  LOCKSTEP_CHECK(grads.size() == vars.size(), "Optimizer '", name(), "'.", caller,
-                 ": expected one gradient per variable. Received: ", grads.size(),
-                 " gradients for ", vars.size(), " variables.");
-  bool same_order = vars.size() == vars_.size();
-  for (size_t i = 0; same_order && i < vars.size(); ++i) same_order = vars[i].same_as(vars_[i]);
-  int64_t total = 0;
-  for (size_t i = 0; i < vars.size(); ++i) {
-    const Variable& v = vars[i];
-    total += v.num_elements();
-    LOCKSTEP_CHECK(same_order || index_of(v) >= 0, "Optimizer '", name(), "'.", caller,
-                   ": unknown variable '", v.name(),
-                   "'. This optimizer can only be called for the variables it was built with; "
-                   "build() it with every variable first.");
-    const Tensor& g = grads[i];
-    if (!g.defined()) continue;
-    LOCKSTEP_CHECK(g.dtype() == DType::float32 && g.shape() == v.shape(), "Optimizer '", name(),
-                   "'.", caller, ": expected a float32 gradient shaped like variable '", v.name(),
-                   "' (", v.raw_value().describe(), "). Received: ", g.describe(), ".");
-  }
-  LOCKSTEP_CHECK(begin >= 0 && begin <= end && end <= total, "Optimizer '", name(), "'.", caller,
-                 ": expected 0 <= begin <= end <= ", total,
-                 " (the total number of elements). Received: begin=", begin, ", end=", end);
-
-  double global_scale = 1.0;
-  if (options_.base.global_clipnorm) {
-    double sq = 0.0;
-    for (const Tensor& g : grads) {
-      if (g.defined()) sq += squared_norm(g);
-    }
-    double c = *options_.base.global_clipnorm;
-    global_scale = c / std::max(std::sqrt(sq), c);
-  }
-
-  StepInfo info;
-  info.step = iterations() + 1;
-  info.learning_rate = learning_rate();
-  prepare_step(info);
-  const float clip = options_.base.clipvalue ? static_cast<float>(*options_.base.clipvalue) : 0.0f;
-  const float wd_lr =
-      static_cast<float>(options_.base.weight_decay.value_or(0.0) * info.learning_rate);
-
-  int64_t offset = 0;
-  for (size_t i = 0; i < vars.size(); ++i) {
-    const int64_t n = vars[i].num_elements();
-    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
-    const int64_t start = offset;
-    offset += n;
-    if (lo >= hi || !grads[i].defined()) continue;
-    const int k = same_order ? static_cast<int>(i) : index_of(vars[i]);
-
-    double scale = global_scale;
-    if (options_.base.clipnorm) {
-      double c = *options_.base.clipnorm;
-      scale = c / std::max(std::sqrt(squared_norm(grads[i])), c);
-    }
-    const size_t local = static_cast<size_t>(lo - start), count = static_cast<size_t>(hi - lo);
-    float* w = vars[i].raw_value().data<float>() + local;
-    const float* g = grads[i].data<float>() + local;
-    float* slot_ptr[kMaxSlots] = {};
-    const auto& slots = slots_[static_cast<size_t>(k)];
-    for (size_t s = 0; s < slots.size(); ++s) {
-      slot_ptr[s] = slots[s].raw_value().data<float>() + local;
-    }
-    const bool decay = decay_[static_cast<size_t>(k)] != 0;
-    // A variable whose bfloat16-rounded copy is in use (mixed_bfloat16 Dense, see
-    // mixed_precision::rounded_weights) gets it rewritten here, chunk by chunk while the chunk of
-    // updated weights is still in L1, instead of by a full pass over the kernel in the next
-    // forward pass.
-    float* rounded = mixed_precision::rounded_weights_data(vars[i]);
-    if (rounded != nullptr) rounded += local;
-    if (scale == 1.0 && !options_.base.clipvalue && !decay) {
-      const std::span<float* const> all_slots(slot_ptr, slots.size());
-      if (rounded == nullptr) {
-        update_step(w, g, all_slots, count, info);
-      } else {
-        update_step_rounded(w, g, all_slots, count, info, rounded);
-      }
-      continue;
-    }
-    const float fscale = static_cast<float>(scale);
-    alignas(64) float buffer[kChunk];
-    for (size_t c0 = 0; c0 < count; c0 += kChunk) {
-      const size_t m = std::min(kChunk, count - c0);
-      float* wc = w + c0;
-      const float* gc = g + c0;
-      if (clip > 0.0f) {
-        for (size_t j = 0; j < m; ++j) buffer[j] = std::clamp(gc[j], -clip, clip);
-      } else {
-        for (size_t j = 0; j < m; ++j) buffer[j] = gc[j] * fscale;
-      }
-      if (decay) {
-        for (size_t j = 0; j < m; ++j) wc[j] -= wc[j] * wd_lr;
-      }
-      float* chunk_slots[kMaxSlots] = {};
-      for (size_t s = 0; s < slots.size(); ++s) chunk_slots[s] = slot_ptr[s] + c0;
-      const std::span<float* const> some_slots(chunk_slots, slots.size());
-      if (rounded == nullptr) {
-        update_step(wc, buffer, some_slots, m, info);
-      } else {
-        update_step_rounded(wc, buffer, some_slots, m, info, rounded + c0);
-      }
-    }
-  }
 }
 
 void Optimizer::bind(const std::vector<Variable>& vars) {
@@ -353,27 +284,6 @@ void Optimizer::begin_update(std::span<const double> squared_norms) {
   }
 }
 
-void Optimizer::update_step_out(const float* var, const float* grad,
-                                std::span<const float* const> slots, float* var_out,
-                                std::span<float* const> slots_out, size_t n, const StepInfo& info,
-                                float* rounded) const {
-  if (var_out != var) std::memcpy(var_out, var, n * sizeof(float));
-  for (size_t s = 0; s < slots.size(); ++s) std::memcpy(slots_out[s], slots[s], n * sizeof(float));
-  if (rounded == nullptr) {
-    update_step(var_out, grad, slots_out, n, info);
-  } else {
-    update_step_rounded(var_out, grad, slots_out, n, info, rounded);
-  }
-}
-
-void Optimizer::update_step_sum_out(const float* var, const float* grad_a, const float* grad_b,
-                                    float* scratch, std::span<const float* const> slots,
-                                    float* var_out, std::span<float* const> slots_out, size_t n,
-                                    const StepInfo& info, float* rounded) const {
-  ops::sum_into(scratch, grad_a, grad_b, static_cast<int64_t>(n));
-  update_step_out(var, scratch, slots, var_out, slots_out, n, info, rounded);
-}
-
 void Optimizer::apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a,
                                  const float* b, float* g, std::span<const float* const> slots,
                                  float* w_out, std::span<float* const> slots_out, size_t n,
@@ -385,13 +295,12 @@ void Optimizer::apply_sum_of_two(size_t i, int64_t offset, const float* w, const
     ElementwiseUpdate::apply_sum_of_two(i, offset, w, a, b, g, slots, w_out, slots_out, n, rounded);
     return;
   }
-  update_step_sum_out(w, a, b, g, slots, w_out, slots_out, n, update_info_, rounded);
+  update_step(UpdateSpan{w, a, b, slots, w_out, slots_out, rounded, n}, update_info_);
 }
 
 void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
                       std::span<const float* const> slots, float* w_out,
                       std::span<float* const> slots_out, size_t n, float* rounded) const {
-  const int k = bound_[i];
   const float scale = bound_scale_[i];
   if (options_.base.clipvalue) {
     const float clip = static_cast<float>(*options_.base.clipvalue);
@@ -399,14 +308,14 @@ void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
   } else if (scale != 1.0f) {
     for (size_t j = 0; j < n; ++j) g[j] *= scale;
   }
-  if (decay_[static_cast<size_t>(k)] != 0) {
+  if (decay_[static_cast<size_t>(bound_[i])] != 0) {
     // Decoupled weight decay first (w <- w - w * wd * lr), then the rule on the decayed weights.
     const float wd_lr =
         static_cast<float>(options_.base.weight_decay.value_or(0.0) * update_info_.learning_rate);
     for (size_t j = 0; j < n; ++j) w_out[j] = w[j] - w[j] * wd_lr;
     w = w_out;
   }
-  update_step_out(w, g, slots, w_out, slots_out, n, update_info_, rounded);
+  update_step(UpdateSpan{w, g, nullptr, slots, w_out, slots_out, rounded, n}, update_info_);
 }
 
 }  // namespace lockstep::keras::optimizers

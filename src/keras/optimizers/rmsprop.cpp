@@ -1,8 +1,10 @@
 #include "lockstep/keras/optimizers/rmsprop.h"
 
+#include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "dispatched_rule.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
@@ -15,33 +17,28 @@ struct RmspropConstants {
   float learning_rate, rho, one_minus_rho, epsilon, momentum;
 };
 
-// One loop per (momentum, centered) combination so the element loop has no branches.
+// RMSprop's rule for one element (elementwise_rule.h); slots "velocity", then "momentum" and
+// "average_gradient" when those options are on.
 template <bool kMomentum, bool kCentered>
-void rmsprop_loop(float* __restrict w, const float* __restrict g, float* __restrict vel,
-                  float* __restrict mom, float* __restrict avg, size_t n,
-                  const RmspropConstants& k) {
-  const float lr = k.learning_rate, rho = k.rho, one_minus_rho = k.one_minus_rho, eps = k.epsilon,
-              mu = k.momentum;
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float vi = rho * vel[i] + one_minus_rho * gi * gi;
-    vel[i] = vi;
-    float d = vi + eps;
+struct RmspropRule : RmspropConstants {
+  static constexpr size_t kSlots = 1 + (kMomentum ? 1 : 0) + (kCentered ? 1 : 0);
+  [[gnu::always_inline]] float operator()(float w, float g, std::array<float, kSlots>& s) const {
+    const float v = rho * s[0] + one_minus_rho * g * g;
+    s[0] = v;
+    float d = v + epsilon;
     if constexpr (kCentered) {
-      const float ai = rho * avg[i] + one_minus_rho * gi;
-      avg[i] = ai;
-      d = vi - ai * ai + eps;
+      constexpr size_t a = kMomentum ? 2 : 1;
+      s[a] = rho * s[a] + one_minus_rho * g;
+      d = v - s[a] * s[a] + epsilon;
     }
-    const float inc = lr * gi / std::sqrt(d);
+    const float increment = learning_rate * g / std::sqrt(d);
     if constexpr (kMomentum) {
-      const float mi = mu * mom[i] + inc;
-      mom[i] = mi;
-      w[i] -= mi;
-    } else {
-      w[i] -= inc;
+      s[1] = momentum * s[1] + increment;
+      return w - s[1];
     }
+    return w - increment;
   }
-}
+};
 
 }  // namespace
 
@@ -65,17 +62,13 @@ void RMSprop::prepare_step(StepInfo& info) const {
                                       .momentum = static_cast<float>(o_.momentum)});
 }
 
-void RMSprop::update_step(float* w, const float* g, std::span<float* const> slots, size_t n,
-                          const StepInfo& info) const {
-  const bool momentum = o_.momentum > 0.0;
+void RMSprop::update_step(const UpdateSpan& span, const StepInfo& info) const {
   const auto k = info.constants<RmspropConstants>();
-  float* vel = slots[0];
-  float* mom = momentum ? slots[1] : nullptr;
-  float* avg = o_.centered ? slots[momentum ? 2 : 1] : nullptr;
-  if (momentum && o_.centered) return rmsprop_loop<true, true>(w, g, vel, mom, avg, n, k);
-  if (momentum) return rmsprop_loop<true, false>(w, g, vel, mom, avg, n, k);
-  if (o_.centered) return rmsprop_loop<false, true>(w, g, vel, mom, avg, n, k);
-  rmsprop_loop<false, false>(w, g, vel, mom, avg, n, k);
+  const bool momentum = o_.momentum > 0.0;
+  if (momentum && o_.centered) return detail::run_rule(RmspropRule<true, true>{k}, span);
+  if (momentum) return detail::run_rule(RmspropRule<true, false>{k}, span);
+  if (o_.centered) return detail::run_rule(RmspropRule<false, true>{k}, span);
+  detail::run_rule(RmspropRule<false, false>{k}, span);
 }
 
 nlohmann::json RMSprop::get_config() const {

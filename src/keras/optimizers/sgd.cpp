@@ -1,7 +1,9 @@
 #include "lockstep/keras/optimizers/sgd.h"
 
+#include <array>
 #include <nlohmann/json.hpp>
 
+#include "dispatched_rule.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
@@ -22,6 +24,23 @@ namespace {
 struct SgdConstants {
   float learning_rate, momentum;
 };
+
+enum class SgdKind { plain, momentum, nesterov };
+
+// SGD's rule for one element (elementwise_rule.h); slot "momentum" unless plain.
+template <SgdKind kKind>
+struct SgdRule : SgdConstants {
+  static constexpr size_t kSlots = kKind == SgdKind::plain ? 0 : 1;
+  [[gnu::always_inline]] float operator()(float w, float g, std::array<float, kSlots>& s) const {
+    if constexpr (kKind == SgdKind::plain) {
+      return w - g * learning_rate;
+    } else {
+      s[0] = s[0] * momentum - g * learning_rate;
+      if constexpr (kKind == SgdKind::nesterov) return w + (s[0] * momentum - g * learning_rate);
+      return w + s[0];
+    }
+  }
+};
 }  // namespace
 
 void SGD::prepare_step(StepInfo& info) const {
@@ -29,28 +48,11 @@ void SGD::prepare_step(StepInfo& info) const {
                                   .momentum = static_cast<float>(o_.momentum)});
 }
 
-void SGD::update_step(float* __restrict w, const float* __restrict g, std::span<float* const> slots,
-                      size_t n, const StepInfo& info) const {
+void SGD::update_step(const UpdateSpan& span, const StepInfo& info) const {
   const auto k = info.constants<SgdConstants>();
-  const float lr = k.learning_rate, mu = k.momentum;
-  if (slots.empty()) {
-    for (size_t i = 0; i < n; ++i) w[i] -= g[i] * lr;
-    return;
-  }
-  float* __restrict m = slots[0];
-  if (o_.nesterov) {
-    for (size_t i = 0; i < n; ++i) {
-      const float mi = m[i] * mu - g[i] * lr;
-      m[i] = mi;
-      w[i] += mi * mu - g[i] * lr;
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      const float mi = m[i] * mu - g[i] * lr;
-      m[i] = mi;
-      w[i] += mi;
-    }
-  }
+  if (o_.momentum == 0.0) return detail::run_rule(SgdRule<SgdKind::plain>{k}, span);
+  if (o_.nesterov) return detail::run_rule(SgdRule<SgdKind::nesterov>{k}, span);
+  detail::run_rule(SgdRule<SgdKind::momentum>{k}, span);
 }
 
 nlohmann::json SGD::get_config() const {

@@ -26,8 +26,7 @@ class Adagrad final : public OptimizerImpl<Adagrad, AdagradOptions> {
   std::vector<std::string> slot_names() const override { return {"accumulator"}; }
   float slot_initial_value(int) const override;
   void prepare_step(StepInfo& info) const override;
-  void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
-                   const StepInfo& info) const override;
+  void update_step(const UpdateSpan& span, const StepInfo& info) const override;
 };
 
 }  // namespace lockstep::keras::optimizers

@@ -31,17 +31,7 @@ class Adam : public OptimizerImpl<Adam, AdamOptions> {
  protected:
   std::vector<std::string> slot_names() const override;
   void prepare_step(StepInfo& info) const override;
-  void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
-                   const StepInfo& info) const override;
-  void update_step_rounded(float* var, const float* grad, std::span<float* const> slots, size_t n,
-                           const StepInfo& info, float* rounded) const override;
-  void update_step_out(const float* var, const float* grad, std::span<const float* const> slots,
-                       float* var_out, std::span<float* const> slots_out, size_t n,
-                       const StepInfo& info, float* rounded) const override;
-  void update_step_sum_out(const float* var, const float* grad_a, const float* grad_b,
-                           float* scratch, std::span<const float* const> slots, float* var_out,
-                           std::span<float* const> slots_out, size_t n, const StepInfo& info,
-                           float* rounded) const override;
+  void update_step(const UpdateSpan& span, const StepInfo& info) const override;
 };
 
 }  // namespace lockstep::keras::optimizers

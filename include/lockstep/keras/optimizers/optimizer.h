@@ -1,8 +1,9 @@
 #pragma once
 // Optimizer: the base of keras.optimizers. It owns everything optimizers share — the iteration
 // count, the learning rate (a constant or a schedule), slot variables, gradient clipping and
-// decoupled weight decay — and each optimizer writes only `update_step`, an elementwise update of
-// a contiguous run of float32 elements.
+// decoupled weight decay — and each optimizer writes only its elementwise rule
+// (keras/optimizers/elementwise_rule.h) and the `update_step` that runs it over a span of
+// elements.
 //
 // One step, for every (gradient g, variable w) pair, in Keras' order:
 //   lr = learning_rate(iterations)                  (a schedule is evaluated at `iterations`)
@@ -10,7 +11,7 @@
 //   global_clipnorm c: g <- g * c / max(sqrt(sum_v ||g_v||^2), c)   over all variables
 //   clipvalue c:       g <- clip(g, -c, c)                     elementwise
 //   weight_decay wd:   w <- w - w * wd * lr                    (variables not excluded)
-//   update_step(w, g, slots)                                   (the optimizer's rule)
+//   w, slots <- rule(w, g, slots)                              (the optimizer's, elementwise)
 //   iterations += 1
 // Only one of clipnorm, global_clipnorm and clipvalue may be set (as in Keras 3). Gradient norms
 // are accumulated in double (Keras: float32), in a fixed order, so every replica that computes
@@ -19,11 +20,11 @@
 // Variables and gradients are float32 (mixed precision keeps float32 variables). An undefined
 // gradient (Tensor{}) skips its variable, as Keras skips None gradients.
 //
-// Distributed use: the optimizer is the strategy's ElementwiseUpdate (distribute/
-// elementwise_update.h). The strategy's training step sums the replicas' gradients and calls
-// begin_update, then apply() on chunks of each variable from any thread, then end_update. The
-// update of an element depends only on that element (and its slots), so the split is exact: the
-// result is bit-identical to apply_gradients.
+// One path: the optimizer is an ElementwiseUpdate (distribute/elementwise_update.h). The strategy's
+// training step sums the replicas' gradients and calls begin_update, then apply() on chunks of
+// each variable from any thread, then end_update; apply_gradients makes the same calls on the
+// whole of each variable, in place. The update of an element depends only on that element (and
+// its slots), so any split gives the bits of apply_gradients.
 #include <concepts>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +40,7 @@
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/core/tensor.h"
 #include "lockstep/distribute/elementwise_update.h"
+#include "lockstep/keras/optimizers/elementwise_rule.h"
 #include "lockstep/keras/optimizers/schedules/learning_rate_schedule.h"
 
 namespace lockstep::keras::optimizers {
@@ -134,26 +136,16 @@ class Optimizer : public distribute::ElementwiseUpdate {
   // iterations. `vars` may be any subset of the built variables.
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
 
-  // The distributed form (see the top of this file): updates only flat elements [begin, end) of
-  // the concatenation of `vars` (flattened in order) and their slots. Thread-safe for disjoint
-  // ranges; requires build(). Does not increment iterations: call finish_step() once afterwards.
-  void apply_gradients_range(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
-                             int64_t begin, int64_t end);
-  void finish_step();
-
   int64_t iterations() const;
   // The learning rate of the next step (a schedule evaluated at iterations()).
   double learning_rate() const;
   // Sets a constant learning rate (LearningRateScheduler). Throws FailedPrecondition when the
   // optimizer was created with a schedule, as Keras does.
   void set_learning_rate(double value);
-  const LearningRate& learning_rate_option() const { return options_.learning_rate; }
 
   // iterations, the learning rate (when constant) and every slot, in a fixed order: the state a
   // checkpoint saves and restores (restore by assign() into these handles).
   std::vector<Variable> variables() const;
-  // Total elements of the built variables (for splitting ranges across replicas).
-  int64_t num_elements() const { return total_elements_; }
 
   const std::string& name() const { return options_.name; }
   // 1 unless gradient_accumulation_steps was set.
@@ -164,8 +156,9 @@ class Optimizer : public distribute::ElementwiseUpdate {
   // A fresh, unbuilt optimizer with the same configuration (for compile() taking a prototype).
   virtual std::unique_ptr<Optimizer> clone() const = 0;
 
-  // ---- distribute::ElementwiseUpdate (the strategy's training step). bind() builds the
-  // optimizer for `vars` if needed.
+  // ---- distribute::ElementwiseUpdate (the strategy's training step, and apply_gradients).
+  // bind() builds the optimizer for `vars` if needed. Besides out of place, apply() and
+  // apply_sum_of_two() update in place: w_out may be w and slots_out slots (the same arrays).
   void bind(const std::vector<Variable>& vars) override;
   std::vector<Variable> slot_variables(size_t i) const override;
   bool wants_gradient_norms() const override;
@@ -177,7 +170,7 @@ class Optimizer : public distribute::ElementwiseUpdate {
   void apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a, const float* b,
                         float* g, std::span<const float* const> slots, float* w_out,
                         std::span<float* const> slots_out, size_t n, float* rounded) const override;
-  void end_update() override { finish_step(); }
+  void end_update() override;
   // The variable's bfloat16-rounded copy (mixed_precision::next_rounded_weights_data) when the
   // policy keeps one, so that the update rewrites it instead of the next forward pass.
   float* rounded_output(size_t i) const override;
@@ -185,43 +178,21 @@ class Optimizer : public distribute::ElementwiseUpdate {
  protected:
   explicit Optimizer(CommonOptions options);
 
-  // Slot names, in the order update_step receives them.
+  // Slot names, in the order the rule receives them.
   virtual std::vector<std::string> slot_names() const { return {}; }
   virtual float slot_initial_value(int /*slot*/) const { return 0.0f; }
   // Stores the optimizer's per-step constants in `info` (StepInfo::set_constants); called once
   // per update.
   virtual void prepare_step(StepInfo& /*info*/) const {}
-  // The optimizer's rule on n contiguous elements: var, grad (already clipped) and slots aligned.
-  // Must depend on nothing but these elements and `info` (the range split relies on it).
-  virtual void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
-                           const StepInfo& info) const = 0;
-  // update_step that also writes rounded[i] = round_to_bfloat16_value(var[i]) of the updated
-  // weights: the variable's bfloat16-rounded copy (mixed_precision::rounded_weights_data) kept
-  // current. The default runs update_step and rounds chunk by chunk while the chunk is in L1; an
-  // optimizer may override it to round inside its own loop.
-  virtual void update_step_rounded(float* var, const float* grad, std::span<float* const> slots,
-                                   size_t n, const StepInfo& info, float* rounded) const;
-  // The rule out of place: reads var and slots, writes var_out and slots_out (var_out may be
-  // var itself; nothing else overlaps), and round_to_bfloat16_values(var_out) to rounded unless
-  // it is nullptr. The default copies and runs update_step(_rounded) in place; an optimizer may
-  // override it to read and write in one pass.
-  virtual void update_step_out(const float* var, const float* grad,
-                               std::span<const float* const> slots, float* var_out,
-                               std::span<float* const> slots_out, size_t n, const StepInfo& info,
-                               float* rounded) const;
-  // update_step_out on grad = grad_a + grad_b (float32, element by element), for a rule that adds
-  // the two as it reads them: the same bits as summing first. `scratch` is n floats the default
-  // sums into before calling update_step_out.
-  virtual void update_step_sum_out(const float* var, const float* grad_a, const float* grad_b,
-                                   float* scratch, std::span<const float* const> slots,
-                                   float* var_out, std::span<float* const> slots_out, size_t n,
-                                   const StepInfo& info, float* rounded) const;
+  // Runs the optimizer's rule over `span` (the gradient already clipped, the weights already
+  // decayed) with expand_rule (elementwise_rule.h): one call per span, none per element. Must
+  // depend on nothing but the span's elements and `info`: the step's split relies on it.
+  virtual void update_step(const UpdateSpan& span, const StepInfo& info) const = 0;
 
   const CommonOptions& common() const { return options_; }
 
  private:
-  void apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, int64_t begin,
-             int64_t end, const char* caller);
+  void check_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) const;
   int index_of(const Variable& v) const;
 
   CommonOptions options_;
@@ -231,8 +202,8 @@ class Optimizer : public distribute::ElementwiseUpdate {
   std::vector<Variable> vars_;
   std::vector<std::vector<Variable>> slots_;  // [variable][slot]
   std::vector<char> decay_;                   // weight decay applies to variable i
-  int64_t total_elements_ = 0;
-  // ElementwiseUpdate state: the bound variables' indices, and what begin_update computed.
+  // ElementwiseUpdate state: the bound variables' indices in vars_ and their gradients' clipping
+  // factors (begin_update), and the step's constants.
   std::vector<int> bound_;
   std::vector<float> bound_scale_;
   StepInfo update_info_;

@@ -31,8 +31,7 @@ class RMSprop final : public OptimizerImpl<RMSprop, RMSpropOptions> {
  protected:
   std::vector<std::string> slot_names() const override;
   void prepare_step(StepInfo& info) const override;
-  void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
-                   const StepInfo& info) const override;
+  void update_step(const UpdateSpan& span, const StepInfo& info) const override;
 };
 
 }  // namespace lockstep::keras::optimizers

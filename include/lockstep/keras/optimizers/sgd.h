@@ -27,8 +27,7 @@ class SGD final : public OptimizerImpl<SGD, SGDOptions> {
  protected:
   std::vector<std::string> slot_names() const override;
   void prepare_step(StepInfo& info) const override;
-  void update_step(float* var, const float* grad, std::span<float* const> slots, size_t n,
-                   const StepInfo& info) const override;
+  void update_step(const UpdateSpan& span, const StepInfo& info) const override;
 };
 
 }  // namespace lockstep::keras::optimizers
