@@ -15,7 +15,7 @@
 #include "lockstep/distribute/profile_summary.h"
 #include "lockstep/distribute/profile_trace.h"
 #include "lockstep/distribute/shared_memory_group.h"
-#include "lockstep/distribute/task_pool.h"
+#include "distribute/step/task_pool.h"
 #include "testing/run_threads.h"
 
 namespace lockstep::distribute {

@@ -8,7 +8,7 @@
 #include "lockstep/distribute/profile_trace.h"
 #include "lockstep/distribute/profile_writer.h"
 #include "lockstep/distribute/strategy.h"
-#include "lockstep/distribute/task_pool.h"
+#include "distribute/step/task_pool.h"
 
 namespace lockstep::distribute {
 

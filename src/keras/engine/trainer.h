@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "distribute/step/replicated_step.h"
 #include "lockstep/data/element.h"
 #include "lockstep/distribute/distributed_dataset.h"
-#include "lockstep/distribute/replicated_step.h"
 #include "lockstep/keras/callbacks/callback.h"
 #include "lockstep/keras/model.h"
 #include "step_input.h"
@@ -73,7 +73,7 @@ struct Trainer {
   // One training step with `fn` computing each replica's part; then the update (or, with
   // gradient_accumulation_steps N, only accumulation on N - 1 steps of N), and the committed
   // runs' loss sums and metrics merged into the replicas' running state.
-  void train_step(distribute::ReplicatedStep::ReplicaFn fn);
+  void train_step(distribute::ReplicaFn fn);
   void test_step(ReplicaContext& ctx, const Element& e);
   // Runs up to `k` train steps from `it`; returns the number run (0 at the end).
   int64_t run_train(distribute::DistributedDataset::Iterator& it, int64_t k);

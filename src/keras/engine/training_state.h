@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "lockstep/distribute/replicated_step.h"
+#include "distribute/step/replicated_step.h"
 #include "lockstep/keras/model.h"
 
 namespace lockstep::keras {

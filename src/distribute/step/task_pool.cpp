@@ -1,4 +1,4 @@
-#include "lockstep/distribute/task_pool.h"
+#include "distribute/step/task_pool.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "../sync/cpu_affinity.h"
-#include "../sync/cpu_load.h"
-#include "../sync/futex.h"
+#include "core/cpu_affinity.h"
+#include "core/cpu_load.h"
+#include "core/futex.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/denormals.h"
 #include "lockstep/core/error.h"
@@ -58,8 +58,8 @@ struct TaskPool::TaskState {
 struct TaskPool::Record {
   std::atomic<uint64_t> sequence{0};  // 0 while being reset
   TaskPhase* phase = nullptr;
-  // A phase in two stages (run(first, then)): tasks [0, split) are `phase`'s, the others
-  // `then`'s, which open once every task of the first stage has committed and its stage_done()
+  // Two phases chained (run(first, then)): tasks [0, split) are `phase`'s, the others
+  // `then`'s, which open once every task of the first phase has committed and its phase_done()
   // has returned.
   TaskPhase* then = nullptr;
   int split = 0;
@@ -77,7 +77,7 @@ struct TaskPool::Record {
     std::atomic<int> next{0};
     int end = 0;
   };
-  std::unique_ptr<Cursor[]> cursors, then_cursors;  // the first stage's, the second's
+  std::unique_ptr<Cursor[]> cursors, then_cursors;  // the first phase's, the second's
   std::atomic<int> committed{0};
   std::atomic<uint32_t> progress{0};  // futex word: bumped at every commit and at failure
   std::atomic<int> waiters{0};
@@ -104,20 +104,20 @@ struct TaskPool::Record {
   void leave() {
     if (active.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       drained.fetch_add(1, std::memory_order_release);
-      detail::futex_wake_all(&drained);
+      os::futex_wake_all(&drained);
     }
   }
   void wait_drained() {
     for (;;) {
       uint32_t w = drained.load(std::memory_order_acquire);
       if (active.load(std::memory_order_acquire) == 0) return;
-      detail::futex_wait(&drained, w);
+      os::futex_wait(&drained, w);
     }
   }
   void stop_executing() {
     if (executing.fetch_sub(1, std::memory_order_seq_cst) == 1) {
       executed.fetch_add(1, std::memory_order_seq_cst);
-      if (executing_waiters.load(std::memory_order_seq_cst) > 0) detail::futex_wake_all(&executed);
+      if (executing_waiters.load(std::memory_order_seq_cst) > 0) os::futex_wake_all(&executed);
     }
   }
   void wait_executed() {
@@ -125,13 +125,13 @@ struct TaskPool::Record {
     for (;;) {
       const uint32_t w = executed.load(std::memory_order_seq_cst);
       if (executing.load(std::memory_order_seq_cst) == 0) break;
-      detail::futex_wait(&executed, w);
+      os::futex_wait(&executed, w);
     }
     executing_waiters.fetch_sub(1, std::memory_order_seq_cst);
   }
   void bump_progress() {
     progress.fetch_add(1, std::memory_order_seq_cst);
-    if (waiters.load(std::memory_order_seq_cst) > 0) detail::futex_wake_all(&progress);
+    if (waiters.load(std::memory_order_seq_cst) > 0) os::futex_wake_all(&progress);
   }
 };
 
@@ -170,9 +170,9 @@ TaskPool::TaskPool(TaskPoolOptions options) : options_(std::move(options)) {
 TaskPool::~TaskPool() {
   stopping_.store(true, std::memory_order_release);
   announced_.fetch_add(1, std::memory_order_release);
-  detail::futex_wake_all(&announced_);
+  os::futex_wake_all(&announced_);
   standby_.fetch_add(1, std::memory_order_release);
-  detail::futex_wake_all(&standby_);
+  os::futex_wake_all(&standby_);
   for (auto& t : threads_) t.join();
 }
 
@@ -200,7 +200,7 @@ bool TaskPool::spinning_allowed() {
   if (now - spin_checked_ > std::chrono::milliseconds(20) || options_.machine_busy) {
     spin_checked_ = now;
     static const int cpus = available_core_count();
-    int running = detail::procs_running();
+    int running = os::procs_running();
     int ours = 1 + awake_.load(std::memory_order_relaxed) - parked_.load(std::memory_order_relaxed);
     int others = running < 0 ? 0 : std::max(0, running - ours);
     bool busy;
@@ -221,7 +221,7 @@ bool TaskPool::spinning_allowed() {
     if (active != phase_threads_.load(std::memory_order_relaxed)) {
       phase_threads_.store(active, std::memory_order_seq_cst);
       standby_.fetch_add(1, std::memory_order_seq_cst);
-      detail::futex_wake_all(&standby_);
+      os::futex_wake_all(&standby_);
     }
     spin_ok_.store(others + active <= cpus, std::memory_order_relaxed);
   }
@@ -229,14 +229,14 @@ bool TaskPool::spinning_allowed() {
 }
 
 uint64_t TaskPool::run(TaskPhase& phase) {
-  return run_stages(phase, nullptr);
+  return run_phases(phase, nullptr);
 }
 
 uint64_t TaskPool::run(TaskPhase& first, TaskPhase& then) {
-  return run_stages(first, &then);
+  return run_phases(first, &then);
 }
 
-uint64_t TaskPool::run_stages(TaskPhase& phase, TaskPhase* then) {
+uint64_t TaskPool::run_phases(TaskPhase& phase, TaskPhase* then) {
   // Holds the caller's runs and waits; the rest of it is scheduling, or time the caller was
   // descheduled while the helpers it woke ran the phase (a busy machine).
   profiler::ScopedSpan tasks(profiler::Phase::tasks);
@@ -266,7 +266,7 @@ uint64_t TaskPool::run_stages(TaskPhase& phase, TaskPhase* then) {
   rec.num_tasks = n;
   rec.kinds[0] = std::clamp(phase.kind(), 0, kMaxKinds - 1);
   rec.kinds[1] = then != nullptr ? std::clamp(then->kind(), 0, kMaxKinds - 1) : rec.kinds[0];
-  if (then != nullptr && split == 0) phase.stage_done();  // nothing to wait for
+  if (then != nullptr && split == 0) phase.phase_done();  // nothing to wait for
   rec.open.store(then == nullptr || split == 0, std::memory_order_relaxed);
   if (!threads_.empty()) spinning_allowed();
   rec.threads = phase_threads_.load(std::memory_order_relaxed);
@@ -294,7 +294,7 @@ uint64_t TaskPool::run_stages(TaskPhase& phase, TaskPhase* then) {
     announced_.store(static_cast<uint32_t>(seq), std::memory_order_seq_cst);
     if (awake_.load(std::memory_order_seq_cst) < static_cast<int>(threads_.size())) {
       if (placing_.load(std::memory_order_relaxed)) place_sleepers_off(sched_getcpu());
-      detail::futex_wake_all(&announced_);
+      os::futex_wake_all(&announced_);
     }
   }
   if (profiler::recording()) profiler::set_thread_label("host / pool thread", 0);
@@ -330,7 +330,7 @@ void TaskPool::helper(int thread) {
     Seat& seat = seats_[static_cast<size_t>(thread)];
     CPU_ZERO(&seat.mask);
     sched_getaffinity(0, sizeof seat.mask, &seat.mask);
-    seat.tid.store(static_cast<int>(detail::this_thread_id()), std::memory_order_release);
+    seat.tid.store(static_cast<int>(os::this_thread_id()), std::memory_order_release);
   }
   omp_set_num_threads(1);
   register_cpu_clock(thread);
@@ -344,7 +344,7 @@ void TaskPool::helper(int thread) {
         // Parked, it stays counted in awake_: run() wakes the announced_ futex only when a
         // helper sleeps there.
         parked_.fetch_add(1, std::memory_order_seq_cst);
-        detail::futex_wait(&standby_, w);
+        os::futex_wait(&standby_, w);
         parked_.fetch_sub(1, std::memory_order_seq_cst);
       }
       continue;
@@ -374,7 +374,7 @@ void TaskPool::helper(int thread) {
       const auto until = Clock::now() + options_.spin;
       bool changed = false;
       for (int i = 0; !changed; ++i) {
-        detail::cpu_relax();
+        os::cpu_relax();
         changed = current_.load(std::memory_order_relaxed) != seen ||
                   stopping_.load(std::memory_order_relaxed);
         if ((i & 63) == 63 && Clock::now() > until) break;
@@ -386,7 +386,7 @@ void TaskPool::helper(int thread) {
     seat.asleep.store(1, std::memory_order_seq_cst);
     awake_.fetch_sub(1, std::memory_order_seq_cst);
     if (current_.load(std::memory_order_seq_cst) == seen && !stopping_.load())
-      detail::futex_wait(&announced_, static_cast<uint32_t>(seen));
+      os::futex_wait(&announced_, static_cast<uint32_t>(seen));
     seat.asleep.store(0, std::memory_order_seq_cst);
     // Moved off the caller's CPU for this wake-up only: its CPU is in its own mask, so putting the
     // mask back does not move it again.
@@ -413,7 +413,7 @@ void TaskPool::place_sleepers_off(int cpu) {
         seat.cpu.load(std::memory_order_relaxed) != cpu)
       continue;
     cpu_set_t elsewhere;
-    if (!detail::mask_without(seat.mask, cpu, elsewhere)) continue;
+    if (!os::mask_without(seat.mask, cpu, elsewhere)) continue;
     if (sched_setaffinity(seat.tid.load(std::memory_order_acquire), sizeof elsewhere, &elsewhere) ==
         0) {
       seat.moved.store(1, std::memory_order_release);
@@ -472,12 +472,12 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
   const int n = rec.num_tasks;
   const int threads = rec.threads;
   for (;;) {
-    // This thread's own range first, then the others' in turn; the second stage's once it is
+    // This thread's own range first, then the others' in turn; the second phase's once it is
     // open.
     int claimed = -1;
-    for (int stage = 0; stage < 2 && claimed < 0; ++stage) {
-      if (stage == 1 && (rec.then == nullptr || !rec.open.load(std::memory_order_acquire))) break;
-      Record::Cursor* cursors = stage == 0 ? rec.cursors.get() : rec.then_cursors.get();
+    for (int part = 0; part < 2 && claimed < 0; ++part) {
+      if (part == 1 && (rec.then == nullptr || !rec.open.load(std::memory_order_acquire))) break;
+      Record::Cursor* cursors = part == 0 ? rec.cursors.get() : rec.then_cursors.get();
       for (int k = 0; k < threads && claimed < 0; ++k) {
         if (rec.failed.load(std::memory_order_acquire)) return false;
         Record::Cursor& c = cursors[(thread + k) % threads];
@@ -541,7 +541,7 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
     const uint32_t seen = rec.progress.load(std::memory_order_acquire);
     const auto until = Clock::now() + options_.spin;
     for (int i = 0;; ++i) {
-      detail::cpu_relax();
+      os::cpu_relax();
       if (rec.progress.load(std::memory_order_acquire) != seen || rec.complete()) return;
       if ((i & 63) == 63 && Clock::now() > until) break;
     }
@@ -562,10 +562,10 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
           wake_ns, started != 0 ? started + backup_threshold_ns(rec.kind_of(j)) : now + 50000);
     }
     if (wake_ns == INT64_MAX) {
-      detail::futex_wait(&rec.progress, p);
+      os::futex_wait(&rec.progress, p);
     } else {
-      detail::futex_wait_for(&rec.progress, p,
-                             std::chrono::nanoseconds(std::max<int64_t>(wake_ns - now_ns(), 0)));
+      os::futex_wait_for(&rec.progress, p,
+                         std::chrono::nanoseconds(std::max<int64_t>(wake_ns - now_ns(), 0)));
     }
   }
   rec.waiters.fetch_sub(1, std::memory_order_seq_cst);
@@ -650,10 +650,10 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
     if (backup) backup_wins_.fetch_add(1, std::memory_order_relaxed);
     if (rec.committed.fetch_add(1, std::memory_order_acq_rel) + 1 == rec.split &&
         rec.then != nullptr) {
-      // This commit completed the first stage: its end, then the second stage opens, on this
-      // thread — whoever finishes the first stage goes on to the second without a wake-up.
+      // This commit completed the first phase: its end, then the second phase opens, on this
+      // thread — whoever finishes the first phase goes on to the second without a wake-up.
       try {
-        rec.phase->stage_done();
+        rec.phase->phase_done();
       } catch (...) {
         fail(std::current_exception());
         return;
