@@ -101,7 +101,7 @@ BufferedUpdate::BufferedUpdate(const ChunkLayout& layout, std::vector<Variable> 
   spare_w_.resize(vars_.size());
   spare_s_.resize(vars_.size());
   // One scratch per thread that may run a chunk task, the busy-machine extras included.
-  const size_t chunk = static_cast<size_t>(layout_.chunk_elements());
+  const size_t chunk = static_cast<size_t>(layout_.chunk_size());
   for (int t = 0; t < threads; ++t) {
     auto sc = std::make_unique<Scratch>();
     sc->g.resize(chunk);

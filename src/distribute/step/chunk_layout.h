@@ -31,7 +31,7 @@ class ChunkLayout {
   int64_t size(size_t var) const { return sizes_[var]; }
   int64_t begin(size_t var) const { return begins_[var]; }  // flat offset of its first element
   int64_t total() const { return total_; }
-  int64_t chunk_elements() const { return chunk_; }
+  int64_t chunk_size() const { return chunk_; }
   const std::vector<Chunk>& chunks() const { return chunks_; }
 
  private:

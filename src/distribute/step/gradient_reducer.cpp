@@ -116,7 +116,7 @@ void GradientReducer::accumulate(TaskPool& pool, const std::vector<ReplicaRun*>&
 
 void GradientReducer::ensure_scratch(const TaskPool& pool) {
   scratch_.resize(static_cast<size_t>(pool.total_threads()),
-                  std::vector<float>(static_cast<size_t>(layout_.chunk_elements())));
+                  std::vector<float>(static_cast<size_t>(layout_.chunk_size())));
 }
 
 void GradientReducer::ensure_sum_buffer() {

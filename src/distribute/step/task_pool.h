@@ -1,5 +1,7 @@
 #pragma once
 // TaskPool: the threads that run a training step, as tasks rather than as one thread per replica.
+// Internal to the library (the step engine, the profiler and in-tree tests use it), with its test
+// hooks (set_run_hook, set_join_hook, TaskPoolOptions::machine_busy).
 //
 // A step is a sequence of phases (every replica's forward and backward; then the sum of the
 // gradients and the optimizer update, block by block). Each phase is a set of independent tasks
