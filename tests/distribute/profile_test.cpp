@@ -12,7 +12,7 @@
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/distribute/profiler.h"
 #include "lockstep/distribute/shared_memory_group.h"
-#include "lockstep/distribute/task_pool.h"
+#include "distribute/step/task_pool.h"
 #include "testing/run_threads.h"
 
 namespace lockstep::distribute {

@@ -14,7 +14,7 @@
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategies.h"
-#include "lockstep/distribute/task_pool.h"
+#include "distribute/step/task_pool.h"
 
 namespace lockstep::distribute {
 namespace {

@@ -1,6 +1,6 @@
 // TaskPool: every task commits exactly once whatever the number of threads; a task whose thread
 // stalls (held in a test hook, not slept on) is finished by a backup run on another thread; a
-// failing task's error reaches the caller; a phase's second stage starts only once its first has
+// failing task's error reaches the caller; a chained second phase starts only once the first has
 // committed and ended.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -19,10 +19,10 @@
 
 #include <cmath>
 
+#include "distribute/step/task_pool.h"
 #include "lockstep/core/denormals.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/task_cancellation.h"
-#include "lockstep/distribute/task_pool.h"
 
 namespace lockstep::distribute {
 namespace {
@@ -388,12 +388,12 @@ TEST(TaskPool, OnABusyMachineTheCallerBacksUpATaskHeldOnAnotherCpuAtOnce) {
   }
 }
 
-// A first stage that counts its stage_done() calls and what its commits had reached then; a
-// second stage whose runs record what of the first they saw when they started.
-class FirstStage : public CountingPhase {
+// A first phase that counts its phase_done() calls and what its commits had reached then; a
+// second phase whose runs record what of the first they saw when they started.
+class FirstPhase : public CountingPhase {
  public:
   using CountingPhase::CountingPhase;
-  void stage_done() override {
+  void phase_done() override {
     int committed = 0;
     for (const auto& c : commits_) committed += c.load();
     committed_at_end_.store(committed);
@@ -402,28 +402,28 @@ class FirstStage : public CountingPhase {
   std::atomic<int> ends_{0}, committed_at_end_{-1};
 };
 
-class SecondStage : public CountingPhase {
+class SecondPhase : public CountingPhase {
  public:
-  SecondStage(int n, const FirstStage& first) : CountingPhase(n), first_(first) {}
+  SecondPhase(int n, const FirstPhase& first) : CountingPhase(n), first_(first) {}
   void* run(int task, int thread) override {
     if (first_.ends_.load() != 1) early_.fetch_add(1);
     return CountingPhase::run(task, thread);
   }
-  const FirstStage& first_;
+  const FirstPhase& first_;
   std::atomic<int> early_{0};
 };
 
-TEST(TaskPool, ASecondStageStartsOnlyAfterEveryTaskOfTheFirstCommittedAndItsEnd) {
+TEST(TaskPool, ASecondPhaseStartsOnlyAfterEveryTaskOfTheFirstCommittedAndItsEnd) {
   for (int threads : {1, 2, 3, 5}) {
     TaskPool pool({.num_threads = threads});
     for (int round = 0; round < 20; ++round) {
-      FirstStage first(3);
-      SecondStage second(11, first);
+      FirstPhase first(3);
+      SecondPhase second(11, first);
       const uint64_t seq = pool.run(first, second);
-      EXPECT_EQ(pool.stats().phases, seq) << "one phase";
+      EXPECT_EQ(pool.stats().phases, seq) << "one sequence number";
       EXPECT_EQ(first.ends_.load(), 1);
-      EXPECT_EQ(first.committed_at_end_.load(), 3) << "stage_done after the last commit";
-      EXPECT_EQ(second.early_.load(), 0) << "a second-stage run started before the first ended";
+      EXPECT_EQ(first.committed_at_end_.load(), 3) << "phase_done after the last commit";
+      EXPECT_EQ(second.early_.load(), 0) << "a second-phase run started before the first ended";
       for (int t = 0; t < 3; ++t) EXPECT_EQ(first.commits_[static_cast<size_t>(t)].load(), 1);
       for (int t = 0; t < 11; ++t) {
         EXPECT_EQ(second.commits_[static_cast<size_t>(t)].load(), 1) << "task " << t;
@@ -434,13 +434,13 @@ TEST(TaskPool, ASecondStageStartsOnlyAfterEveryTaskOfTheFirstCommittedAndItsEnd)
   }
 }
 
-// The helper stalls in the first stage: the caller's backup completes that stage, ends it and
-// runs the whole second stage, and run() returns while the helper is still held.
-TEST(TaskPool, AStalledFirstStageTaskIsBackedUpAndTheSecondStageFollows) {
+// The helper stalls in the first phase: the caller's backup completes that phase, ends it and
+// runs the whole second phase, and run() returns while the helper is still held.
+TEST(TaskPool, AStalledFirstPhaseTaskIsBackedUpAndTheSecondPhaseFollows) {
   TaskPool pool({.num_threads = 2, .backup_slack = std::chrono::microseconds(100)});
   HeldHelperRun held(pool);
-  FirstStage first(2);
-  SecondStage second(4, first);
+  FirstPhase first(2);
+  SecondPhase second(4, first);
   pool.run(first, second);
   held.expect_backup_committed_and_release(first);
   pool.wait_for_runs_before(UINT64_MAX);
@@ -453,11 +453,11 @@ TEST(TaskPool, AStalledFirstStageTaskIsBackedUpAndTheSecondStageFollows) {
 class FailingEnd : public CountingPhase {
  public:
   using CountingPhase::CountingPhase;
-  void stage_done() override { throw std::runtime_error("the first stage's end failed"); }
+  void phase_done() override { throw std::runtime_error("the first phase's end failed"); }
 };
 
-// An error at the end of the first stage fails the phase: no task of the second runs.
-TEST(TaskPool, AnErrorEndingTheFirstStageReachesTheCallerAndTheSecondNeverRuns) {
+// An error at the end of the first phase fails the phase: no task of the second runs.
+TEST(TaskPool, AnErrorEndingTheFirstPhaseReachesTheCallerAndTheSecondNeverRuns) {
   TaskPool pool({.num_threads = 3});
   FailingEnd first(4);
   CountingPhase second(5);
@@ -466,7 +466,7 @@ TEST(TaskPool, AnErrorEndingTheFirstStageReachesTheCallerAndTheSecondNeverRuns) 
         try {
           pool.run(first, second);
         } catch (const std::runtime_error& e) {
-          EXPECT_STREQ(e.what(), "the first stage's end failed");
+          EXPECT_STREQ(e.what(), "the first phase's end failed");
           throw;
         }
       },

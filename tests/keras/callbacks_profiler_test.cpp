@@ -26,7 +26,7 @@
 #include "lockstep/distribute/profiler.h"
 #include "lockstep/distribute/strategies.h"
 #include "lockstep/distribute/strategy.h"
-#include "lockstep/distribute/task_pool.h"
+#include "distribute/step/task_pool.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/layers.h"
 #include "lockstep/keras/losses.h"

@@ -17,7 +17,7 @@
 
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategies.h"
-#include "lockstep/distribute/task_pool.h"
+#include "distribute/step/task_pool.h"
 #include "lockstep/keras.h"
 #include "testing/classification_data.h"
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/distribute/replicated_step.h"
+#include "distribute/step/replicated_step.h"
+#include "distribute/step/task_pool.h"
 #include "lockstep/distribute/strategy.h"
-#include "lockstep/distribute/task_pool.h"
 #include "lockstep/keras.h"
 #include "testing/classification_data.h"
 #include "testing/policy_guard.h"
@@ -120,14 +120,14 @@ TEST(ReplicaScheduling, MixedBfloat16WeightsAreBitIdenticalOnAnyNumberOfThreads)
 // A model's update written with non-temporal stores (the path of models larger than the caches,
 // forced here by a zero threshold) gives the bytes ordinary stores give, on 1 and 3 threads.
 TEST(ReplicaScheduling, StreamedUpdateWritesTheSameBits) {
-  const size_t saved = distribute::ReplicatedStep::streaming_threshold();
+  const size_t saved = distribute::BufferedUpdate::streaming_threshold();
   std::string reference, streamed_one, streamed_three;
-  distribute::ReplicatedStep::set_streaming_threshold(SIZE_MAX);
+  distribute::BufferedUpdate::set_streaming_threshold(SIZE_MAX);
   {
     distribute::Strategy strategy(config(3, 3));
     reference = fit_bytes(strategy);
   }
-  distribute::ReplicatedStep::set_streaming_threshold(0);
+  distribute::BufferedUpdate::set_streaming_threshold(0);
   {
     distribute::Strategy strategy(config(3, 1));
     streamed_one = fit_bytes(strategy);
@@ -136,7 +136,7 @@ TEST(ReplicaScheduling, StreamedUpdateWritesTheSameBits) {
     distribute::Strategy strategy(config(3, 3));
     streamed_three = fit_bytes(strategy);
   }
-  distribute::ReplicatedStep::set_streaming_threshold(saved);
+  distribute::BufferedUpdate::set_streaming_threshold(saved);
   EXPECT_TRUE(streamed_one == reference);
   EXPECT_TRUE(streamed_three == reference);
 }

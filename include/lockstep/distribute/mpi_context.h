@@ -51,10 +51,9 @@ class MpiContext {
   bool active() const;
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
-  // The thread level MPI granted (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE); we request
-  // MULTIPLE. Collectives need at least SERIALIZED when called from a thread other than the one
-  // that initialised MPI; one communicator is never used by two threads at once.
-  int thread_level() const { return thread_level_; }
+  // The name of the thread level MPI granted (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE); we
+  // request MULTIPLE. Collectives need at least SERIALIZED when called from a thread other than the
+  // one that initialised MPI; one communicator is never used by two threads at once.
   std::string_view thread_level_name() const;
 
   // The communicator of all processes of the job: an MpiCommunicator over a duplicate of

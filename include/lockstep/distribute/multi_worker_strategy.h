@@ -37,15 +37,12 @@ class MultiWorkerMirroredStrategy : public Strategy {
   // "worker" or "chief" (TF_CONFIG); the chief is worker_index() 0.
   const std::string& task_type() const { return task_type_; }
   bool is_chief() const { return worker_index() == 0; }
-  // The communicator between workers, or nullptr for a single worker.
-  const std::shared_ptr<Communicator>& cross_worker_communicator() const { return cross_; }
 
  private:
   struct Setup;
   static Setup make_setup(const ClusterResolver& resolver,
                           const CommunicationOptions& communication);
   MultiWorkerMirroredStrategy(Setup setup);
-  std::shared_ptr<Communicator> cross_;
   ClusterSpec spec_;
   std::string task_type_;
 };

@@ -26,7 +26,7 @@ class ReplicaContext {
  public:
   // `local` is the communicator between this process's replicas; nullptr when the replica runs as
   // a task (collectives then throw CollectiveInTask). `run`: the task run whose private state
-  // replica_local() and on_commit() use, or nullptr.
+  // replica_local() and sum_after_step() use, or nullptr.
   ReplicaContext(Strategy& strategy, int local_replica_id, Communicator* local,
                  Communicator* cross_worker, ReplicaRun* run = nullptr);
 
@@ -56,8 +56,6 @@ class ReplicaContext {
   // first use under `mu`, and written back into `shared` (under `mu`) if this run commits.
   template <typename T>
   T& replica_local(T& shared, std::mutex& mu);
-  // Runs `fn` when this run commits (a side effect on shared state).
-  void on_commit(std::function<void()> fn);
   // Sums float64 `value` over every replica in sync once the step's replica functions have all
   // finished, and calls apply(sum) once, on the thread that runs the step (the moving statistics
   // of a normalization layer). In a training step's task this is no collective: replicas with

@@ -12,13 +12,14 @@
 //   Tensor total = strategy.reduce(ReduceOp::SUM, losses);
 //
 // Execution: a replica is a shard of the global batch, not a thread. The strategy owns a TaskPool
-// (task_pool.h) of num_threads() threads — by default one per usable core, unpinned — that runs a
-// training step's tasks (ReplicatedStep: each replica's forward and backward, then the sum and
-// update by chunks), re-running a straggler's task on an idle thread. run() (custom loops, whose
-// functions may call collectives) runs every replica at once, one thread each (ReplicaPool). The
-// default strategy (get_strategy() outside any scope) has one replica that runs inline on the
-// calling thread. Across workers (processes), a cross-worker communicator joins the local groups:
-// reductions are hierarchical (local reduce, cross-worker all-reduce, local broadcast).
+// (internal: src/distribute/step/task_pool.h) of num_threads() threads — by default one per usable
+// core, unpinned — that runs a training step's tasks (ReplicatedStep: each replica's forward and
+// backward, then the sum and update by chunks), re-running a straggler's task on an idle thread.
+// run() (custom loops, whose functions may call collectives) runs every replica at once, one thread
+// each (ReplicaThreads). The default strategy (get_strategy() outside any scope) has one replica
+// that runs inline on the calling thread. Across workers (processes), a cross-worker communicator
+// joins the local groups: reductions are hierarchical (local reduce, cross-worker all-reduce, local
+// broadcast).
 #include <functional>
 #include <memory>
 #include <optional>
@@ -39,7 +40,7 @@ class Dataset;
 
 namespace lockstep::distribute {
 
-class ReplicaPool;
+class ReplicaThreads;
 class SharedMemoryGroup;
 class TaskPool;
 class DistributedDataset;
@@ -91,7 +92,8 @@ class Strategy : public VariableCreationObserver {
   const std::shared_ptr<Communicator>& cross_worker_shared() const { return config_.cross_worker; }
   // Threads that run training-step tasks (see StrategyConfig::num_threads).
   int num_threads() const { return num_threads_; }
-  // The pool that runs training-step tasks (created on first use).
+  // The pool that runs training-step tasks (created on first use). TaskPool is internal to the
+  // library (src/distribute/step/task_pool.h): the step engine and in-tree tests use it.
   TaskPool& task_pool();
 
   // RAII scope (`with strategy.scope():`): while alive on this thread, get_strategy() returns this
@@ -155,7 +157,7 @@ class Strategy : public VariableCreationObserver {
   void ensure_group();
   int default_num_threads() const;
   StrategyConfig config_;
-  std::unique_ptr<ReplicaPool> pool_;
+  std::unique_ptr<ReplicaThreads> replica_threads_;
   std::unique_ptr<SharedMemoryGroup> group_;
   std::unique_ptr<TaskPool> tasks_;
   int num_threads_ = 1;

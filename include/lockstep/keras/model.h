@@ -31,7 +31,7 @@
 namespace lockstep::distribute {
 class Strategy;
 class DistributedDataset;
-struct SyncStats;  // lockstep/distribute/replicated_step.h
+struct SyncStats;  // lockstep/distribute/sync_stats.h
 }  // namespace lockstep::distribute
 
 namespace lockstep::keras {
@@ -191,7 +191,7 @@ class Model : public LayerImpl<Model> {
   const losses::Loss& loss() const;
   distribute::Strategy& distribute_strategy() const { return *strategy_; }
   // Time and bytes of the gradient sum and update, and the backup task runs, accumulated over
-  // every training step so far (all zeros before the first). See distribute/replicated_step.h.
+  // every training step so far (all zeros before the first). See distribute/sync_stats.h.
   distribute::SyncStats gradient_sync_stats() const;
   bool compiled() const { return trainer_ != nullptr; }
   // Set by callbacks (EarlyStopping, TerminateOnNaN) to end fit after the current step.

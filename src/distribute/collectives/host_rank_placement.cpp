@@ -1,6 +1,6 @@
 #include "host_rank_placement.h"
 
-#include "../sync/cpu_affinity.h"
+#include "core/cpu_affinity.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -31,7 +31,7 @@ HostRankPlacement::HostRankPlacement(void* seats, int rank, int size, int cpus)
   CPU_ZERO(&mine.allowed);
   if (sched_getaffinity(0, sizeof mine.allowed, &mine.allowed) != 0) enabled_ = false;
   mine.pid = static_cast<int32_t>(getpid());
-  mine.tid.store(static_cast<int32_t>(this_thread_id()), std::memory_order_release);
+  mine.tid.store(static_cast<int32_t>(os::this_thread_id()), std::memory_order_release);
 }
 
 HostRankPlacement::~HostRankPlacement() {
@@ -86,7 +86,7 @@ bool HostRankPlacement::move(int peer, const cpu_set_t& mask) {
 void HostRankPlacement::arrive(uint32_t gen) {
   restore_if_moved();
   Seat& mine = seat(rank_);
-  mine.tid.store(static_cast<int32_t>(this_thread_id()), std::memory_order_relaxed);
+  mine.tid.store(static_cast<int32_t>(os::this_thread_id()), std::memory_order_relaxed);
   mine.cpu.store(sched_getcpu(), std::memory_order_relaxed);
   mine.arrived_for.store(gen + 1, std::memory_order_release);
   pulled_this_barrier_ = false;
@@ -103,7 +103,7 @@ void HostRankPlacement::before_wake(bool busy) {
     if (s.sleeping.load(std::memory_order_acquire) == 0) continue;
     if (s.cpu.load(std::memory_order_relaxed) != here) continue;
     cpu_set_t elsewhere;
-    if (mask_without(s.allowed, here, elsewhere) && move(r, elsewhere)) ++placements_;
+    if (os::mask_without(s.allowed, here, elsewhere) && move(r, elsewhere)) ++placements_;
   }
 }
 

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
-#include "../sync/cpu_load.h"
-#include "../sync/futex.h"
+#include "core/cpu_load.h"
+#include "core/futex.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "reduce_kernels.h"
@@ -124,7 +124,7 @@ HostSharedReducer::HostSharedReducer(void* base, size_t bytes, int rank, int siz
       rank_(rank),
       size_(size),
       slot_bytes_(slot_bytes),
-      cpus_(online_cpu_count()),
+      cpus_(os::online_cpu_count()),
       placement_(static_cast<std::byte*>(base) + kHeaderBytes, rank, size, cpus_) {
   // The segment starts zeroed (posix_fallocate), which is the header's initial state; the
   // futex words must be plain 32-bit words at fixed offsets for every process.
@@ -156,7 +156,7 @@ bool HostSharedReducer::busy() {
   // choices"). With more ranks than CPUs the job itself oversubscribes the host; there the instant
   // count is what tells whether a waiter can spin (counting asleep ranks as runnable would never
   // let it, which was slower beside a co-runner; docs/performance.md, "Measured design choices").
-  const int running = procs_running();
+  const int running = os::procs_running();
   const int counted = size_ <= cpus_ ? running - placement_.awake_ranks() + size_ : running;
   const bool sample = running < 0 || counted > cpus_;
   // Two samples in a row change the state: a rank that woke between the two reads counts as
@@ -184,7 +184,7 @@ void HostSharedReducer::barrier(const std::function<void()>& poll) {
     placement_.before_wake(busy());
     h.arrived.store(0, std::memory_order_relaxed);
     h.generation.fetch_add(1, std::memory_order_release);
-    futex_wake_all_shared(&h.generation);
+    os::futex_wake_all_shared(&h.generation);
     return;
   }
   auto passed = [&] { return h.generation.load(std::memory_order_acquire) != gen; };
@@ -192,7 +192,7 @@ void HostSharedReducer::barrier(const std::function<void()>& poll) {
   if (spin) {
     const auto until = Clock::now() + kSpin;
     for (int i = 0;; ++i) {
-      cpu_relax();
+      os::cpu_relax();
       if (passed()) return;
       if ((i & 63) == 63 && Clock::now() > until) break;
     }
@@ -202,7 +202,7 @@ void HostSharedReducer::barrier(const std::function<void()>& poll) {
   auto next_check = placement_.while_waiting(gen, !spin);
   while (!passed()) {
     const auto now = Clock::now();
-    futex_wait_shared_for(&h.generation, gen, std::min(next_poll, next_check) - now);
+    os::futex_wait_shared_for(&h.generation, gen, std::min(next_poll, next_check) - now);
     if (passed()) break;
     const auto after = Clock::now();
     if (after >= next_check) next_check = placement_.while_waiting(gen, busy());

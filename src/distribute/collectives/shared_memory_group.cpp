@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "../sync/futex.h"
+#include "core/futex.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
@@ -95,7 +95,7 @@ struct SharedMemoryState {
     error_message = std::move(message);
     broken.store(true, std::memory_order_seq_cst);
     wake.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake_all(&wake);
+    os::futex_wake_all(&wake);
   }
 };
 
@@ -239,7 +239,7 @@ class SharedMemoryCommunicator final : public Communicator {
     if ((prev & 0xffffffffu) + 1 == static_cast<uint64_t>(s.size)) {
       s.phase.store((gen + 1) << 32, std::memory_order_release);
       s.wake.fetch_add(1, std::memory_order_seq_cst);
-      if (s.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&s.wake);
+      if (s.sleepers.load(std::memory_order_seq_cst) > 0) os::futex_wake_all(&s.wake);
       return;
     }
 
@@ -248,7 +248,7 @@ class SharedMemoryCommunicator final : public Communicator {
       for (int i = 0;; ++i) {
         if ((s.phase.load(std::memory_order_acquire) >> 32) != gen) return;
         if (timed && s.broken.load(std::memory_order_acquire)) s.throw_broken();
-        cpu_relax();
+        os::cpu_relax();
         if ((i & 63) == 63 && Clock::now() - start > s.spin) break;
       }
     }
@@ -269,7 +269,7 @@ class SharedMemoryCommunicator final : public Communicator {
       if ((s.phase.load(std::memory_order_acquire) >> 32) != gen) return;
       if (timed && s.broken.load(std::memory_order_acquire)) s.throw_broken();
       if (!has_deadline) {
-        futex_wait(&s.wake, w, nullptr);
+        os::futex_wait(&s.wake, w, nullptr);
         continue;
       }
       const auto now = Clock::now();
@@ -280,7 +280,7 @@ class SharedMemoryCommunicator final : public Communicator {
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
       timespec ts{static_cast<time_t>(left.count() / 1000000000),
                   static_cast<long>(left.count() % 1000000000)};
-      futex_wait(&s.wake, w, &ts);
+      os::futex_wait(&s.wake, w, &ts);
     }
   }
 
@@ -298,7 +298,7 @@ class SharedMemoryCommunicator final : public Communicator {
       }
       if ((p & 0xffffffffu) == static_cast<uint64_t>(s.size)) {
         // The last rank is between its arrival and the generation bump: it is complete.
-        while ((s.phase.load(std::memory_order_acquire) >> 32) == gen) cpu_relax();
+        while ((s.phase.load(std::memory_order_acquire) >> 32) == gen) os::cpu_relax();
         return;
       }
       if (s.phase.compare_exchange_weak(p, p | SharedMemoryState::kPoison,

@@ -7,7 +7,7 @@
 #include "lockstep/core/profiler.h"
 #include "lockstep/distribute/profiler.h"
 #include "lockstep/distribute/strategy.h"
-#include "lockstep/distribute/task_pool.h"
+#include "distribute/step/task_pool.h"
 
 namespace lockstep::distribute {
 

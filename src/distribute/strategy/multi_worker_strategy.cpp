@@ -86,7 +86,6 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const ClusterResolver& 
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(Setup setup)
     : Strategy(std::move(setup.config)),
-      cross_(std::move(setup.cross)),
       spec_(std::move(setup.spec)),
       task_type_(std::move(setup.task_type)) {}
 

@@ -1,6 +1,6 @@
 #include "lockstep/distribute/replica_context.h"
 
-#include "lockstep/distribute/replicated_step.h"
+#include "distribute/step/replica_runs.h"
 #include "lockstep/distribute/strategy.h"
 
 namespace lockstep::distribute {
@@ -106,14 +106,6 @@ void ReplicaContext::barrier() {
     if (local_replica_id_ == 0) cross_worker_->barrier();
     local.barrier();
   }
-}
-
-void ReplicaContext::on_commit(std::function<void()> fn) {
-  if (run_ == nullptr) {
-    fn();
-    return;
-  }
-  run_->add_commit(std::move(fn));
 }
 
 void ReplicaContext::sum_after_step(const void* key, const Tensor& value,

@@ -8,14 +8,14 @@
 #include <thread>
 
 #include "../collectives/reduce_kernels.h"
+#include "distribute/step/task_pool.h"
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/denormals.h"
 #include "lockstep/distribute/shared_memory_group.h"
-#include "lockstep/distribute/task_pool.h"
 #include "lockstep/ops/reduce.h"
 #include "lockstep/ops/shape_ops.h"
-#include "replica_pool.h"
+#include "replica_threads.h"
 
 namespace lockstep::distribute {
 
@@ -47,7 +47,7 @@ Strategy::Strategy(StrategyConfig config) : config_(std::move(config)) {
     std::vector<std::vector<int>> cores = config_.replica_cores;
     if (!config_.pin_threads)
       for (auto& c : cores) c.clear();
-    pool_ = std::make_unique<ReplicaPool>(cores);
+    replica_threads_ = std::make_unique<ReplicaThreads>(cores);
   }
   ensure_group();
 }
@@ -128,7 +128,7 @@ void Strategy::run_on_replicas(const std::function<void(ReplicaContext&)>& fn) {
     return;
   }
   SharedMemoryGroup* group = group_.get();
-  pool_->run(body, [group](const std::string& reason) { group->abort(reason); });
+  replica_threads_->run(body, [group](const std::string& reason) { group->abort(reason); });
 }
 
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis) {

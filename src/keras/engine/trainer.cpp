@@ -168,7 +168,7 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
   for (auto& m : st.metrics) m->update_state(y, y_pred);
 }
 
-void Trainer::train_step(distribute::ReplicatedStep::ReplicaFn fn) {
+void Trainer::train_step(distribute::ReplicaFn fn) {
   const int accumulation = optimizer->gradient_accumulation_steps();
   const bool update = accumulation == 1 || accumulated_steps + 1 == accumulation;
   step->run(std::move(fn), update);

@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
+#include "distribute/step/replicated_step.h"
 #include "lockstep/data/element.h"
 #include "lockstep/distribute/distributed_dataset.h"
-#include "lockstep/distribute/replicated_step.h"
 #include "lockstep/keras/callbacks/callback.h"
 #include "lockstep/keras/model.h"
 #include "step_input.h"
@@ -101,7 +101,7 @@ struct Trainer {
   // One training step with `fn` computing each replica's part; then the update (or, with
   // gradient_accumulation_steps N, only accumulation on N - 1 steps of N), and the committed
   // runs' loss sums and metrics merged into the replicas' running state.
-  void train_step(distribute::ReplicatedStep::ReplicaFn fn);
+  void train_step(distribute::ReplicaFn fn);
   // Model::train_step's default: train_step on `data`, a batch of global_batch examples.
   void train_on(const PerReplica<Element>& data);
   void test_step(ReplicaContext& ctx, const Element& e);

@@ -1,9 +1,8 @@
 #pragma once
-// ReplicaPool: one long-lived thread per local replica, each pinned to its cores, each running
+// ReplicaThreads: one long-lived thread per local replica, each pinned to its cores, each running
 // single-threaded kernels. `run` hands a function to every thread at once and blocks the caller
 // until all have finished: the caller sleeps (futex) rather than spins, because a spinning host
-// thread on a 2-core machine takes a core away from a replica (measured: 1.94x scaling drops to
-// ~1.1x; see docs/machine.md).
+// thread on a 2-core machine takes a core away from a replica (docs/machine.md).
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -14,14 +13,14 @@
 
 namespace lockstep::distribute {
 
-class ReplicaPool {
+class ReplicaThreads {
  public:
   // One thread per entry of `replica_cores`; entry r lists the OS cpu ids replica r is pinned to
   // (empty: not pinned). Each thread limits OpenMP (oneDNN's runtime here) to one thread.
-  explicit ReplicaPool(std::vector<std::vector<int>> replica_cores);
-  ~ReplicaPool();
-  ReplicaPool(const ReplicaPool&) = delete;
-  ReplicaPool& operator=(const ReplicaPool&) = delete;
+  explicit ReplicaThreads(std::vector<std::vector<int>> replica_cores);
+  ~ReplicaThreads();
+  ReplicaThreads(const ReplicaThreads&) = delete;
+  ReplicaThreads& operator=(const ReplicaThreads&) = delete;
 
   int size() const { return static_cast<int>(threads_.size()); }
 

@@ -1,4 +1,4 @@
-#include "replica_pool.h"
+#include "replica_threads.h"
 
 #include <omp.h>
 
@@ -9,23 +9,23 @@
 
 namespace lockstep::distribute {
 
-ReplicaPool::ReplicaPool(std::vector<std::vector<int>> replica_cores)
+ReplicaThreads::ReplicaThreads(std::vector<std::vector<int>> replica_cores)
     : errors_(replica_cores.size()) {
-  if (replica_cores.empty()) throw InvalidArgument("ReplicaPool: needs at least one replica.");
+  if (replica_cores.empty()) throw InvalidArgument("ReplicaThreads: needs at least one replica.");
   threads_.reserve(replica_cores.size());
   for (size_t r = 0; r < replica_cores.size(); ++r) {
-    threads_.emplace_back(&ReplicaPool::worker, this, static_cast<int>(r), replica_cores[r]);
+    threads_.emplace_back(&ReplicaThreads::worker, this, static_cast<int>(r), replica_cores[r]);
   }
 }
 
-ReplicaPool::~ReplicaPool() {
+ReplicaThreads::~ReplicaThreads() {
   stopping_ = true;
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
-void ReplicaPool::worker(int replica, std::vector<int> cores) {
+void ReplicaThreads::worker(int replica, std::vector<int> cores) {
   pin_current_thread(cores);
   // Each replica owns one core: oneDNN's OpenMP regions started from this thread stay on it, and
   // no idle OpenMP team spins on the other cores.
@@ -61,8 +61,8 @@ void ReplicaPool::worker(int replica, std::vector<int> cores) {
   }
 }
 
-void ReplicaPool::run(const std::function<void(int)>& fn,
-                      const std::function<void(const std::string&)>& on_failure) {
+void ReplicaThreads::run(const std::function<void(int)>& fn,
+                         const std::function<void(const std::string&)>& on_failure) {
   task_ = &fn;
   on_failure_ = &on_failure;
   failed_.store(false, std::memory_order_relaxed);

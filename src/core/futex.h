@@ -1,8 +1,8 @@
 #pragma once
 // Waiting on a 32-bit word without spinning: Linux futexes. std::atomic::wait has no timed form,
 // and the step's waits need one (a backup task is started when a straggler has not finished by a
-// deadline), and ranks of one host wait on words in a shared segment. Internal to the distribute
-// layer.
+// deadline), and ranks of one host wait on words in a shared segment. Internal to the library
+// (core); used by the distribute layer.
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #endif
 
-namespace lockstep::distribute::detail {
+namespace lockstep::os {
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -63,4 +63,4 @@ inline void futex_wake_all_shared(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-}  // namespace lockstep::distribute::detail
+}  // namespace lockstep::os

@@ -1,5 +1,7 @@
 #pragma once
 // TaskPool: the threads that run a training step, as tasks rather than as one thread per replica.
+// Internal to the library (the step engine, the profiler and in-tree tests use it), with its test
+// hooks (set_run_hook, set_join_hook, TaskPoolOptions::machine_busy).
 //
 // A step is a sequence of phases (every replica's forward and backward; then the sum of the
 // gradients and the optimizer update, block by block). Each phase is a set of independent tasks
@@ -66,10 +68,10 @@ class TaskPhase {
   // and its commit or discard.
   virtual profiler::Phase trace_phase() const { return profiler::Phase::none; }
   virtual int trace_replica(int /*task*/) const { return -1; }
-  // The first stage of a phase in two stages (TaskPool::run(first, then)) ends here: called once,
-  // on the thread whose commit completed the last of its tasks, before any task of the second
-  // stage starts. An exception fails the phase.
-  virtual void stage_done() {}
+  // A phase chained to the next (TaskPool::run(first, then)) ends here: called once, on the
+  // thread whose commit completed the last of its tasks, before any task of the next phase
+  // starts. An exception fails both.
+  virtual void phase_done() {}
 };
 
 struct TaskPoolOptions {
@@ -134,9 +136,9 @@ class TaskPool {
   // number (1, 2, ...). Runs that lost may still be executing afterwards. Not reentrant: one
   // caller thread at a time.
   uint64_t run(TaskPhase& phase);
-  // One phase in two stages: the tasks of `first`, then — once each has committed and
-  // first.stage_done() has returned — those of `then`. The same as run(first), then run(then),
-  // without what lies between two phases: a thread that finishes the first stage goes on to the
+  // Two phases chained, numbered as one: the tasks of `first`, then — once each has committed and
+  // first.phase_done() has returned — those of `then`. The same as run(first), then run(then),
+  // without what lies between two phases: a thread that finishes the first phase goes on to the
   // second instead of sleeping until the caller announces it (on a busy machine a helper asleep
   // even briefly may wait a scheduler slice for its CPU), and the helpers are woken once.
   uint64_t run(TaskPhase& first, TaskPhase& then);
@@ -172,7 +174,7 @@ class TaskPool {
  private:
   struct TaskState;
   struct Record;
-  uint64_t run_stages(TaskPhase& first, TaskPhase* then);
+  uint64_t run_phases(TaskPhase& first, TaskPhase* then);
   void helper(int thread);
   // Takes and runs tasks of `rec` until none is left to take or back up (returns false when the
   // phase is complete, true when this thread should wait for deadlines or completion; `wake_ns`

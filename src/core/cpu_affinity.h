@@ -1,12 +1,12 @@
 #pragma once
 // Small pieces for moving threads between CPUs (the task pool's helpers, the ranks of one host).
-// Internal to the distribute layer.
+// Internal (core); used by the distribute layer.
 #include <sched.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-namespace lockstep::distribute::detail {
+namespace lockstep::os {
 
 // The calling thread's kernel id (what sched_setaffinity and /proc/<pid>/task/ take).
 inline pid_t this_thread_id() {
@@ -21,4 +21,4 @@ inline bool mask_without(const cpu_set_t& mask, int cpu, cpu_set_t& out) {
   return CPU_COUNT(&out) > 0;
 }
 
-}  // namespace lockstep::distribute::detail
+}  // namespace lockstep::os

@@ -2,14 +2,15 @@
 // How busy the machine is, for deciding whether a waiting thread may spin: spinning pays only
 // when every runnable thread has a core (this process's threads: available_core_count(),
 // core/cpu_cores.h; other ranks': online_cpu_count()); otherwise the spin takes the time a
-// descheduled peer (a replica task, another rank) needs. Internal to the distribute layer.
+// descheduled peer (a replica task, another rank) needs. Internal (core); used by the distribute
+// layer.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-namespace lockstep::distribute::detail {
+namespace lockstep::os {
 
 // Runnable threads on the whole machine (the caller included), from /proc/stat; -1 when unknown.
 inline int procs_running() {
@@ -34,4 +35,4 @@ inline int online_cpu_count() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-}  // namespace lockstep::distribute::detail
+}  // namespace lockstep::os

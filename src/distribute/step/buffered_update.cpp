@@ -1,0 +1,310 @@
+#include "buffered_update.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/profiler.h"
+#include "lockstep/core/task_cancellation.h"
+#include "task_pool.h"
+
+namespace lockstep::distribute {
+
+namespace {
+
+// The update writes each chunk's new values out of place, into the variables' next buffers. For a
+// model whose update state is larger than the caches, those writes would first read every line
+// they replace (a write-allocate) although nothing reads it before the next step: non-temporal
+// stores skip that read, a third of the update's memory traffic. Small models keep ordinary
+// stores, which leave the values in cache for the next step.
+void copy_next(float* dst, const float* src, size_t n, bool streaming) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (streaming) {
+    size_t i = 0;
+    for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0; ++i) dst[i] = src[i];
+    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+    for (; i < n; ++i) dst[i] = src[i];
+    return;
+  }
+#endif
+  (void)streaming;
+  std::memcpy(dst, src, n * sizeof(float));
+}
+
+std::atomic<size_t> g_streaming_threshold{size_t{16} << 20};
+
+// Elements a backup run of a chunk computes between two cancellation checks: about as long as
+// the pool takes to notice that the first run committed.
+constexpr int64_t kBackupSlice = 2048;
+
+}  // namespace
+
+struct BufferedUpdate::Scratch {
+  std::vector<float> g, w, rounded;
+  std::vector<std::vector<float>> slots;
+  std::vector<float*> slot_ptrs;
+  std::vector<const float*> slot_in;
+  const Chunk* chunk = nullptr;
+  bool has_rounded = false;
+  bool direct = false;  // this run wrote the weights and slots straight to the next buffers
+};
+
+class BufferedUpdate::Phase : public TaskPhase {
+ public:
+  explicit Phase(BufferedUpdate& u) : u_(u) {}
+  int num_tasks() const override { return static_cast<int>(u_.layout_.chunks().size()); }
+  int kind() const override { return 1; }
+  profiler::Phase trace_phase() const override { return profiler::Phase::update; }
+  void* run(int task, int thread) override {
+    return u_.run_chunk(task, thread, TaskPool::in_backup_run());
+  }
+  void commit(int task, void* result) override { u_.commit_chunk(task, result); }
+  void discard(int, void*) override {}
+
+ private:
+  BufferedUpdate& u_;
+};
+
+BufferedUpdate::BufferedUpdate(const ChunkLayout& layout, std::vector<Variable> vars,
+                               ElementwiseUpdate& rule, int threads)
+    : layout_(layout), vars_(std::move(vars)), rule_(rule) {
+  for (const Variable& v : vars_) {
+    if (v.dtype() != DType::float32) {
+      throw InvalidArgument("ReplicatedStep: trainable variable '" + v.name() + "' is " +
+                            v.raw_value().describe() + "; variables must be float32.");
+    }
+  }
+  rule_.bind(vars_);
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    slots_.push_back(rule_.slot_variables(i));
+    max_slots_ = std::max(max_slots_, slots_.back().size());
+    vars_[i].enable_next_buffer();
+    for (const Variable& sv : slots_.back()) {
+      if (sv.dtype() != DType::float32 || !(sv.shape() == vars_[i].shape())) {
+        throw Internal("ReplicatedStep: slot '" + sv.name() + "' of '" + vars_[i].name() +
+                       "' must be float32 shaped like it; it is " + sv.raw_value().describe() +
+                       ".");
+      }
+      sv.enable_next_buffer();
+    }
+  }
+  // Bytes the update writes per step (weights and slots); beyond what the caches of the cores
+  // hold they are streamed (copy_next).
+  const size_t written = static_cast<size_t>(layout_.total()) * sizeof(float) * (1 + max_slots_);
+  streaming_ = written > streaming_threshold();
+  won_by_backup_.assign(layout_.chunks().size(), 0);
+  spare_w_.resize(vars_.size());
+  spare_s_.resize(vars_.size());
+  // One scratch per thread that may run a chunk task, the busy-machine extras included.
+  const size_t chunk = static_cast<size_t>(layout_.chunk_size());
+  for (int t = 0; t < threads; ++t) {
+    auto sc = std::make_unique<Scratch>();
+    sc->g.resize(chunk);
+    sc->w.resize(chunk);
+    sc->rounded.resize(chunk);
+    sc->slots.assign(max_slots_, std::vector<float>(chunk));
+    sc->slot_ptrs.assign(max_slots_, nullptr);
+    sc->slot_in.assign(max_slots_, nullptr);
+    scratch_.push_back(std::move(sc));
+  }
+  phase_ = std::make_unique<Phase>(*this);
+  cur_w_.resize(vars_.size());
+  next_w_.resize(vars_.size());
+  next_r_.resize(vars_.size());
+  cur_s_.resize(vars_.size());
+  next_s_.resize(vars_.size());
+}
+
+BufferedUpdate::~BufferedUpdate() = default;
+
+void BufferedUpdate::set_streaming_threshold(size_t bytes) {
+  g_streaming_threshold.store(bytes, std::memory_order_relaxed);
+}
+
+size_t BufferedUpdate::streaming_threshold() {
+  return g_streaming_threshold.load(std::memory_order_relaxed);
+}
+
+void BufferedUpdate::begin_update(std::span<const double> squared_norms) {
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    cur_w_[i] = vars_[i].raw_value().data<float>();
+    next_w_[i] = vars_[i].next_value().data<float>();
+    next_r_[i] = rule_.rounded_output(i);
+    cur_s_[i].clear();
+    next_s_[i].clear();
+    for (const Variable& sv : slots_[i]) {
+      cur_s_[i].push_back(sv.raw_value().data<float>());
+      next_s_[i].push_back(sv.next_value().data<float>());
+    }
+  }
+  rule_.begin_update(squared_norms);
+}
+
+TaskPhase& BufferedUpdate::phase_summing(const GradientReducer::Terms& terms) {
+  terms_ = terms;
+  sum_ = nullptr;
+  return *phase_;
+}
+
+TaskPhase& BufferedUpdate::phase_from_sum(float* sum) {
+  sum_ = sum;
+  return *phase_;
+}
+
+void* BufferedUpdate::run_chunk(int task, int thread, bool backup) {
+  Scratch& sc = *scratch_[static_cast<size_t>(thread)];
+  const Chunk& c = layout_.chunks()[static_cast<size_t>(task)];
+  sc.chunk = &c;
+  // A backup usually loses by microseconds (it started when its twin was nearly done): it
+  // checks for cancellation between slices of its chunk. Elementwise work, so the slices give
+  // the bits of the whole; a first run goes straight through.
+  if (backup && c.n > 2 * kBackupSlice) {
+    for (int64_t o = 0; o < c.n; o += kBackupSlice) {
+      check_task_cancelled();
+      run_part({c.var, c.offset + o, c.flat + o, std::min(kBackupSlice, c.n - o)},
+               static_cast<size_t>(o), sc, backup);
+    }
+  } else {
+    run_part(c, 0, sc, backup);
+  }
+  return &sc;
+}
+
+// Elements [base, base + c.n) of the task's chunk: c is that part, and the scratch is indexed
+// from the chunk's start.
+void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool backup) {
+  const size_t n = static_cast<size_t>(c.n);
+  float* g = sc.g.data() + base;
+  if (sum_ != nullptr) {
+    // The sum stays where it is unless the rule writes its gradient (then into scratch, so that
+    // a second run of this chunk reads the sum unchanged).
+    if (rule_.rewrites_gradient()) {
+      std::memcpy(g, sum_ + c.flat, n * sizeof(float));
+    } else {
+      g = sum_ + c.flat;
+    }
+  }
+  const size_t i = c.var;
+  const auto& cur_slots = cur_s_[i];
+  for (size_t k = 0; k < cur_slots.size(); ++k) {
+    sc.slot_in[k] = cur_slots[k] + c.offset;
+    sc.slot_ptrs[k] = sc.slots[k].data() + base;
+  }
+  sc.has_rounded = next_r_[i] != nullptr;
+  // Out of place: the current values stay as they were, so a second run of this chunk computes
+  // the same bits. A task's first run writes the weights and slots straight to their next
+  // buffers; a backup run writes them to this thread's scratch, and if it wins, commit_chunk()
+  // publishes them through the spare buffers (publish_backup_updates), because the first run may
+  // still be writing the next buffers. The bfloat16 rounding always goes to scratch and is copied
+  // by the winner: it is a quarter of the bytes and keeps that copy single-writer.
+  sc.direct = !streaming_ && !backup;
+  float* w_out = sc.direct ? next_w_[i] + c.offset : sc.w.data() + base;
+  if (sc.direct) {
+    for (size_t k = 0; k < cur_slots.size(); ++k) sc.slot_ptrs[k] = next_s_[i][k] + c.offset;
+  }
+  const float* w = cur_w_[i] + c.offset;
+  const std::span<const float* const> slots_in(sc.slot_in.data(), cur_slots.size());
+  const std::span<float* const> slots_out(sc.slot_ptrs.data(), cur_slots.size());
+  float* rounded = sc.has_rounded ? sc.rounded.data() + base : nullptr;
+  if (sum_ == nullptr) {
+    const float* terms[2];
+    const int count = GradientReducer::chunk_terms(c, terms_, terms);
+    if (count == 2) {
+      // Two terms (two local replicas, or one and the accumulator): the rule adds them as it
+      // reads them, one pass instead of a sum pass and an update pass.
+      rule_.apply_sum_of_two(i, c.offset, w, terms[0], terms[1], g, slots_in, w_out, slots_out, n,
+                             rounded);
+      return;
+    }
+    const float* only =
+        rule_.rewrites_gradient() ? nullptr : GradientReducer::sole_gradient(c, terms_);
+    if (only != nullptr) {
+      // One replica's gradient is the sum: read it where it is (apply() does not write it).
+      g = const_cast<float*>(only);
+    } else {
+      profiler::ScopedSpan sum(profiler::Phase::local_reduce);
+      GradientReducer::sum_chunk(c, terms_, g);
+    }
+  }
+  rule_.apply(i, c.offset, w, g, slots_in, w_out, slots_out, n, rounded);
+}
+
+void BufferedUpdate::commit_chunk(int task, void* result) {
+  const Scratch& sc = *static_cast<Scratch*>(result);
+  const Chunk& c = *sc.chunk;
+  const size_t i = c.var;
+  const size_t n = static_cast<size_t>(c.n);
+  if (sc.has_rounded) std::memcpy(next_r_[i] + c.offset, sc.rounded.data(), n * sizeof(float));
+  if (sc.direct) return;  // the weights and slots are in place already
+  // Without streaming only a backup writes scratch, and it won: the chunk's first run may still
+  // be writing the next buffers, so the result goes to the spares.
+  const bool to_spare = !streaming_;
+  if (to_spare) {
+    allocate_spares(i);
+    won_by_backup_[static_cast<size_t>(task)] = 1;
+  }
+  float* w_dst = to_spare ? spare_w_[i].data<float>() : next_w_[i];
+  copy_next(w_dst + c.offset, sc.w.data(), n, streaming_);
+  for (size_t k = 0; k < next_s_[i].size(); ++k) {
+    float* dst = to_spare ? spare_s_[i][k].data<float>() : next_s_[i][k];
+    copy_next(dst + c.offset, sc.slots[k].data(), n, streaming_);
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  // Non-temporal stores are weakly ordered: they must be visible before the pool publishes the
+  // commit (a release) and another thread reads the next buffers.
+  if (streaming_) _mm_sfence();
+#endif
+}
+
+void BufferedUpdate::allocate_spares(size_t i) {
+  std::lock_guard lock(spare_mu_);
+  if (spare_w_[i].defined()) return;
+  spare_w_[i] = Tensor(vars_[i].shape(), DType::float32);
+  for (const Variable& sv : slots_[i]) spare_s_[i].emplace_back(sv.shape(), DType::float32);
+}
+
+void BufferedUpdate::publish_backup_updates() {
+  if (std::find(won_by_backup_.begin(), won_by_backup_.end(), 1) == won_by_backup_.end()) return;
+  // Per variable with a chunk a backup won: its spare buffers get the chunks the first runs
+  // wrote (complete: each committed), then become the next buffers; the old next storage, where a
+  // losing first run may still be writing, becomes the spare. It is written again only after
+  // that run has ended (the step waits for the runs of earlier steps before any update).
+  const std::vector<Chunk>& chunks = layout_.chunks();
+  for (size_t c = 0; c < chunks.size();) {
+    const size_t i = chunks[c].var;
+    size_t end = c;
+    bool won = false;
+    for (; end < chunks.size() && chunks[end].var == i; ++end) won = won || won_by_backup_[end];
+    if (won) {
+      for (size_t k = c; k < end; ++k) {
+        if (won_by_backup_[k]) continue;
+        const Chunk& ck = chunks[k];
+        const size_t bytes = static_cast<size_t>(ck.n) * sizeof(float);
+        std::memcpy(spare_w_[i].data<float>() + ck.offset, next_w_[i] + ck.offset, bytes);
+        for (size_t j = 0; j < next_s_[i].size(); ++j)
+          std::memcpy(spare_s_[i][j].data<float>() + ck.offset, next_s_[i][j] + ck.offset, bytes);
+      }
+      vars_[i].swap_next_storage(spare_w_[i]);
+      for (size_t j = 0; j < slots_[i].size(); ++j) slots_[i][j].swap_next_storage(spare_s_[i][j]);
+    }
+    c = end;
+  }
+  std::fill(won_by_backup_.begin(), won_by_backup_.end(), 0);
+  ++backup_publishes_;
+}
+
+void BufferedUpdate::end_update() {
+  publish_backup_updates();
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    vars_[i].flip_buffers();
+    for (const Variable& sv : slots_[i]) sv.flip_buffers();
+  }
+  rule_.end_update();
+}
+
+}  // namespace lockstep::distribute

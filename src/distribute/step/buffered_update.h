@@ -1,0 +1,102 @@
+#pragma once
+// BufferedUpdate: the optimizer's elementwise rule (ElementwiseUpdate) applied to the step's
+// variables out of place, chunk by chunk, as tasks any thread may run and run again.
+//
+// Each variable and each of its optimizer slots has a second, *next* buffer
+// (Variable::enable_next_buffer). A chunk reads the current values and the summed gradient and
+// writes the new values: a task's first run straight to the next buffers, a backup run to its
+// thread's scratch. A chunk run twice computes the same bits and only the run that commits
+// writes: when a backup wins, its result goes to the variable's *spare* buffers (the first run
+// may still be writing the next ones), and at the end of the update the spares, completed with
+// the chunks the first runs wrote, become the next buffers. Then every variable flips to its
+// next buffer. Models whose update writes more than the caches hold write through scratch with
+// non-temporal stores instead (set_streaming_threshold); the bits are the same either way.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "chunk_layout.h"
+#include "gradient_reducer.h"
+#include "lockstep/autodiff/variable.h"
+#include "lockstep/distribute/elementwise_update.h"
+
+namespace lockstep::distribute {
+
+class TaskPhase;
+
+class BufferedUpdate {
+ public:
+  // `rule` is bound to `vars` here and must outlive the update; `threads`: the pool's
+  // total_threads() (one scratch each).
+  BufferedUpdate(const ChunkLayout& layout, std::vector<Variable> vars, ElementwiseUpdate& rule,
+                 int threads);
+  ~BufferedUpdate();
+  BufferedUpdate(const BufferedUpdate&) = delete;
+  BufferedUpdate& operator=(const BufferedUpdate&) = delete;
+
+  ElementwiseUpdate& rule() const { return rule_; }
+
+  // Once per update, before its phase runs: the buffers it reads and writes, then the rule's
+  // begin_update (with the summed gradient's squared norms when the rule wants them).
+  void begin_update(std::span<const double> squared_norms = {});
+  // The update's phase summing each chunk's `terms` as it goes (two terms: added as the rule
+  // reads them; one replica's gradient: read where it is).
+  TaskPhase& phase_summing(const GradientReducer::Terms& terms);
+  // The update's phase reading the summed gradient from `sum` (flat, ChunkLayout), which it
+  // leaves as it is.
+  TaskPhase& phase_from_sum(float* sum);
+  // After the phase: the chunks backups won published, every buffer flipped, the rule's
+  // end_update.
+  void end_update();
+
+  // Updates a backup run won a chunk of, since construction.
+  uint64_t backup_publishes() const { return backup_publishes_; }
+
+  // What a task of the last phase asked for does, for a given task, thread and kind of run:
+  // run_chunk computes it (a backup run into scratch), commit_chunk writes the winner's result.
+  void* run_chunk(int task, int thread, bool backup);
+  void commit_chunk(int task, void* result);
+
+  // Updates constructed afterwards write with non-temporal stores when they write more than
+  // `bytes` per step (default 16 MiB: more than the cores' caches hold, so the stores would
+  // only evict).
+  static void set_streaming_threshold(size_t bytes);
+  static size_t streaming_threshold();
+
+ private:
+  struct Scratch;
+  class Phase;
+  void run_part(const Chunk& c, size_t base, Scratch& sc, bool backup);
+  void allocate_spares(size_t var);
+  void publish_backup_updates();
+
+  const ChunkLayout& layout_;
+  std::vector<Variable> vars_;
+  std::vector<std::vector<Variable>> slots_;
+  ElementwiseUpdate& rule_;
+  size_t max_slots_ = 0;
+  bool streaming_ = false;
+  // What the current phase reads: terms to sum, or a flat sum.
+  GradientReducer::Terms terms_;
+  float* sum_ = nullptr;
+  std::unique_ptr<Phase> phase_;
+  // Per variable, set by begin_update: the current and next data of the variable and its
+  // slots, and where its next bfloat16 rounding goes (nullptr: not in use).
+  std::vector<const float*> cur_w_;
+  std::vector<float*> next_w_, next_r_;
+  std::vector<std::vector<const float*>> cur_s_;
+  std::vector<std::vector<float*>> next_s_;
+  std::vector<std::unique_ptr<Scratch>> scratch_;  // per pool thread
+  // Chunks a backup won this update (written by commit, read after the phase), and per variable
+  // the spare weights and slots such a run's result goes to.
+  std::vector<char> won_by_backup_;
+  std::vector<Tensor> spare_w_;
+  std::vector<std::vector<Tensor>> spare_s_;
+  std::mutex spare_mu_;
+  uint64_t backup_publishes_ = 0;
+};
+
+}  // namespace lockstep::distribute

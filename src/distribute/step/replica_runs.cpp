@@ -1,0 +1,261 @@
+#include "replica_runs.h"
+
+#include <algorithm>
+#include <string>
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/profiler.h"
+#include "lockstep/core/task_cancellation.h"
+#include "lockstep/distribute/strategy.h"
+#include "task_pool.h"
+
+namespace lockstep::distribute {
+
+namespace {
+
+// Phases stay referenced by the pool's record of them until it is reused, which the pool does
+// only once nothing runs in it; this many later phases make sure of that.
+constexpr uint64_t kPhaseRetention = 8;
+
+}  // namespace
+
+// ---- ReplicaRun
+
+void ReplicaRun::reset(int replica, bool overlap) {
+  replica_ = replica;
+  overlap_ = overlap;
+  std::fill(sink_counts_.begin(), sink_counts_.end(), 0);
+  std::fill(defined_.begin(), defined_.end(), 0);
+  locals_.clear();
+  deferred_.clear();
+}
+
+void ReplicaRun::set_gradients(const std::vector<Tensor>& grads) {
+  if (grads.size() != views_.size()) {
+    throw InvalidArgument("ReplicaRun::set_gradients: expected one gradient per variable (" +
+                          std::to_string(views_.size()) + "). Received " +
+                          std::to_string(grads.size()) + ".");
+  }
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    if (!g.defined()) {
+      defined_[i] = 0;
+      continue;
+    }
+    if (g.dtype() != DType::float32 || !(g.shape() == views_[i].shape())) {
+      throw InvalidArgument("ReplicaRun::set_gradients: gradient " + std::to_string(i) +
+                            " must be float32 shaped like its variable: expected " +
+                            views_[i].describe() + ". Received: " + g.describe() + ".");
+    }
+    if (g.raw_data() != views_[i].raw_data()) views_[i].copy_from(g);
+    defined_[i] = 1;
+  }
+}
+
+void ReplicaRun::gradient_ready(size_t variable, const Tensor& gradient) {
+  if (!overlap_) return;
+  if (gradient.defined() && gradient.raw_data() != views_[variable].raw_data()) {
+    views_[variable].copy_from(gradient);
+  }
+  defined_[variable] = gradient.defined() ? 1 : 0;
+  if (sink_ != nullptr) sink_->gradient_ready(*this, variable);
+}
+
+bool ReplicaRun::has_any_gradient() const {
+  return std::find(defined_.begin(), defined_.end(), 1) != defined_.end();
+}
+
+bool ReplicaRun::has_every_gradient() const {
+  return std::find(defined_.begin(), defined_.end(), 0) == defined_.end();
+}
+
+void ReplicaRun::commit() {
+  for (Local& l : locals_) l.commit();
+  locals_.clear();
+}
+
+void* ReplicaRun::find_local(const void* shared) const {
+  for (const Local& l : locals_)
+    if (l.shared == shared) return l.copy.get();
+  return nullptr;
+}
+
+void ReplicaRun::add_local(const void* shared, std::shared_ptr<void> copy,
+                           std::function<void()> commit) {
+  locals_.push_back({shared, std::move(copy), std::move(commit)});
+}
+
+// ---- the replicas' phase
+
+class ReplicaRuns::Phase : public TaskPhase {
+ public:
+  Phase(ReplicaRuns& runs, ReplicaFn fn, bool overlap, bool chained)
+      : runs_(runs), fn_(std::move(fn)), overlap_(overlap), chained_(chained) {}
+  int num_tasks() const override { return runs_.num_local_; }
+  int kind() const override { return 0; }
+  profiler::Phase trace_phase() const override { return profiler::Phase::replica; }
+  int trace_replica(int task) const override { return task; }
+  void* run(int replica, int /*thread*/) override {
+    ReplicaRun* run = runs_.acquire();
+    try {
+      check_task_cancelled();
+      run->reset(replica, overlap_);
+      ReplicaContext ctx(runs_.strategy_, replica, nullptr, runs_.strategy_.cross_worker(), run);
+      ReplicaContextScope context(&ctx);
+      Strategy::Scope scope(runs_.strategy_);
+      fn_(ctx, *run);
+    } catch (...) {
+      runs_.release(run);
+      throw;
+    }
+    return run;
+  }
+  void commit(int replica, void* result) override {
+    runs_.committed_[runs_.parity_][static_cast<size_t>(replica)] =
+        static_cast<ReplicaRun*>(result);
+  }
+  void discard(int, void* result) override { runs_.release(static_cast<ReplicaRun*>(result)); }
+  void phase_done() override {
+    if (chained_ && runs_.options_.on_replicas_done) runs_.options_.on_replicas_done();
+  }
+
+ private:
+  ReplicaRuns& runs_;
+  ReplicaFn fn_;
+  bool overlap_;  // this step's, fixed for every run (a late backup run may start after the step)
+  bool chained_;
+};
+
+// ---- ReplicaRuns
+
+ReplicaRuns::ReplicaRuns(Strategy& strategy, const std::vector<Variable>& vars, Options options)
+    : strategy_(strategy), options_(std::move(options)), num_local_(strategy.num_local_replicas()) {
+  for (const Variable& v : vars) {
+    shapes_.push_back(v.shape());
+    total_ += v.num_elements();
+  }
+  committed_[0].assign(static_cast<size_t>(num_local_), nullptr);
+  committed_[1].assign(static_cast<size_t>(num_local_), nullptr);
+}
+
+ReplicaRuns::~ReplicaRuns() {
+  wait_for_stragglers();
+}
+
+void ReplicaRuns::begin_step() {
+  step_first_phase_ = strategy_.task_pool().stats().phases + 1;
+  parity_ = 1 - parity_;
+}
+
+ReplicaRuns::Phase& ReplicaRuns::make_phase(const ReplicaFn& fn, bool overlap, bool chained) {
+  // Reuse a retired phase object whose runs are over, else make one.
+  const uint64_t now = strategy_.task_pool().stats().phases;
+  for (auto& [p, seq] : phases_) {
+    if (seq + kPhaseRetention <= now) {
+      p = std::make_unique<Phase>(*this, fn, overlap, chained);
+      seq = now + 1;
+      return *p;
+    }
+  }
+  phases_.emplace_back(std::make_unique<Phase>(*this, fn, overlap, chained), now + 1);
+  return *phases_.back().first;
+}
+
+bool ReplicaRuns::run_as_tasks(const ReplicaFn& fn, bool overlap, TaskPhase* then) {
+  TaskPool& pool = strategy_.task_pool();
+  std::vector<ReplicaRun*>& committed = committed_[parity_];
+  std::fill(committed.begin(), committed.end(), nullptr);
+  Phase& phase = make_phase(fn, overlap, then != nullptr);
+  try {
+    if (then != nullptr) {
+      pool.run(phase, *then);
+      return true;
+    }
+    pool.run(phase);
+  } catch (const CollectiveInTask&) {
+    for (ReplicaRun*& r : committed) {
+      if (r) release(r);
+      r = nullptr;
+    }
+    gang_ = true;
+    return false;
+  }
+  commit_replica_state();
+  return true;
+}
+
+void ReplicaRuns::run_as_gang(const ReplicaFn& fn) {
+  gang_ = true;
+  std::vector<ReplicaRun*>& committed = committed_[parity_];
+  std::fill(committed.begin(), committed.end(), nullptr);
+  strategy_.run_on_replicas([&](ReplicaContext& ctx) {
+    const int r = ctx.local_replica_id();
+    profiler::ScopedSpan trace(profiler::Phase::replica, r);
+    ReplicaRun* run = acquire();
+    run->reset(r, false);
+    ReplicaContext mine(strategy_, r, &ctx.local_communicator(), strategy_.cross_worker(), run);
+    ReplicaContextScope context(&mine);
+    try {
+      fn(mine, *run);
+    } catch (...) {
+      release(run);
+      throw;
+    }
+    committed[static_cast<size_t>(r)] = run;
+  });
+  commit_replica_state();
+}
+
+void ReplicaRuns::commit_replica_state() {
+  for (ReplicaRun* r : committed_[parity_]) r->commit();
+}
+
+void ReplicaRuns::wait_for_earlier_steps() {
+  strategy_.task_pool().wait_for_runs_before(step_first_phase_);
+}
+
+void ReplicaRuns::retire_previous_step() {
+  wait_for_earlier_steps();
+  for (ReplicaRun*& r : committed_[1 - parity_]) {
+    if (r) release(r);
+    r = nullptr;
+  }
+}
+
+void ReplicaRuns::wait_for_stragglers() {
+  strategy_.task_pool().wait_for_runs_before(UINT64_MAX);
+}
+
+RunState* ReplicaRuns::committed_state(int replica) const {
+  ReplicaRun* r = committed_[parity_].at(static_cast<size_t>(replica));
+  return r ? r->state() : nullptr;
+}
+
+ReplicaRun* ReplicaRuns::acquire() {
+  std::lock_guard lock(slots_mu_);
+  if (free_.empty()) {
+    auto r = std::make_unique<ReplicaRun>();
+    r->flat_ = Tensor({total_ + options_.extra_elements}, DType::float32);
+    int64_t off = 0;
+    for (const Shape& s : shapes_) {
+      r->views_.push_back(r->flat_.slice(off, off + s.num_elements()).reshape(s));
+      off += s.num_elements();
+    }
+    r->defined_.assign(shapes_.size(), 0);
+    r->sink_ = options_.sink;
+    r->sink_counts_.assign(options_.sink_counters, 0);
+    if (options_.make_state) r->state_ = options_.make_state();
+    free_.push_back(r.get());
+    slots_.push_back(std::move(r));
+  }
+  ReplicaRun* r = free_.back();
+  free_.pop_back();
+  return r;
+}
+
+void ReplicaRuns::release(ReplicaRun* run) {
+  std::lock_guard lock(slots_mu_);
+  free_.push_back(run);
+}
+
+}  // namespace lockstep::distribute

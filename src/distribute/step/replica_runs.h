@@ -1,0 +1,184 @@
+#pragma once
+// ReplicaRuns: every local replica's function (forward and backward on its slice of the global
+// batch) run as a task of the strategy's TaskPool, each run into a slot of its own.
+//
+// A run writes its gradients and its RunState (the trainer's loss sums and metrics) into a
+// private slot; the first run of each replica to finish commits it, and a run that lost to its
+// backup (task_pool.h) gives its slot back. Per-replica state a run changed through its
+// ReplicaContext (random streams, moving statistics) is written back once, in replica order,
+// from the committed runs. A losing run may still execute after its step is over: the step's
+// replica function lives here until no run of it can execute, and a slot is reused only once
+// no run of an earlier step can read it (retire_previous_step).
+//
+// Collectives inside the replica function need every replica to run at once: a task that calls
+// one throws CollectiveInTask, and from then on the replicas run as a gang, one thread each
+// (Strategy::run_on_replicas).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "lockstep/autodiff/variable.h"
+#include "lockstep/core/tensor.h"
+#include "lockstep/distribute/replica_context.h"
+
+namespace lockstep::distribute {
+
+class Strategy;
+class TaskPhase;
+class ReplicaRuns;
+
+// What a replica's run carries besides its gradients (the trainer's loss sums and metrics).
+struct RunState {
+  virtual ~RunState() = default;
+};
+
+// Takes the gradients a run reports before its backward pass is over (GradientReducer's buckets).
+class GradientSink {
+ public:
+  virtual void gradient_ready(ReplicaRun& run, size_t variable) = 0;
+
+ protected:
+  ~GradientSink() = default;
+};
+
+// One run of one replica's function: private until it commits.
+class ReplicaRun {
+ public:
+  int replica() const { return replica_; }
+  // float32 buffers shaped like the step's variables: pass them to GradientTape::gradient as
+  // destinations so the gradients are not copied.
+  const std::vector<Tensor>& gradient_buffers() const { return views_; }
+  // Records this run's gradients, one per variable (undefined: none, counted as zeros); tensors
+  // other than gradient_buffers() are copied in. Shapes must match the variables'.
+  void set_gradients(const std::vector<Tensor>& grads);
+  // The RunState made by the step's factory (nullptr without one).
+  RunState* state() const { return state_.get(); }
+  // Overlap of the cross-worker sum with the backward pass (DDP's bucket hooks): when true, the
+  // replica function reports each gradient as soon as it is final with gradient_ready()
+  // (GradientTape::set_gradient_ready_callback), and buckets of finished gradients start crossing
+  // workers while backward goes on.
+  bool overlaps_communication() const { return overlap_; }
+  void gradient_ready(size_t variable, const Tensor& gradient);
+
+  // ---- What the reducer reads of a committed run.
+  bool has_gradient(size_t variable) const { return defined_[variable] != 0; }
+  bool has_any_gradient() const;
+  bool has_every_gradient() const;
+  // The gradients end to end (ChunkLayout), and room for the reducer's extra elements after them.
+  float* flat_gradients() const { return flat_.data<float>(); }
+  // Per-run counters the gradient sink keeps (its buckets' reported gradients), zeroed per run.
+  std::vector<int>& sink_counts() { return sink_counts_; }
+
+ private:
+  friend class ReplicaRuns;
+  friend class ReplicaContext;
+  friend class DeferredSums;
+  void reset(int replica, bool overlap);
+  void commit();
+  void* find_local(const void* shared) const;
+  void add_local(const void* shared, std::shared_ptr<void> copy, std::function<void()> commit);
+  void add_deferred_sum(const void* key, const Tensor& value,
+                        std::function<void(const Tensor&)> apply) {
+    deferred_.push_back({key, value, std::move(apply)});
+  }
+
+  int replica_ = 0;
+  bool overlap_ = false;
+  GradientSink* sink_ = nullptr;
+  std::vector<int> sink_counts_;
+  Tensor flat_;
+  std::vector<Tensor> views_;
+  std::vector<char> defined_;
+  std::unique_ptr<RunState> state_;
+  struct Local {
+    const void* shared;
+    std::shared_ptr<void> copy;
+    std::function<void()> commit;
+  };
+  std::vector<Local> locals_;
+  struct Deferred {
+    const void* key;
+    Tensor value;
+    std::function<void(const Tensor&)> apply;
+  };
+  std::vector<Deferred> deferred_;
+};
+
+using ReplicaFn = std::function<void(ReplicaContext&, ReplicaRun&)>;
+
+class ReplicaRuns {
+ public:
+  struct Options {
+    // Extra float32 elements after each run's gradients (ReplicaRun::flat_gradients).
+    int64_t extra_elements = 0;
+    // Makes each slot's RunState (none when empty).
+    std::function<std::unique_ptr<RunState>()> make_state;
+    // Receives the runs' early gradients when a step overlaps; `sink_counters` per run.
+    GradientSink* sink = nullptr;
+    size_t sink_counters = 0;
+    // Called on the thread that committed the last replica of a phase chained to the next
+    // (run_as_tasks with `then`): what the caller would do between the two phases.
+    std::function<void()> on_replicas_done;
+  };
+  ReplicaRuns(Strategy& strategy, const std::vector<Variable>& vars, Options options);
+  ~ReplicaRuns();
+  ReplicaRuns(const ReplicaRuns&) = delete;
+  ReplicaRuns& operator=(const ReplicaRuns&) = delete;
+
+  // A new step: the committed runs of the previous one stay readable until
+  // retire_previous_step().
+  void begin_step();
+  // Every local replica's run of `fn` as tasks; with `then`, that phase chained after them
+  // (on_replicas_done between the two). Returns false, with nothing committed, when a replica
+  // called a collective: the replicas run as a gang from then on (run_as_gang). Without `then`,
+  // the committed runs' per-replica state is written back before it returns.
+  bool run_as_tasks(const ReplicaFn& fn, bool overlap, TaskPhase* then = nullptr);
+  // Every local replica at once, one thread each, with the local communicator; then the
+  // committed runs' per-replica state written back.
+  void run_as_gang(const ReplicaFn& fn);
+  bool gang() const { return gang_; }
+  // Writes back the per-replica state of this step's committed runs, in replica order.
+  void commit_replica_state();
+  // Blocks until no run of an earlier step executes, then gives the previous step's slots back.
+  void retire_previous_step();
+  // Blocks until no run of an earlier step executes (before writing what such a run reads).
+  void wait_for_earlier_steps();
+  // Blocks until no run of any step executes.
+  void wait_for_stragglers();
+
+  // This step's committed run per local replica (after the replicas' phase).
+  const std::vector<ReplicaRun*>& committed() const { return committed_[parity_]; }
+  RunState* committed_state(int replica) const;
+  int num_local() const { return num_local_; }
+  int64_t num_elements() const { return total_; }
+
+ private:
+  class Phase;
+  ReplicaRun* acquire();
+  void release(ReplicaRun* run);
+  Phase& make_phase(const ReplicaFn& fn, bool overlap, bool chained);
+
+  Strategy& strategy_;
+  std::vector<Shape> shapes_;
+  int64_t total_ = 0;
+  Options options_;
+  int num_local_;
+  bool gang_ = false;
+
+  std::mutex slots_mu_;
+  std::vector<std::unique_ptr<ReplicaRun>> slots_;
+  std::vector<ReplicaRun*> free_;
+  // The committed runs per local replica, of this step (committed_[parity_]) and of the previous
+  // one, whose slots are given back once nothing reads them: a lingering run of the previous step
+  // may still read that vector while this step fills the other.
+  std::vector<ReplicaRun*> committed_[2];
+  int parity_ = 0;
+  // Replica phases (each holding its step's fn) kept until their runs can no longer execute.
+  std::vector<std::pair<std::unique_ptr<Phase>, uint64_t>> phases_;
+  uint64_t step_first_phase_ = 0;  // TaskPool sequence before this step's first phase
+};
+
+}  // namespace lockstep::distribute

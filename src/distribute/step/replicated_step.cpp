@@ -1,0 +1,153 @@
+#include "replicated_step.h"
+
+#include "deferred_sums.h"
+#include "lockstep/core/profiler.h"
+#include "lockstep/distribute/strategy.h"
+#include "task_pool.h"
+
+namespace lockstep::distribute {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
+                               ElementwiseUpdate& update,
+                               std::function<std::unique_ptr<RunState>()> make_state)
+    : strategy_(strategy),
+      layout_(vars, strategy.num_threads()),
+      reducer_(layout_, strategy.cross_worker_shared(),
+               strategy.cross_worker()
+                   ? make_comm_hook(strategy.communication_options().gradient_dtype)
+                   : nullptr,
+               strategy.communication_options().bytes_per_pack),
+      runs_(strategy, vars,
+            {.extra_elements = DeferredSums::kCountElements,
+             .make_state = std::move(make_state),
+             .sink = &reducer_,
+             .sink_counters = reducer_.num_buckets(),
+             .on_replicas_done = [this] { end_replicas(); }}),
+      update_(layout_, std::move(vars), update, strategy.task_pool().total_threads()),
+      workers_(strategy.num_workers() > 1) {}
+
+ReplicatedStep::~ReplicatedStep() {
+  wait_for_stragglers();
+}
+
+void ReplicatedStep::run(ReplicaFn fn, bool apply) {
+  profiler::ScopedSpan trace(profiler::Phase::tasks);
+  TaskPool& pool = strategy_.task_pool();
+  runs_.begin_step();
+  const bool norms = update_.rule().wants_gradient_norms();
+  // The cross-worker sum overlaps backward when one local replica feeds it (several local
+  // replicas sum after their phase; see docs/distributed.md).
+  bool overlapped = apply && !runs_.gang() && runs_.num_local() == 1 && reducer_.can_overlap();
+  if (overlapped) {
+    runs_.wait_for_earlier_steps();  // the buckets write the sum during the replicas' phase
+    reducer_.begin_overlap();
+  }
+  if (apply && !workers_ && !norms && !runs_.gang()) {
+    // The common step: the update chained to the replicas' phase; the previous step retires
+    // before it rather than between the two.
+    runs_.retire_previous_step();
+    if (run_replicas(fn, false, &update_.phase_summing(reducer_.terms(runs_.committed())))) {
+      end_update();
+      stats_.steps += 1;
+      stats_.local_seconds += seconds_since(replicas_ended_);
+      stats_.bytes_per_step = static_cast<size_t>(layout_.total()) * sizeof(float);
+      return;
+    }
+  } else {
+    overlapped = run_replicas(fn, overlapped, nullptr) && overlapped;
+  }
+  const auto t0 = Clock::now();
+  runs_.retire_previous_step();
+  if (!apply) {
+    DeferredSums::apply(runs_.committed(), strategy_.cross_worker());
+    reducer_.accumulate(pool, runs_.committed());
+  } else if (workers_ || norms) {
+    float* sum = reduce(overlapped);
+    update_.begin_update(norms ? reducer_.squared_norms(sum) : std::vector<double>{});
+    pool.run(update_.phase_from_sum(sum));
+    end_update();
+  } else {
+    DeferredSums::apply(runs_.committed(), nullptr);
+    update_.begin_update();
+    pool.run(update_.phase_summing(reducer_.terms(runs_.committed())));
+    end_update();
+  }
+  stats_.steps += 1;
+  stats_.local_seconds += seconds_since(t0);
+  stats_.bytes_per_step = static_cast<size_t>(layout_.total()) *
+                          (workers_ ? dtype_size(reducer_.wire_dtype()) : sizeof(float));
+}
+
+bool ReplicatedStep::run_replicas(const ReplicaFn& fn, bool overlap, TaskPhase* then) {
+  if (!runs_.gang()) {
+    if (runs_.run_as_tasks(fn, overlap, then)) return true;
+    if (overlap) reducer_.cancel_overlap();
+  }
+  runs_.run_as_gang(fn);
+  return false;
+}
+
+void ReplicatedStep::end_replicas() {
+  replicas_ended_ = Clock::now();
+  runs_.commit_replica_state();
+  DeferredSums::apply(runs_.committed(), nullptr);
+  update_.begin_update();
+}
+
+float* ReplicatedStep::reduce(bool overlapped) {
+  Communicator* cross = strategy_.cross_worker();
+  if (overlapped) {
+    const auto tc = Clock::now();
+    float* sum = reducer_.finish_overlap();
+    stats_.cross_worker_seconds += seconds_since(tc);
+    DeferredSums::apply(runs_.committed(), cross);
+    return sum;
+  }
+  // A step whose gradients cross workers in float32 carries the deferred sums' count check in
+  // that all-reduce (DeferredSums::count_from_sums): one collective per step fewer.
+  const bool carry = workers_ && reducer_.wire_dtype() == DType::float32;
+  if (!carry) DeferredSums::apply(runs_.committed(), cross);
+  float* sum = reducer_.local_sum(strategy_.task_pool(), runs_.committed());
+  if (!workers_) return sum;
+  const auto tc = Clock::now();
+  float* counts = sum + layout_.total();
+  if (carry) {
+    const auto n = static_cast<float>(DeferredSums::count(runs_.committed()));
+    counts[0] = n;
+    counts[1] = n * n;
+  }
+  reducer_.all_reduce(sum, carry ? DeferredSums::kCountElements : 0);
+  stats_.cross_worker_seconds += seconds_since(tc);
+  if (carry) DeferredSums::apply(runs_.committed(), cross, counts);
+  return sum;
+}
+
+void ReplicatedStep::end_update() {
+  update_.end_update();
+  reducer_.clear_accumulated();
+}
+
+void ReplicatedStep::wait_for_stragglers() {
+  runs_.wait_for_stragglers();
+}
+
+SyncStats ReplicatedStep::stats() const {
+  SyncStats s = stats_;
+  TaskPoolStats p = strategy_.task_pool().stats();
+  s.backup_runs = p.backups;
+  s.backup_wins = p.backup_wins;
+  s.backup_publishes = update_.backup_publishes();
+  return s;
+}
+
+}  // namespace lockstep::distribute

@@ -1,0 +1,169 @@
+// BufferedUpdate against a fake elementwise rule: the update out of place and flipped, the same
+// bits on any number of threads and with streaming stores, the sum read chunk by chunk from
+// replica runs, and a chunk won by a backup run published through the spare buffers (with the
+// weights' bfloat16 rounding).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "distribute/step/buffered_update.h"
+#include "distribute/step/chunk_layout.h"
+#include "distribute/step/task_pool.h"
+#include "step_fakes.h"
+
+namespace lockstep::distribute {
+namespace {
+
+using testing::FakeUpdate;
+using testing::gradient_value;
+using testing::make_strategy;
+using testing::make_variables;
+
+// 9000 elements: five chunks at the smallest chunk size, the last cut short.
+const std::vector<int64_t> kSizes = {9000, 7, 1};
+
+std::vector<float> flat_sum(const ChunkLayout& layout) {
+  std::vector<float> g(static_cast<size_t>(layout.total()));
+  for (size_t v = 0; v < layout.num_vars(); ++v)
+    for (int64_t j = 0; j < layout.size(v); ++j)
+      g[static_cast<size_t>(layout.begin(v) + j)] = gradient_value(0, v, j);
+  return g;
+}
+
+// After one update from gradient g: w = w0 - g / 2, m = g, and the rounding of w when kept.
+void expect_updated(const std::vector<Variable>& vars, const std::vector<Variable>& initial,
+                    const FakeUpdate& rule, const ChunkLayout& layout, const std::vector<float>& g,
+                    bool rounding = false) {
+  for (size_t v = 0; v < vars.size(); ++v) {
+    const float* w = vars[v].raw_value().data<float>();
+    const float* w0 = initial[v].raw_value().data<float>();
+    const float* m = rule.slot(v).raw_value().data<float>();
+    for (int64_t j = 0; j < layout.size(v); ++j) {
+      const float gj = g[static_cast<size_t>(layout.begin(v) + j)];
+      ASSERT_EQ(w[j], w0[j] - gj * 0.5f) << "var " << v << "[" << j << "]";
+      ASSERT_EQ(m[j], gj) << "var " << v << "[" << j << "]";
+      if (rounding) {
+        ASSERT_EQ(rule.rounded(v)[static_cast<size_t>(j)], static_cast<float>(bfloat16(w[j])));
+      }
+    }
+  }
+}
+
+TEST(BufferedUpdate, UpdatesOutOfPlaceAndFlipsOnAnyNumberOfThreads) {
+  for (int threads : {1, 2, 3}) {
+    auto strategy = make_strategy(1, threads);
+    std::vector<Variable> vars = make_variables(kSizes);
+    const std::vector<Variable> initial = make_variables(kSizes);
+    FakeUpdate rule;
+    ChunkLayout layout(vars, threads);
+    ASSERT_GT(layout.chunks().size(), 4u);
+    BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
+    std::vector<float> g = flat_sum(layout);
+    const float* before = vars[0].raw_value().data<float>();
+    update.begin_update();
+    strategy->task_pool().run(update.phase_from_sum(g.data()));
+    update.end_update();
+    EXPECT_NE(vars[0].raw_value().data<float>(), before) << "the next buffer became current";
+    EXPECT_EQ(rule.begins, 1);
+    EXPECT_EQ(rule.ends, 1);
+    expect_updated(vars, initial, rule, layout, g);
+    EXPECT_EQ(g, flat_sum(layout)) << "the sum is read, not written";
+    strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+  }
+}
+
+TEST(BufferedUpdate, StreamingStoresWriteTheSameBits) {
+  const size_t saved = BufferedUpdate::streaming_threshold();
+  BufferedUpdate::set_streaming_threshold(0);
+  auto strategy = make_strategy(1, 2);
+  std::vector<Variable> vars = make_variables(kSizes);
+  const std::vector<Variable> initial = make_variables(kSizes);
+  FakeUpdate rule(/*rounding=*/true);
+  ChunkLayout layout(vars, 2);
+  BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
+  BufferedUpdate::set_streaming_threshold(saved);
+  std::vector<float> g = flat_sum(layout);
+  update.begin_update();
+  strategy->task_pool().run(update.phase_from_sum(g.data()));
+  update.end_update();
+  expect_updated(vars, initial, rule, layout, g, /*rounding=*/true);
+  EXPECT_EQ(update.backup_publishes(), 0u) << "streaming writes through scratch, not spares";
+  strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+}
+
+// Chunk 1's first run never writes (it stands for a run still going when its backup won); the
+// backup's result reaches the weights, slots and rounding through the spares.
+TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
+  std::vector<Variable> vars = make_variables(kSizes);
+  const std::vector<Variable> initial = make_variables(kSizes);
+  FakeUpdate rule(/*rounding=*/true);
+  ChunkLayout layout(vars, 1);
+  BufferedUpdate update(layout, vars, rule, 2);
+  std::vector<float> g = flat_sum(layout);
+  for (int step = 0; step < 2; ++step) {
+    update.begin_update();
+    update.phase_from_sum(g.data());
+    const int chunks = static_cast<int>(layout.chunks().size());
+    for (int c = 0; c < chunks; ++c) {
+      if (c == 1) continue;
+      update.commit_chunk(c, update.run_chunk(c, 0, /*backup=*/false));
+    }
+    update.commit_chunk(1, update.run_chunk(1, 1, /*backup=*/true));
+    update.end_update();
+    EXPECT_EQ(update.backup_publishes(), static_cast<uint64_t>(step + 1));
+    if (step == 0) expect_updated(vars, initial, rule, layout, g, /*rounding=*/true);
+  }
+  // Twice: w = w0 - g, m = 2g.
+  for (size_t v = 0; v < vars.size(); ++v) {
+    for (int64_t j = 0; j < layout.size(v); ++j) {
+      const float gj = g[static_cast<size_t>(layout.begin(v) + j)];
+      const float w1 = initial[v].raw_value().data<float>()[j] - gj * 0.5f;
+      ASSERT_EQ(vars[v].raw_value().data<float>()[j], w1 - gj * 0.5f);
+      ASSERT_EQ(rule.slot(v).raw_value().data<float>()[j], gj + gj);
+    }
+  }
+}
+
+// The update summing the replicas' gradients per chunk reads what the reducer would have summed.
+TEST(BufferedUpdate, SumsTheReplicasGradientsChunkByChunk) {
+  for (int replicas : {1, 2, 3}) {
+    auto strategy = make_strategy(replicas, 2);
+    std::vector<Variable> vars = make_variables(kSizes);
+    const std::vector<Variable> initial = make_variables(kSizes);
+    FakeUpdate rule;
+    ChunkLayout layout(vars, 2);
+    GradientReducer reducer(layout, nullptr, nullptr, 0);
+    ReplicaRuns runs(*strategy, vars, {});
+    runs.begin_step();
+    ASSERT_TRUE(runs.run_as_tasks(
+        [](ReplicaContext& ctx, ReplicaRun& run) {
+          for (size_t v = 0; v < run.gradient_buffers().size(); ++v) {
+            const Tensor& t = run.gradient_buffers()[v];
+            for (int64_t j = 0; j < t.num_elements(); ++j)
+              t.data<float>()[j] = gradient_value(ctx.local_replica_id(), v, j);
+          }
+          run.set_gradients(run.gradient_buffers());
+        },
+        false));
+    BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
+    update.begin_update();
+    strategy->task_pool().run(update.phase_summing(reducer.terms(runs.committed())));
+    update.end_update();
+    std::vector<float> g(static_cast<size_t>(layout.total()));
+    for (const Chunk& c : layout.chunks())
+      GradientReducer::sum_chunk(c, reducer.terms(runs.committed()), g.data() + c.flat);
+    expect_updated(vars, initial, rule, layout, g);
+    strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+  }
+}
+
+TEST(BufferedUpdate, RejectsAVariableThatIsNotFloat32) {
+  std::vector<Variable> vars = {Variable(Tensor::zeros({3}, DType::float64), "d")};
+  FakeUpdate rule;
+  ChunkLayout layout(vars, 1);
+  EXPECT_THROW(BufferedUpdate(layout, vars, rule, 1), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace lockstep::distribute

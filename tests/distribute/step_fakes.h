@@ -1,0 +1,122 @@
+#pragma once
+// Fakes for the step's parts: an elementwise rule simple enough to check by hand, a cross-worker
+// communicator standing for two identical workers, a strategy of N replicas on T threads, and
+// variables of odd sizes (several chunks, a chunk cut short at the end of each).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/autodiff/variable.h"
+#include "lockstep/core/bfloat16.h"
+#include "lockstep/distribute/collective.h"
+#include "lockstep/distribute/elementwise_update.h"
+#include "lockstep/distribute/strategy.h"
+
+namespace lockstep::distribute::testing {
+
+// w' = w - g / 2, m' = m + g (one slot, m); with `rounding`, the bfloat16 rounding of w' goes to
+// a buffer kept beside each variable. Counts its begin/end calls.
+class FakeUpdate : public ElementwiseUpdate {
+ public:
+  explicit FakeUpdate(bool rounding = false) : rounding_(rounding) {}
+  void bind(const std::vector<Variable>& vars) override {
+    for (const Variable& v : vars) {
+      slots_.push_back(Variable(Tensor::zeros(v.shape(), DType::float32), v.name() + "/m", false));
+      rounded_.emplace_back(static_cast<size_t>(v.num_elements()), 0.0f);
+    }
+  }
+  std::vector<Variable> slot_variables(size_t i) const override { return {slots_[i]}; }
+  bool rewrites_gradient() const override { return false; }
+  void begin_update(std::span<const double> norms) override {
+    ++begins;
+    norms_.assign(norms.begin(), norms.end());
+  }
+  void apply(size_t, int64_t, const float* w, float* g, std::span<const float* const> slots,
+             float* w_out, std::span<float* const> slots_out, size_t n,
+             float* rounded) const override {
+    for (size_t j = 0; j < n; ++j) {
+      w_out[j] = w[j] - g[j] * 0.5f;
+      slots_out[0][j] = slots[0][j] + g[j];
+      if (rounded != nullptr) rounded[j] = static_cast<float>(bfloat16(w_out[j]));
+    }
+  }
+  void end_update() override { ++ends; }
+  float* rounded_output(size_t i) const override {
+    return rounding_ ? const_cast<float*>(rounded_[i].data()) : nullptr;
+  }
+
+  const Variable& slot(size_t i) const { return slots_[i]; }
+  const std::vector<float>& rounded(size_t i) const { return rounded_[i]; }
+  std::vector<double> norms_;
+  int begins = 0, ends = 0;
+
+ private:
+  bool rounding_;
+  std::vector<Variable> slots_;
+  std::vector<std::vector<float>> rounded_;
+};
+
+// The cross-worker communicator of one worker of two whose other worker offers the same values:
+// every sum doubles (bfloat16 sums in float32, rounded once). Counts the all-reduces.
+class TwinWorker : public Communicator {
+ public:
+  TwinWorker() : Communicator(CommunicationOptions{}) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string_view backend() const override { return "twin"; }
+  int all_reduces = 0;
+
+ protected:
+  void do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
+    ++all_reduces;
+    if (op == ReduceOp::MAX) return;
+    if (dtype == DType::float32) {
+      auto* f = static_cast<float*>(buf);
+      for (size_t i = 0; i < count; ++i) f[i] += f[i];
+    } else if (dtype == DType::bfloat16) {
+      auto* b = static_cast<bfloat16*>(buf);
+      for (size_t i = 0; i < count; ++i)
+        b[i] = bfloat16(static_cast<float>(b[i]) + static_cast<float>(b[i]));
+    } else if (dtype == DType::float64) {
+      auto* d = static_cast<double*>(buf);
+      for (size_t i = 0; i < count; ++i) d[i] += d[i];
+    } else if (dtype == DType::int64) {
+      auto* d = static_cast<int64_t*>(buf);
+      for (size_t i = 0; i < count; ++i) d[i] += d[i];
+    }
+  }
+  void do_reduce_scatter(const void*, void*, size_t, DType, ReduceOp) override {}
+  void do_all_gather(const void*, void*, size_t, DType) override {}
+  void do_broadcast(void*, size_t, DType, int) override {}
+  void do_barrier() override {}
+};
+
+// N local replicas on `threads` task-pool threads (no cores pinned).
+inline std::unique_ptr<Strategy> make_strategy(int replicas, int threads) {
+  StrategyConfig config;
+  config.name = "StepTest";
+  config.replica_cores.assign(static_cast<size_t>(replicas), {});
+  config.num_threads = threads;
+  return std::make_unique<Strategy>(std::move(config));
+}
+
+// Variables of `sizes` elements, element j of variable v = v + j / 1024.
+inline std::vector<Variable> make_variables(const std::vector<int64_t>& sizes) {
+  std::vector<Variable> vars;
+  for (size_t v = 0; v < sizes.size(); ++v) {
+    Tensor t({sizes[v]}, DType::float32);
+    for (int64_t j = 0; j < sizes[v]; ++j)
+      t.data<float>()[j] = static_cast<float>(v) + static_cast<float>(j) / 1024.0f;
+    vars.emplace_back(t, "v" + std::to_string(v));
+  }
+  return vars;
+}
+
+// A gradient value that differs per replica, variable and element, and is not a round number.
+inline float gradient_value(int replica, size_t var, int64_t j, float scale = 1.0f) {
+  return scale * (0.1f * static_cast<float>(replica + 1) + 0.01f * static_cast<float>(var) +
+                  static_cast<float>(j % 97) / 3.0f);
+}
+
+}  // namespace lockstep::distribute::testing
