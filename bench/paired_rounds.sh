@@ -2,12 +2,22 @@
 # Paired rounds of two `lockstep` binaries (or one binary against itself), alternated A B A B ...
 # so that the machine's drift hits both alike: prints each round's median µs per step over the
 # steady epochs (2..E) and the per-round ratio A/B; the median of those ratios is the figure
-# (B faster when > 1). Extra arguments go to `lockstep train`.
-#   bench/paired_rounds.sh ROUNDS EPOCHS OLD_LOCKSTEP NEW_LOCKSTEP [train args...]
+# (B faster when > 1). Extra arguments go to `lockstep train`. CO_RUNNER=1 runs every round beside
+# one spinning process (`while :; do :; done`, the harness's co-runner), CO_RUNNER=pinned beside
+# one pinned to core 0; it is stopped when the rounds end.
+#   [CO_RUNNER=1|pinned] bench/paired_rounds.sh ROUNDS EPOCHS OLD_LOCKSTEP NEW_LOCKSTEP [train args...]
 set -euo pipefail
 (($# >= 4)) || { echo "usage: $0 ROUNDS EPOCHS BINARY_A BINARY_B [train args...]" >&2; exit 2; }
 rounds=$1 epochs=$2 a=$3 b=$4
 shift 4
+co_runner=""
+case "${CO_RUNNER:-}" in
+  "" | 0) ;;
+  pinned) taskset -c 0 sh -c 'while :; do :; done' & co_runner=$! ;;
+  *) sh -c 'while :; do :; done' & co_runner=$! ;;
+esac
+trap '[[ -z $co_runner ]] || kill "$co_runner" 2>/dev/null' EXIT
+[[ -z $co_runner ]] || echo "beside a spinning co-runner (pid $co_runner${CO_RUNNER:+, $CO_RUNNER})"
 step_us() {
   "$1" train --epochs "$epochs" --verbose 2 "${@:2}" 2>&1 | grep -oE "[0-9]+(us|ms)/step" |
     tail -n +2 | awk '/ms/ {sub("ms/step", ""); print $1 * 1000; next} {sub("us/step", ""); print $1}' |
