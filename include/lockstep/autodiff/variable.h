@@ -85,13 +85,12 @@ class Variable {
   int current_buffer() const;
 
   // ---- Double buffering, for an update computed out of place (the replicated training step,
-  // distribute/replicated_step.h). After enable_next_buffer() the variable has a second buffer of
-  // its shape: a step writes the next values there while the current ones are still being read,
-  // then flip_buffers() makes them current in one atomic store. Both buffers carry the value's
-  // tensor id, so tapes see one variable. Reads (value(), raw_value()) always see the current
-  // buffer; assign() writes it.
-  // Allocates the second buffer (a copy of the value) if there is none. Call while no other
-  // thread uses the variable.
+  // src/distribute/step/buffered_update.h). After enable_next_buffer() the variable has a second
+  // buffer of its shape: a step writes the next values there while the current ones are still being
+  // read, then flip_buffers() makes them current in one atomic store. Both buffers carry the
+  // value's tensor id, so tapes see one variable. Reads (value(), raw_value()) always see the
+  // current buffer; assign() writes it. Allocates the second buffer (a copy of the value) if there
+  // is none. Call while no other thread uses the variable.
   void enable_next_buffer() const;
   // The buffer flip_buffers() makes current; FailedPrecondition without enable_next_buffer().
   const Tensor& next_value() const;

@@ -58,7 +58,7 @@ struct Span {
   int64_t step = -1;     // the step whose StepTrace was open when the span began; -1: none
   int32_t replica = -1;  // local replica the span works for; -1: not one replica's
   Phase phase = Phase::none;
-  bool backup = false;  // recorded by a backup run of a task (distribute/task_pool.h)
+  bool backup = false;  // recorded by a backup run of a task (src/distribute/step/task_pool.h)
 };
 
 // One thread's spans, in the order they ended (a parent after its children).

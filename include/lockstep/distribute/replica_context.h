@@ -15,8 +15,8 @@ class Strategy;
 class ReplicaRun;
 
 // Thrown by a collective called from a replica function that the training step runs as a task
-// (replicated_step.h): replicas then do not all run at once, so nothing could answer it. The step
-// catches it and runs the replicas as a gang (one thread each) from then on.
+// (src/distribute/step/replicated_step.h): replicas then do not all run at once, so nothing could
+// answer it. The step catches it and runs the replicas as a gang (one thread each) from then on.
 class CollectiveInTask : public FailedPrecondition {
  public:
   using FailedPrecondition::FailedPrecondition;
@@ -51,7 +51,7 @@ class ReplicaContext {
   Communicator* cross_worker_communicator() const { return cross_worker_; }
 
   // ---- State a step must change exactly once although its task may run twice (a backup run,
-  // task_pool.h). Outside a task both act directly.
+  // src/distribute/step/task_pool.h). Outside a task both act directly.
   // This run's private copy of per-replica state `shared` (a random generator), made from it on
   // first use under `mu`, and written back into `shared` (under `mu`) if this run commits.
   template <typename T>
