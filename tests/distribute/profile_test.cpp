@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "distribute/step/task_pool.h"
 #include "lockstep/core/profiler.h"
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/distribute/profiler.h"
 #include "lockstep/distribute/shared_memory_group.h"
-#include "distribute/step/task_pool.h"
 #include "testing/run_threads.h"
 
 namespace lockstep::distribute {

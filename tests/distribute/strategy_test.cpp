@@ -10,11 +10,11 @@
 #include <cstring>
 #include <thread>
 
+#include "distribute/step/task_pool.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/data/dataset.h"
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategies.h"
-#include "distribute/step/task_pool.h"
 
 namespace lockstep::distribute {
 namespace {

@@ -70,37 +70,10 @@ expect_error "xy.csv" "no column 'label'" -- --data "$tmp/xy.csv"
 { echo 'f1,label'; echo '1,0'; echo '2,1'; echo '3'; } >"$tmp/bad.csv"
 expect_error "bad.csv" "line 4" "2 fields" "received 1" -- --data "$tmp/bad.csv"
 
-# TFRecord of tf.train.Example {image: the grey PNG, label: i % 2}, 2 shards.
-python3 - "$tmp" "$fixtures/grey_5x3.png" <<'PY'
-import struct, sys
-d, png = sys.argv[1], open(sys.argv[2], "rb").read()
-def crc32c(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c ^= x
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    return c ^ 0xFFFFFFFF
-def mask(c):
-    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-def varint(v):
-    out = b""
-    while v >= 0x80:
-        out += bytes([(v & 0x7F) | 0x80]); v >>= 7
-    return out + bytes([v])
-def field(n, payload):
-    return varint(n << 3 | 2) + varint(len(payload)) + payload
-def example(label):
-    feats = {b"image": field(1, field(1, png)), b"label": field(3, field(1, varint(label)))}
-    return field(1, b"".join(field(1, field(1, k) + field(2, v)) for k, v in feats.items()))
-def frame(r):
-    n = struct.pack("<Q", len(r))
-    return n + struct.pack("<I", mask(crc32c(n))) + r + struct.pack("<I", mask(crc32c(r)))
-for s in range(2):
-    with open(f"{d}/part-{s}.tfrecord", "wb") as f:
-        for i in range(s, 8, 2):
-            f.write(frame(example(i // 2 % 2)))
-PY
+# TFRecord of tf.train.Example {image: the grey PNG, label}, 2 shards of labels 0 1 0 1.
+writer="$(dirname "$0")/write_example_tfrecord.py"
+python3 "$writer" "$tmp/part-0.tfrecord" "$fixtures/grey_5x3.png" 0 1 0 1
+python3 "$writer" "$tmp/part-1.tfrecord" "$fixtures/grey_5x3.png" 0 1 0 1
 expect_train "input [3, 5, 1] uint8" "2 classes" "test accuracy" -- \
   --data "$tmp/part-*.tfrecord" --validation-data "$tmp/part-*.tfrecord"
 # The foreign fixture holds a record whose label is -5 (and whose image is not an image).

@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include "distribute/step/task_pool.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/profiler.h"
@@ -26,7 +27,6 @@
 #include "lockstep/distribute/profiler.h"
 #include "lockstep/distribute/strategies.h"
 #include "lockstep/distribute/strategy.h"
-#include "distribute/step/task_pool.h"
 #include "lockstep/keras/callbacks.h"
 #include "lockstep/keras/layers.h"
 #include "lockstep/keras/losses.h"

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "distribute/step/task_pool.h"
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategies.h"
-#include "distribute/step/task_pool.h"
 #include "lockstep/keras.h"
 #include "testing/classification_data.h"
 

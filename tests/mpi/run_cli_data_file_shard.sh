@@ -3,7 +3,7 @@
 # reads exactly the shards j with j mod 2 == w (each says which), both train the same number of
 # steps, and the chief reports the --validation-data test line. The shards (tf.train.Example
 # {image: a PNG fixture written by pngjs, label}) are framed and encoded by a Python
-# transcription of the formats, not by Lockstep. Shard j holds 2 + j records, so the workers'
+# transcription of the formats (tests/integration/write_example_tfrecord.py), not by Lockstep. Shard j holds 2 + j records, so the workers'
 # counts differ (2 + 4 and 3 + 5): they agree on the smaller one.
 #   run_cli_data_file_shard.sh <mpirun> <lockstep> <fixtures dir>
 set -u
@@ -12,36 +12,12 @@ DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-python3 - "$DIR" "$FIXTURES/grey_5x3.png" <<'PY'
-import struct, sys
-d, png = sys.argv[1], open(sys.argv[2], "rb").read()
-def crc32c(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c ^= x
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    return c ^ 0xFFFFFFFF
-def mask(c):
-    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-def varint(v):
-    out = b""
-    while v >= 0x80:
-        out += bytes([(v & 0x7F) | 0x80]); v >>= 7
-    return out + bytes([v])
-def field(n, payload):
-    return varint(n << 3 | 2) + varint(len(payload)) + payload
-def example(label):
-    feats = {b"image": field(1, field(1, png)), b"label": field(3, field(1, varint(label)))}
-    return field(1, b"".join(field(1, field(1, k) + field(2, v)) for k, v in feats.items()))
-def frame(r):
-    n = struct.pack("<Q", len(r))
-    return n + struct.pack("<I", mask(crc32c(n))) + r + struct.pack("<I", mask(crc32c(r)))
-for s in range(4):
-    with open(f"{d}/train-{s}-of-4.tfrecord", "wb") as f:
-        for i in range(2 + s):
-            f.write(frame(example(i % 2)))
-PY
+for s in 0 1 2 3; do  # shard s: 2 + s records, labels 0 1 0 1 ...
+  labels=$(for ((i = 0; i < 2 + s; ++i)); do echo $((i % 2)); done)
+  # shellcheck disable=SC2086
+  python3 "$(dirname "$0")/../integration/write_example_tfrecord.py" \
+    "$DIR/train-$s-of-4.tfrecord" "$FIXTURES/grey_5x3.png" $labels
+done
 timeout -k 5 150 "$MPIRUN" --oversubscribe --bind-to none -np 2 \
   "$LOCKSTEP" train --data "$DIR/train-*-of-4.tfrecord" --validation-data "$DIR/train-*-of-4.tfrecord" \
   --auto-shard-policy file --replicas 1 --epochs 2 --global-batch-size 2 --verbose 2 --timeout 60 \

@@ -8,8 +8,8 @@
 //                     kept by this policy beside each variable and rewritten by the optimizer as
 //                     it updates the weights, rounded_weights() below; same values, identity
 //                     gradient; see
-//                     docs/performance.md "Mixed precision"). A float32 layer (e.g. the output layer)
-//                     fed bfloat16 activations multiplies them as they are, in float32;
+//                     docs/performance.md "Mixed precision"). A float32 layer (e.g. the output
+//                     layer) fed bfloat16 activations multiplies them as they are, in float32;
 //   "bfloat16"        compute and variables in bfloat16;
 //   "float64"         compute and variables in float64 (Keras accepts any dtype name as a policy;
 //                     this one exists so every layer can be gradient-checked in float64).

@@ -2,12 +2,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "distribute/step/task_pool.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
 #include "lockstep/distribute/profiler.h"
 #include "lockstep/distribute/strategy.h"
-#include "distribute/step/task_pool.h"
 
 namespace lockstep::distribute {
 
