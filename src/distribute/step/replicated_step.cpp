@@ -68,23 +68,18 @@ void ReplicatedStep::run(StepInput input, ReplicaFn fn, bool apply) {
       return count_step(replicas_ended_);
     }
   } else {
-    // The cross-worker sum overlaps backward when one local replica feeds it (several local
-    // replicas sum after their phase; see docs/distributed.md).
-    overlapped = apply && !runs_.gang() && runs_.num_local() == 1 && reducer_.can_overlap();
+    overlapped = apply && overlaps_backward();
     if (overlapped) begin_overlap();
     overlapped = run_replicas(overlapped, nullptr) && overlapped;
   }
   const auto t0 = Clock::now();
   runs_.retire_previous_step();
   if (!apply) {
-    DeferredSums::apply(runs_.committed(), strategy_.cross_worker());
-    reducer_.accumulate(strategy_.task_pool(), runs_.committed());
+    accumulate();
   } else if (one_sum) {
     update_from(reduce(overlapped), norms);
   } else {
-    begin_summed_update();
-    strategy_.task_pool().run(update_.phase_summing(reducer_.terms(runs_.committed())));
-    end_update();
+    update_summing();
   }
   count_step(t0);
 }
@@ -96,6 +91,10 @@ bool ReplicatedStep::run_replicas(bool overlap, TaskPhase* then) {
   }
   runs_.run_as_gang();
   return false;
+}
+
+bool ReplicatedStep::overlaps_backward() const {
+  return !runs_.gang() && runs_.num_local() == 1 && reducer_.can_overlap();
 }
 
 void ReplicatedStep::begin_overlap() {
@@ -140,6 +139,17 @@ float* ReplicatedStep::reduce(bool overlapped) {
   stats_.cross_worker_seconds += seconds_since(tc);
   if (carry) DeferredSums::apply(runs_.committed(), cross, counts);
   return sum;
+}
+
+void ReplicatedStep::accumulate() {
+  DeferredSums::apply(runs_.committed(), strategy_.cross_worker());
+  reducer_.accumulate(strategy_.task_pool(), runs_.committed());
+}
+
+void ReplicatedStep::update_summing() {
+  begin_summed_update();
+  strategy_.task_pool().run(update_.phase_summing(reducer_.terms(runs_.committed())));
+  end_update();
 }
 
 void ReplicatedStep::update_from(float* sum, bool norms) {

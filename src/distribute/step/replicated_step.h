@@ -2,7 +2,8 @@
 // ReplicatedStep: one synchronous training step over every replica in sync, run as tasks of the
 // strategy's TaskPool, in phases:
 //
-//   1. replicas — every local replica's function, forward and backward (ReplicaRuns);
+//   1. replicas — every local replica's function, forward and backward on its element of the
+//                 step's input (ReplicaRuns, StepInput);
 //   2. reduce   — the gradients summed in replica order, then across workers (GradientReducer);
 //   3. update   — the optimizer's elementwise rule on the sum, into the variables' next buffers,
 //                 then the flip (BufferedUpdate).
@@ -63,14 +64,21 @@ class ReplicatedStep {
   // The replicas' phase, with `then` chained to it when given; false when it was not (the
   // replicas ran as a gang).
   bool run_replicas(bool overlap, TaskPhase* then);
+  // Whether an applying step's cross-worker sum overlaps backward: when one local replica feeds
+  // it (several local replicas sum after their phase; see docs/distributed.md).
+  bool overlaps_backward() const;
   // Before the replicas' phase of a step whose cross-worker sum overlaps backward.
   void begin_overlap();
   // Between the replicas and a chained update: per-replica state committed, the deferred sums
   // applied, the update begun.
   void end_replicas();
+  // A step that only accumulates: the deferred sums applied, the replicas' sum added to the
+  // accumulator.
+  void accumulate();
   // The deferred sums applied and the update begun, for an update that sums the replicas'
-  // gradients chunk by chunk.
+  // gradients chunk by chunk; then that update's phase, run after the replicas'.
   void begin_summed_update();
+  void update_summing();
   // The summed gradient of an update whose sum is one buffer (several workers, or gradient
   // norms); applies the deferred sums, carrying their count in the all-reduce when it can.
   float* reduce(bool overlapped);
