@@ -135,17 +135,15 @@ TEST(BufferedUpdate, SumsTheReplicasGradientsChunkByChunk) {
     ChunkLayout layout(vars, 2);
     GradientReducer reducer(layout, nullptr, nullptr, 0);
     ReplicaRuns runs(*strategy, vars, {});
-    runs.begin_step();
-    ASSERT_TRUE(runs.run_as_tasks(
-        [](ReplicaContext& ctx, ReplicaRun& run) {
-          for (size_t v = 0; v < run.gradient_buffers().size(); ++v) {
-            const Tensor& t = run.gradient_buffers()[v];
-            for (int64_t j = 0; j < t.num_elements(); ++j)
-              t.data<float>()[j] = gradient_value(ctx.local_replica_id(), v, j);
-          }
-          run.set_gradients(run.gradient_buffers());
-        },
-        false));
+    runs.begin_step({}, [](ReplicaContext& ctx, ReplicaRun& run, const Element&) {
+      for (size_t v = 0; v < run.gradient_buffers().size(); ++v) {
+        const Tensor& t = run.gradient_buffers()[v];
+        for (int64_t j = 0; j < t.num_elements(); ++j)
+          t.data<float>()[j] = gradient_value(ctx.local_replica_id(), v, j);
+      }
+      run.set_gradients(run.gradient_buffers());
+    });
+    ASSERT_TRUE(runs.run_as_tasks(false));
     BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
     update.begin_update();
     strategy->task_pool().run(update.phase_summing(reducer.terms(runs.committed())));

@@ -25,7 +25,7 @@ using testing::TwinWorker;
 // Replica r's gradient of variable v is gradient_value(r, v, j, scale), except variable
 // `missing` of replica `missing_replica`, which has none.
 ReplicaFn fake_replica(float scale = 1.0f, int missing_replica = -1, size_t missing = 0) {
-  return [=](ReplicaContext& ctx, ReplicaRun& run) {
+  return [=](ReplicaContext& ctx, ReplicaRun& run, const Element&) {
     const int r = ctx.local_replica_id();
     std::vector<Tensor> grads = run.gradient_buffers();
     for (size_t v = 0; v < grads.size(); ++v) {
@@ -62,8 +62,8 @@ struct Fixture {
         runs(*strategy, vars,
              {.extra_elements = 2, .sink = &reducer, .sink_counters = reducer.num_buckets()}) {}
   void step(const ReplicaFn& fn) {
-    runs.begin_step();
-    ASSERT_TRUE(runs.run_as_tasks(fn, false));
+    runs.begin_step({}, fn);
+    ASSERT_TRUE(runs.run_as_tasks(false));
     runs.retire_previous_step();
   }
   std::vector<int64_t> sizes;
@@ -165,8 +165,9 @@ TEST(GradientReducer, TheFirstRunToFillABucketShipsItABackupWinning) {
     ASSERT_GT(f.reducer.num_buckets(), 2u);
     f.step(fake_replica(1.0f));
     ReplicaRun* first = f.runs.committed()[0];
-    f.runs.begin_step();  // a second run in another slot; the first stays readable
-    ASSERT_TRUE(f.runs.run_as_tasks(fake_replica(2.0f), false));
+    // A second run in another slot; the first stays readable.
+    f.runs.begin_step({}, fake_replica(2.0f));
+    ASSERT_TRUE(f.runs.run_as_tasks(false));
     ReplicaRun* backup = f.runs.committed()[0];
     ASSERT_NE(first, backup);
     f.reducer.begin_overlap();

@@ -26,7 +26,7 @@ struct FakeState : RunState {
 // Each replica's gradient from gradient_value(replica, ...), written into the run's buffers; the
 // run's state says whether it was a backup; counters[replica] goes up by one per committed run.
 ReplicaFn fake_replica(std::vector<int>& counters, std::mutex& mu) {
-  return [&counters, &mu](ReplicaContext& ctx, ReplicaRun& run) {
+  return [&counters, &mu](ReplicaContext& ctx, ReplicaRun& run, const Element&) {
     const int r = ctx.local_replica_id();
     for (size_t v = 0; v < run.gradient_buffers().size(); ++v) {
       const Tensor& g = run.gradient_buffers()[v];
@@ -59,8 +59,8 @@ TEST(ReplicaRuns, EveryReplicaCommitsOneRunWithItsGradientsOnAnyNumberOfThreads)
     std::vector<int> counters(3, 0);
     std::mutex mu;
     for (int step = 1; step <= 3; ++step) {
-      runs.begin_step();
-      ASSERT_TRUE(runs.run_as_tasks(fake_replica(counters, mu), false));
+      runs.begin_step({}, fake_replica(counters, mu));
+      ASSERT_TRUE(runs.run_as_tasks(false));
       runs.retire_previous_step();
       ASSERT_EQ(runs.committed().size(), 3u);
       for (int r = 0; r < 3; ++r) {
@@ -97,8 +97,8 @@ TEST(ReplicaRuns, ABackupRunWinsAndPerReplicaStateChangesOnce) {
     ReplicaRuns runs(*strategy, make_variables(sizes), fake_options());
     std::vector<int> counters(2, 0);
     std::mutex mu;
-    runs.begin_step();
-    ASSERT_TRUE(runs.run_as_tasks(fake_replica(counters, mu), false));
+    runs.begin_step({}, fake_replica(counters, mu));
+    ASSERT_TRUE(runs.run_as_tasks(false));
     {
       std::lock_guard lock(hook_mu);
       ASSERT_GE(held, 0);
@@ -110,7 +110,7 @@ TEST(ReplicaRuns, ABackupRunWinsAndPerReplicaStateChangesOnce) {
     for (int r = 0; r < 2; ++r)
       expect_gradients(*runs.committed()[static_cast<size_t>(r)], r, sizes);
     EXPECT_EQ(counters, std::vector<int>({1, 1}));
-    runs.wait_for_stragglers();  // the held run, released, is discarded
+    runs.settle();  // the held run, released, is discarded
     EXPECT_EQ(counters, std::vector<int>({1, 1})) << "the losing run changed no shared state";
     EXPECT_GE(pool.stats().backup_wins, 1u);
   }
@@ -124,17 +124,17 @@ TEST(ReplicaRuns, AReplicaCallingACollectiveSwitchesToAGang) {
   std::vector<int> counters(2, 0);
   std::mutex mu;
   ReplicaFn plain = fake_replica(counters, mu);
-  ReplicaFn with_collective = [&plain](ReplicaContext& ctx, ReplicaRun& run) {
+  ReplicaFn with_collective = [&plain](ReplicaContext& ctx, ReplicaRun& run, const Element& e) {
     Tensor one = Tensor::zeros({1}, DType::float32);
     one.data<float>()[0] = 1.0f;
     Tensor sum = ctx.all_reduce(ReduceOp::SUM, one);
     ASSERT_EQ(sum.data<float>()[0], 2.0f);
-    plain(ctx, run);
+    plain(ctx, run, e);
   };
-  runs.begin_step();
-  EXPECT_FALSE(runs.run_as_tasks(with_collective, false));
+  runs.begin_step({}, with_collective);
+  EXPECT_FALSE(runs.run_as_tasks(false));
   EXPECT_TRUE(runs.gang());
-  runs.run_as_gang(with_collective);
+  runs.run_as_gang();
   for (int r = 0; r < 2; ++r) expect_gradients(*runs.committed()[static_cast<size_t>(r)], r, sizes);
   EXPECT_EQ(counters, std::vector<int>({1, 1}));
 }
@@ -142,11 +142,11 @@ TEST(ReplicaRuns, AReplicaCallingACollectiveSwitchesToAGang) {
 TEST(ReplicaRun, RejectsAGradientShapedUnlikeItsVariable) {
   auto strategy = make_strategy(1, 1);
   ReplicaRuns runs(*strategy, make_variables({3}), fake_options());
-  runs.begin_step();
-  ReplicaFn wrong = [](ReplicaContext&, ReplicaRun& run) {
+  ReplicaFn wrong = [](ReplicaContext&, ReplicaRun& run, const Element&) {
     run.set_gradients({Tensor::zeros({4}, DType::float32)});
   };
-  EXPECT_THROW(runs.run_as_tasks(wrong, false), InvalidArgument);
+  runs.begin_step({}, wrong);
+  EXPECT_THROW(runs.run_as_tasks(false), InvalidArgument);
 }
 
 }  // namespace

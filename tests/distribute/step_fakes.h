@@ -1,14 +1,18 @@
 #pragma once
 // Fakes for the step's parts: an elementwise rule simple enough to check by hand, a cross-worker
-// communicator standing for two identical workers, a strategy of N replicas on T threads, and
-// variables of odd sizes (several chunks, a chunk cut short at the end of each).
+// communicator standing for two identical workers, a strategy of N replicas on T threads,
+// variables of odd sizes (several chunks, a chunk cut short at the end of each), and per-replica
+// input pipelines that count their pulls.
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "distribute/step/step_input.h"
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/core/error.h"
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/elementwise_update.h"
 #include "lockstep/distribute/strategy.h"
@@ -117,6 +121,35 @@ inline std::vector<Variable> make_variables(const std::vector<int64_t>& sizes) {
 inline float gradient_value(int replica, size_t var, int64_t j, float scale = 1.0f) {
   return scale * (0.1f * static_cast<float>(replica + 1) + 0.01f * static_cast<float>(var) +
                   static_cast<float>(j % 97) / 3.0f);
+}
+
+// Per replica, a pipeline whose pull k (from 1) yields the scalar 10 * (replica + 1) + k, except
+// that pull `bad` of replica `bad_replica` throws DataLoss.
+struct CountingPipelines {
+  explicit CountingPipelines(int replicas) : pulls(static_cast<size_t>(replicas), 0) {}
+  std::mutex mu;
+  std::vector<int> pulls;
+  int bad_replica = -1, bad = -1;
+  Element pull(int r) {
+    int k = 0;
+    {
+      std::lock_guard lock(mu);
+      k = ++pulls[static_cast<size_t>(r)];
+    }
+    if (r == bad_replica && k == bad) throw DataLoss("corrupt record at pull " + std::to_string(k));
+    return {Tensor::scalar(static_cast<float>(10 * (r + 1) + k))};
+  }
+  std::vector<int> counts() {
+    std::lock_guard lock(mu);
+    return pulls;
+  }
+  StepInput input() {
+    return StepInput([this](int r) { return pull(r); });
+  }
+};
+
+inline float value(const Element& e) {
+  return e[0].data<float>()[0];
 }
 
 }  // namespace lockstep::distribute::testing

@@ -85,12 +85,14 @@ void ReplicaRun::add_local(const void* shared, std::shared_ptr<void> copy,
   locals_.push_back({shared, std::move(copy), std::move(commit)});
 }
 
-// ---- the replicas' phase
+// ---- the replicas' phase: one per step, holding the step's function and input
 
 class ReplicaRuns::Phase : public TaskPhase {
  public:
-  Phase(ReplicaRuns& runs, ReplicaFn fn, bool overlap, bool chained)
-      : runs_(runs), fn_(std::move(fn)), overlap_(overlap), chained_(chained) {}
+  Phase(ReplicaRuns& runs, StepInput input, ReplicaFn fn)
+      : runs_(runs), input_(std::move(input)), fn_(std::move(fn)) {
+    input_.begin(runs_.num_local_);
+  }
   int num_tasks() const override { return runs_.num_local_; }
   int kind() const override { return 0; }
   profiler::Phase trace_phase() const override { return profiler::Phase::replica; }
@@ -103,7 +105,7 @@ class ReplicaRuns::Phase : public TaskPhase {
       ReplicaContext ctx(runs_.strategy_, replica, nullptr, runs_.strategy_.cross_worker(), run);
       ReplicaContextScope context(&ctx);
       Strategy::Scope scope(runs_.strategy_);
-      fn_(ctx, *run);
+      fn_(ctx, *run, input_.get(replica));
     } catch (...) {
       runs_.release(run);
       throw;
@@ -119,11 +121,34 @@ class ReplicaRuns::Phase : public TaskPhase {
     if (chained_ && runs_.options_.on_replicas_done) runs_.options_.on_replicas_done();
   }
 
+  // Before the pool runs the phase: how, and its sequence number there.
+  void start(bool overlap, bool chained, uint64_t sequence) {
+    overlap_ = overlap;
+    chained_ = chained;
+    sequence_ = sequence;
+  }
+  // Every replica at once, one thread each (Strategy::run_on_replicas).
+  void run_gang(ReplicaContext& ctx, ReplicaRun& run) {
+    fn_(ctx, run, input_.get(ctx.local_replica_id()));
+  }
+  // The step is over: no pull starts any more.
+  void close() { input_.close(); }
+  // The step retired: no run of it can execute.
+  void release() {
+    input_ = StepInput();
+    fn_ = nullptr;
+  }
+  // Whether the pool may still refer to it once `now` phases have run.
+  bool in_use(uint64_t now) const { return sequence_ != 0 && sequence_ + kPhaseRetention > now; }
+
  private:
   ReplicaRuns& runs_;
+  StepInput input_;
   ReplicaFn fn_;
-  bool overlap_;  // this step's, fixed for every run (a late backup run may start after the step)
-  bool chained_;
+  // The step's, fixed for every run (a late backup run may start after the step).
+  bool overlap_ = false;
+  bool chained_ = false;
+  uint64_t sequence_ = 0;  // in the pool (0: not run there)
 };
 
 // ---- ReplicaRuns
@@ -139,39 +164,38 @@ ReplicaRuns::ReplicaRuns(Strategy& strategy, const std::vector<Variable>& vars, 
 }
 
 ReplicaRuns::~ReplicaRuns() {
-  wait_for_stragglers();
+  settle();
 }
 
-void ReplicaRuns::begin_step() {
+void ReplicaRuns::begin_step(StepInput input, ReplicaFn fn) {
+  auto phase = std::make_unique<Phase>(*this, std::move(input), std::move(fn));
   step_first_phase_ = strategy_.task_pool().stats().phases + 1;
   parity_ = 1 - parity_;
-}
-
-ReplicaRuns::Phase& ReplicaRuns::make_phase(const ReplicaFn& fn, bool overlap, bool chained) {
-  // Reuse a retired phase object whose runs are over, else make one.
+  previous_ = current_;
+  current_ = phase.get();
+  // In place of a phase the pool no longer refers to, of a step that retired.
   const uint64_t now = strategy_.task_pool().stats().phases;
-  for (auto& [p, seq] : phases_) {
-    if (seq + kPhaseRetention <= now) {
-      p = std::make_unique<Phase>(*this, fn, overlap, chained);
-      seq = now + 1;
-      return *p;
+  for (auto& p : phases_) {
+    if (p.get() != previous_ && !p->in_use(now)) {
+      p = std::move(phase);
+      return;
     }
   }
-  phases_.emplace_back(std::make_unique<Phase>(*this, fn, overlap, chained), now + 1);
-  return *phases_.back().first;
+  phases_.push_back(std::move(phase));
 }
 
-bool ReplicaRuns::run_as_tasks(const ReplicaFn& fn, bool overlap, TaskPhase* then) {
+bool ReplicaRuns::run_as_tasks(bool overlap, TaskPhase* then) {
   TaskPool& pool = strategy_.task_pool();
   std::vector<ReplicaRun*>& committed = committed_[parity_];
   std::fill(committed.begin(), committed.end(), nullptr);
-  Phase& phase = make_phase(fn, overlap, then != nullptr);
+  Phase& phase = *current_;
+  phase.start(overlap, then != nullptr, pool.stats().phases + 1);
   try {
     if (then != nullptr) {
       pool.run(phase, *then);
-      return true;
+    } else {
+      pool.run(phase);
     }
-    pool.run(phase);
   } catch (const CollectiveInTask&) {
     for (ReplicaRun*& r : committed) {
       if (r) release(r);
@@ -179,15 +203,24 @@ bool ReplicaRuns::run_as_tasks(const ReplicaFn& fn, bool overlap, TaskPhase* the
     }
     gang_ = true;
     return false;
+  } catch (...) {
+    phase.close();
+    throw;
   }
-  commit_replica_state();
+  phase.close();
+  if (then == nullptr) commit_replica_state();
   return true;
 }
 
-void ReplicaRuns::run_as_gang(const ReplicaFn& fn) {
+void ReplicaRuns::run_as_gang() {
   gang_ = true;
   std::vector<ReplicaRun*>& committed = committed_[parity_];
   std::fill(committed.begin(), committed.end(), nullptr);
+  Phase& phase = *current_;
+  struct Close {
+    Phase& phase;
+    ~Close() { phase.close(); }
+  } close{phase};
   strategy_.run_on_replicas([&](ReplicaContext& ctx) {
     const int r = ctx.local_replica_id();
     profiler::ScopedSpan trace(profiler::Phase::replica, r);
@@ -196,7 +229,7 @@ void ReplicaRuns::run_as_gang(const ReplicaFn& fn) {
     ReplicaContext mine(strategy_, r, &ctx.local_communicator(), strategy_.cross_worker(), run);
     ReplicaContextScope context(&mine);
     try {
-      fn(mine, *run);
+      phase.run_gang(mine, *run);
     } catch (...) {
       release(run);
       throw;
@@ -220,10 +253,12 @@ void ReplicaRuns::retire_previous_step() {
     if (r) release(r);
     r = nullptr;
   }
+  if (previous_ != nullptr) previous_->release();
 }
 
-void ReplicaRuns::wait_for_stragglers() {
+void ReplicaRuns::settle() {
   strategy_.task_pool().wait_for_runs_before(UINT64_MAX);
+  for (auto& p : phases_) p->release();
 }
 
 RunState* ReplicaRuns::committed_state(int replica) const {

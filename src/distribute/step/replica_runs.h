@@ -1,18 +1,19 @@
 #pragma once
-// ReplicaRuns: every local replica's function (forward and backward on its slice of the global
-// batch) run as a task of the strategy's TaskPool, each run into a slot of its own.
+// ReplicaRuns: every local replica's function (forward and backward on its element of the step,
+// StepInput) run as a task of the strategy's TaskPool, each run into a slot of its own.
 //
 // A run writes its gradients and its RunState (the trainer's loss sums and metrics) into a
 // private slot; the first run of each replica to finish commits it, and a run that lost to its
 // backup (task_pool.h) gives its slot back. Per-replica state a run changed through its
 // ReplicaContext (random streams, moving statistics) is written back once, in replica order,
 // from the committed runs. A losing run may still execute after its step is over: the step's
-// replica function lives here until no run of it can execute, and a slot is reused only once
-// no run of an earlier step can read it (retire_previous_step).
+// replica function and its input live here until the step retires (no run of it can execute),
+// and a slot is reused only once no run of an earlier step can read it (retire_previous_step).
+// The caller hands a step its input and function and keeps nothing alive for the runs.
 //
 // Collectives inside the replica function need every replica to run at once: a task that calls
 // one throws CollectiveInTask, and from then on the replicas run as a gang, one thread each
-// (Strategy::run_on_replicas).
+// (Strategy::run_on_replicas), on the elements the step's input already gave them.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/core/tensor.h"
 #include "lockstep/distribute/replica_context.h"
+#include "step_input.h"
 
 namespace lockstep::distribute {
 
@@ -107,7 +109,8 @@ class ReplicaRun {
   std::vector<Deferred> deferred_;
 };
 
-using ReplicaFn = std::function<void(ReplicaContext&, ReplicaRun&)>;
+// One run of a replica's step: its context, its private slot, and its element of the step.
+using ReplicaFn = std::function<void(ReplicaContext&, ReplicaRun&, const Element& input)>;
 
 class ReplicaRuns {
  public:
@@ -128,26 +131,29 @@ class ReplicaRuns {
   ReplicaRuns(const ReplicaRuns&) = delete;
   ReplicaRuns& operator=(const ReplicaRuns&) = delete;
 
-  // A new step: the committed runs of the previous one stay readable until
-  // retire_previous_step().
-  void begin_step();
-  // Every local replica's run of `fn` as tasks; with `then`, that phase chained after them
+  // A new step of `fn` on `input`, both kept until the step retires: a run that lost to its
+  // backup may still call fn and read its element after the step. The committed runs of the
+  // previous step stay readable until retire_previous_step().
+  void begin_step(StepInput input, ReplicaFn fn);
+  // Every local replica's run of the step as tasks; with `then`, that phase chained after them
   // (on_replicas_done between the two). Returns false, with nothing committed, when a replica
   // called a collective: the replicas run as a gang from then on (run_as_gang). Without `then`,
   // the committed runs' per-replica state is written back before it returns.
-  bool run_as_tasks(const ReplicaFn& fn, bool overlap, TaskPhase* then = nullptr);
+  bool run_as_tasks(bool overlap, TaskPhase* then = nullptr);
   // Every local replica at once, one thread each, with the local communicator; then the
   // committed runs' per-replica state written back.
-  void run_as_gang(const ReplicaFn& fn);
+  void run_as_gang();
   bool gang() const { return gang_; }
   // Writes back the per-replica state of this step's committed runs, in replica order.
   void commit_replica_state();
-  // Blocks until no run of an earlier step executes, then gives the previous step's slots back.
+  // Blocks until no run of an earlier step executes, then gives the previous step's slots back
+  // and releases its function and input.
   void retire_previous_step();
   // Blocks until no run of an earlier step executes (before writing what such a run reads).
   void wait_for_earlier_steps();
-  // Blocks until no run of any step executes.
-  void wait_for_stragglers();
+  // Blocks until no run of any step executes, then releases every step's function and input
+  // (the committed runs stay readable).
+  void settle();
 
   // This step's committed run per local replica (after the replicas' phase).
   const std::vector<ReplicaRun*>& committed() const { return committed_[parity_]; }
@@ -159,7 +165,6 @@ class ReplicaRuns {
   class Phase;
   ReplicaRun* acquire();
   void release(ReplicaRun* run);
-  Phase& make_phase(const ReplicaFn& fn, bool overlap, bool chained);
 
   Strategy& strategy_;
   std::vector<Shape> shapes_;
@@ -176,8 +181,11 @@ class ReplicaRuns {
   // may still read that vector while this step fills the other.
   std::vector<ReplicaRun*> committed_[2];
   int parity_ = 0;
-  // Replica phases (each holding its step's fn) kept until their runs can no longer execute.
-  std::vector<std::pair<std::unique_ptr<Phase>, uint64_t>> phases_;
+  // Each step's phase, holding its function and input; kept until its runs can no longer
+  // execute and the pool no longer refers to it.
+  std::vector<std::unique_ptr<Phase>> phases_;
+  Phase* current_ = nullptr;
+  Phase* previous_ = nullptr;
   uint64_t step_first_phase_ = 0;  // TaskPool sequence before this step's first phase
 };
 

@@ -1,5 +1,7 @@
 #include "replicated_step.h"
 
+#include <exception>
+
 #include "deferred_sums.h"
 #include "lockstep/core/profiler.h"
 #include "lockstep/distribute/strategy.h"
@@ -14,6 +16,16 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+// A step that fails leaves nothing of any step running, so the caller may unwind what its
+// replica functions refer to.
+struct SettleIfThrown {
+  ReplicaRuns& runs;
+  int exceptions = std::uncaught_exceptions();
+  ~SettleIfThrown() {
+    if (std::uncaught_exceptions() > exceptions) runs.settle();
+  }
+};
 
 }  // namespace
 
@@ -37,69 +49,66 @@ ReplicatedStep::ReplicatedStep(Strategy& strategy, std::vector<Variable> vars,
       workers_(strategy.num_workers() > 1) {}
 
 ReplicatedStep::~ReplicatedStep() {
-  wait_for_stragglers();
+  settle();
 }
 
-void ReplicatedStep::run(ReplicaFn fn, bool apply) {
+void ReplicatedStep::run(StepInput input, ReplicaFn fn, bool apply) {
   profiler::ScopedSpan trace(profiler::Phase::tasks);
-  TaskPool& pool = strategy_.task_pool();
-  runs_.begin_step();
+  runs_.begin_step(std::move(input), std::move(fn));
+  const SettleIfThrown settle_if_thrown{runs_};
   const bool norms = update_.rule().wants_gradient_norms();
-  // The cross-worker sum overlaps backward when one local replica feeds it (several local
-  // replicas sum after their phase; see docs/distributed.md).
-  bool overlapped = apply && !runs_.gang() && runs_.num_local() == 1 && reducer_.can_overlap();
-  if (overlapped) {
-    runs_.wait_for_earlier_steps();  // the buckets write the sum during the replicas' phase
-    reducer_.begin_overlap();
-  }
-  if (apply && !workers_ && !norms && !runs_.gang()) {
+  const bool one_sum = workers_ || norms;  // the update reads the sum as one buffer
+  bool overlapped = false;
+  if (apply && !one_sum && !runs_.gang()) {
     // The common step: the update chained to the replicas' phase; the previous step retires
     // before it rather than between the two.
     runs_.retire_previous_step();
-    if (run_replicas(fn, false, &update_.phase_summing(reducer_.terms(runs_.committed())))) {
+    if (run_replicas(false, &update_.phase_summing(reducer_.terms(runs_.committed())))) {
       end_update();
-      stats_.steps += 1;
-      stats_.local_seconds += seconds_since(replicas_ended_);
-      stats_.bytes_per_step = static_cast<size_t>(layout_.total()) * sizeof(float);
-      return;
+      return count_step(replicas_ended_);
     }
   } else {
-    overlapped = run_replicas(fn, overlapped, nullptr) && overlapped;
+    overlapped = apply && overlaps_backward();
+    if (overlapped) begin_overlap();
+    overlapped = run_replicas(overlapped, nullptr) && overlapped;
   }
   const auto t0 = Clock::now();
   runs_.retire_previous_step();
   if (!apply) {
-    DeferredSums::apply(runs_.committed(), strategy_.cross_worker());
-    reducer_.accumulate(pool, runs_.committed());
-  } else if (workers_ || norms) {
-    float* sum = reduce(overlapped);
-    update_.begin_update(norms ? reducer_.squared_norms(sum) : std::vector<double>{});
-    pool.run(update_.phase_from_sum(sum));
-    end_update();
+    accumulate();
+  } else if (one_sum) {
+    update_from(reduce(overlapped), norms);
   } else {
-    DeferredSums::apply(runs_.committed(), nullptr);
-    update_.begin_update();
-    pool.run(update_.phase_summing(reducer_.terms(runs_.committed())));
-    end_update();
+    update_summing();
   }
-  stats_.steps += 1;
-  stats_.local_seconds += seconds_since(t0);
-  stats_.bytes_per_step = static_cast<size_t>(layout_.total()) *
-                          (workers_ ? dtype_size(reducer_.wire_dtype()) : sizeof(float));
+  count_step(t0);
 }
 
-bool ReplicatedStep::run_replicas(const ReplicaFn& fn, bool overlap, TaskPhase* then) {
+bool ReplicatedStep::run_replicas(bool overlap, TaskPhase* then) {
   if (!runs_.gang()) {
-    if (runs_.run_as_tasks(fn, overlap, then)) return true;
+    if (runs_.run_as_tasks(overlap, then)) return true;
     if (overlap) reducer_.cancel_overlap();
   }
-  runs_.run_as_gang(fn);
+  runs_.run_as_gang();
   return false;
+}
+
+bool ReplicatedStep::overlaps_backward() const {
+  return !runs_.gang() && runs_.num_local() == 1 && reducer_.can_overlap();
+}
+
+void ReplicatedStep::begin_overlap() {
+  runs_.wait_for_earlier_steps();  // the buckets write the sum during the replicas' phase
+  reducer_.begin_overlap();
 }
 
 void ReplicatedStep::end_replicas() {
   replicas_ended_ = Clock::now();
   runs_.commit_replica_state();
+  begin_summed_update();
+}
+
+void ReplicatedStep::begin_summed_update() {
   DeferredSums::apply(runs_.committed(), nullptr);
   update_.begin_update();
 }
@@ -132,13 +141,37 @@ float* ReplicatedStep::reduce(bool overlapped) {
   return sum;
 }
 
+void ReplicatedStep::accumulate() {
+  DeferredSums::apply(runs_.committed(), strategy_.cross_worker());
+  reducer_.accumulate(strategy_.task_pool(), runs_.committed());
+}
+
+void ReplicatedStep::update_summing() {
+  begin_summed_update();
+  strategy_.task_pool().run(update_.phase_summing(reducer_.terms(runs_.committed())));
+  end_update();
+}
+
+void ReplicatedStep::update_from(float* sum, bool norms) {
+  update_.begin_update(norms ? reducer_.squared_norms(sum) : std::vector<double>{});
+  strategy_.task_pool().run(update_.phase_from_sum(sum));
+  end_update();
+}
+
 void ReplicatedStep::end_update() {
   update_.end_update();
   reducer_.clear_accumulated();
 }
 
-void ReplicatedStep::wait_for_stragglers() {
-  runs_.wait_for_stragglers();
+void ReplicatedStep::count_step(Clock::time_point since) {
+  stats_.steps += 1;
+  stats_.local_seconds += seconds_since(since);
+  stats_.bytes_per_step = static_cast<size_t>(layout_.total()) *
+                          (workers_ ? dtype_size(reducer_.wire_dtype()) : sizeof(float));
+}
+
+void ReplicatedStep::settle() {
+  runs_.settle();
 }
 
 SyncStats ReplicatedStep::stats() const {

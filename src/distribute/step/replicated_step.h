@@ -2,7 +2,8 @@
 // ReplicatedStep: one synchronous training step over every replica in sync, run as tasks of the
 // strategy's TaskPool, in phases:
 //
-//   1. replicas — every local replica's function, forward and backward (ReplicaRuns);
+//   1. replicas — every local replica's function, forward and backward on its element of the
+//                 step's input (ReplicaRuns, StepInput);
 //   2. reduce   — the gradients summed in replica order, then across workers (GradientReducer);
 //   3. update   — the optimizer's elementwise rule on the sum, into the variables' next buffers,
 //                 then the flip (BufferedUpdate).
@@ -25,6 +26,7 @@
 #include "lockstep/distribute/elementwise_update.h"
 #include "lockstep/distribute/sync_stats.h"
 #include "replica_runs.h"
+#include "step_input.h"
 
 namespace lockstep::distribute {
 
@@ -40,17 +42,19 @@ class ReplicatedStep {
   ReplicatedStep(const ReplicatedStep&) = delete;
   ReplicatedStep& operator=(const ReplicatedStep&) = delete;
 
-  // One step: fn on every local replica, then the gradients summed over all replicas in sync and
-  // applied (apply = true) or accumulated for the next applying step (apply = false).
+  // One step: fn on every local replica's element of `input`, then the gradients summed over all
+  // replicas in sync and applied (apply = true) or accumulated for the next applying step
+  // (apply = false).
   //
-  // A run that lost to its backup may still be executing fn after run() returns (it stops at its
-  // next check_task_cancelled()); the step keeps its copy of fn alive until then. So fn must
-  // capture per-step data by value (tensor handles, shared pointers), and what it refers to by
-  // reference must outlive wait_for_stragglers().
-  void run(ReplicaFn fn, bool apply);
-  // Blocks until no run of any step is executing (call before destroying what the replica
-  // functions refer to).
-  void wait_for_stragglers();
+  // The step owns `input` and `fn` until no run of it can execute: a run that lost to its backup
+  // may still be executing fn after run() returns (it stops at its next check_task_cancelled()),
+  // and reads the element the step gave it. A pulled input's function is called only during
+  // run(). What fn refers to by reference must outlive the step's runs: until the next run(),
+  // settle() or the step's destruction. When run() throws, nothing of any step is running.
+  void run(StepInput input, ReplicaFn fn, bool apply);
+  // Blocks until no run of any step is executing, then releases the steps' functions and
+  // inputs: what they referred to is the caller's again.
+  void settle();
 
   // After run(): the RunState of the run that committed for local replica r.
   RunState* committed_state(int r) const { return runs_.committed_state(r); }
@@ -59,14 +63,29 @@ class ReplicatedStep {
  private:
   // The replicas' phase, with `then` chained to it when given; false when it was not (the
   // replicas ran as a gang).
-  bool run_replicas(const ReplicaFn& fn, bool overlap, TaskPhase* then);
+  bool run_replicas(bool overlap, TaskPhase* then);
+  // Whether an applying step's cross-worker sum overlaps backward: when one local replica feeds
+  // it (several local replicas sum after their phase; see docs/distributed.md).
+  bool overlaps_backward() const;
+  // Before the replicas' phase of a step whose cross-worker sum overlaps backward.
+  void begin_overlap();
   // Between the replicas and a chained update: per-replica state committed, the deferred sums
   // applied, the update begun.
   void end_replicas();
+  // A step that only accumulates: the deferred sums applied, the replicas' sum added to the
+  // accumulator.
+  void accumulate();
+  // The deferred sums applied and the update begun, for an update that sums the replicas'
+  // gradients chunk by chunk; then that update's phase, run after the replicas'.
+  void begin_summed_update();
+  void update_summing();
   // The summed gradient of an update whose sum is one buffer (several workers, or gradient
   // norms); applies the deferred sums, carrying their count in the all-reduce when it can.
   float* reduce(bool overlapped);
+  // The update from that one buffer, with the gradient norms when the rule wants them.
+  void update_from(float* sum, bool norms);
   void end_update();
+  void count_step(std::chrono::steady_clock::time_point since);
 
   Strategy& strategy_;
   ChunkLayout layout_;

@@ -23,7 +23,6 @@ std::map<std::string, double> Model::evaluate(const Dataset& dataset, EvaluateOp
       strategy_->experimental_distribute_dataset(dataset),
       {.steps_per_epoch = options.steps, .steps_per_execution = t.steps_per_execution});
   epoch.begin_epoch();
-  Trainer::Call call{t};  // after the iterator, which lingering runs may use
   callbacks::CallbackList cbs(options.callbacks);
   cbs.set_model(this);
   cbs.set_target(callbacks::training_target(*this));

@@ -62,18 +62,17 @@ callbacks::History Model::fit(const distribute::DistributedDataset& dist, FitOpt
                  " local replicas, but model '", name(), "' runs on ",
                  strategy_->num_local_replicas(),
                  ". Distribute it with the strategy the model was built under.");
+  Trainer& t = *trainer_;
+  Trainer::Call call{t};
   auto history = std::make_shared<callbacks::History>();
   callbacks::CallbackList cbs(options.callbacks);
   cbs.append(history);
-  Trainer& t = *trainer_;
   if (options.verbose > 0) {
     say_bfloat16_path(*this);
     cbs.append(std::make_shared<callbacks::ProgbarLogger>(options.verbose));
   }
   EpochIterator epochs(dist, {.steps_per_epoch = options.steps_per_epoch,
                               .steps_per_execution = t.steps_per_execution});
-  // After the iterator: the trainer waits for lingering runs, which may use it, when destroyed.
-  Trainer::Call call{t};
   int initial_epoch = options.initial_epoch;
   std::optional<IteratorState> resume_position;
   callbacks::TrainingTarget target = callbacks::training_target(*this);
@@ -135,10 +134,10 @@ std::map<std::string, double> Model::train_on_batch(const Tensor& x, const Tenso
   LOCKSTEP_CHECK_AS(FailedPrecondition, trainer_, "Model '", name(),
                     "' must be compiled before train_on_batch().");
   Trainer& t = *trainer_;
+  Trainer::Call call{t};
   Dataset ds = Dataset::from_tensor_slices({x, y}).batch(x.dim(0));
   auto dist = strategy_->experimental_distribute_dataset(ds);
   auto it = dist.make_iterator();
-  Trainer::Call call{t};  // after the iterator, which lingering runs may use
   auto first = dist.make_iterator().next();
   if (first) t.prepare((*first)[0]);
   t.reset_state();

@@ -34,14 +34,6 @@ Trainer::Trainer(Model& m, const CompileOptions& options)
   for (const MetricArg& metric : options.metrics) metrics.push_back(metric.ptr);
 }
 
-Trainer::~Trainer() {
-  wait_for_stragglers();
-}
-
-void Trainer::wait_for_stragglers() {
-  if (step) step->wait_for_stragglers();
-}
-
 Tensor Trainer::as_model_input(const Model& m, const Tensor& x) {
   DType want = m.input_dtype();
   return is_floating(x.dtype()) || !is_floating(want) ? x : x.to(want);
@@ -168,10 +160,10 @@ void Trainer::replica_step(distribute::ReplicaRun& run, const Element& e,
   for (auto& m : st.metrics) m->update_state(y, y_pred);
 }
 
-void Trainer::train_step(distribute::ReplicaFn fn) {
+void Trainer::train_step(distribute::StepInput input, distribute::ReplicaFn fn) {
   const int accumulation = optimizer->gradient_accumulation_steps();
   const bool update = accumulation == 1 || accumulated_steps + 1 == accumulation;
-  step->run(std::move(fn), update);
+  step->run(std::move(input), std::move(fn), update);
   accumulated_steps = update ? 0 : accumulated_steps + 1;
   for (int r = 0; r < strategy.num_local_replicas(); ++r) {
     const auto& st = static_cast<const TrainRunState&>(*step->committed_state(r));
@@ -200,21 +192,14 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
     // Per-replica pipelines that never end: each replica pulls its own batches inside its task.
     // As tf.distribute does for per-replica input, the global batch is taken as this replica's
     // batch times the replicas in sync (exact when all batches are full).
-    if (replica_inputs.empty()) {
-      for (int r = 0; r < strategy.num_local_replicas(); ++r)
-        replica_inputs.push_back(std::make_unique<StepInput>());
-    }
     for (int64_t s = 0; s < k; ++s) {
-      const int64_t step = steps_run;
-      profiler::StepTrace trace(step + 1);
-      train_step([this, &it, step](ReplicaContext& ctx, distribute::ReplicaRun& run) {
-        const int r = ctx.local_replica_id();
-        const Element e = replica_inputs[static_cast<size_t>(r)]->get(
-            step, [&it, r] { return it.next_on_replica(r); });
-        check_element(e);
-        const int64_t b = e[0].rank() ? e[0].dim(0) : 1;
-        replica_step(run, e, b * ctx.num_replicas_in_sync());
-      });
+      profiler::StepTrace trace(steps_run + 1);
+      train_step(distribute::StepInput([&it](int r) { return it.next_on_replica(r); }),
+                 [this](ReplicaContext& ctx, distribute::ReplicaRun& run, const Element& e) {
+                   check_element(e);
+                   const int64_t b = e[0].rank() ? e[0].dim(0) : 1;
+                   replica_step(run, e, b * ctx.num_replicas_in_sync());
+                 });
       ++steps_run;
     }
     return k;
@@ -245,13 +230,9 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
 }
 
 void Trainer::train_on(const PerReplica<Element>& data) {
-  // The batch is owned by the step's function: a run that lost to its backup may read it
-  // after this dispatch is over.
-  auto batch = std::make_shared<PerReplica<Element>>(data);
-  train_step(
-      [this, batch, global = global_batch](ReplicaContext& ctx, distribute::ReplicaRun& run) {
-        replica_step(run, (*batch)[ctx.local_replica_id()], global);
-      });
+  train_step(distribute::StepInput(data),
+             [this, global = global_batch](ReplicaContext&, distribute::ReplicaRun& run,
+                                           const Element& e) { replica_step(run, e, global); });
 }
 
 }  // namespace lockstep::keras

@@ -2,8 +2,8 @@
 // Trainer: what compile() sets up (optimizer, loss, metric prototypes) and the engine behind
 // fit / evaluate / train_on_batch (internal to the keras engine), kept by the model between
 // calls. It builds the model and its training state on the first batch, hands the strategy's
-// ReplicatedStep each step's replica function (forward, loss / global batch, gradients on the
-// tape) and merges the replicas' loss sums and metrics when they are read (sync-on-read).
+// ReplicatedStep each step's input and replica function (forward, loss / global batch, gradients
+// on the tape) and merges the replicas' loss sums and metrics when they are read (sync-on-read).
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -13,7 +13,6 @@
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/keras/callbacks/callback.h"
 #include "lockstep/keras/model.h"
-#include "step_input.h"
 
 namespace lockstep::keras {
 
@@ -53,9 +52,6 @@ struct Trainer {
   // Steps since the last update (Optimizer gradient_accumulation_steps).
   int accumulated_steps = 0;
 
-  // Per-replica pipelines pulled inside the step: each replica's element of the current step,
-  // pulled once whichever run of the replica's task gets there first (step_input.h).
-  std::vector<std::unique_ptr<StepInput>> replica_inputs;
   int64_t steps_run = 0;
   // The global batch size of the step Model::train_step is running (run_train sets it).
   int64_t global_batch = 0;
@@ -65,15 +61,15 @@ struct Trainer {
   Trainer(Model& m, const CompileOptions& options);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
-  ~Trainer();
 
-  // A replica's run that lost to its backup may still be executing (it stops at its next
-  // cancellation check); it must be gone before what it refers to (the call's iterator) is.
-  void wait_for_stragglers();
-  // For one fit / evaluate / train_on_batch call: waits for the stragglers when the call ends.
+  // For one fit / train_on_batch call: however the call ends, the step's work is over when it
+  // returns (ReplicatedStep::settle), and the model is the caller's again to change, move or
+  // destroy.
   struct Call {
     Trainer& trainer;
-    ~Call() { trainer.wait_for_stragglers(); }
+    ~Call() {
+      if (trainer.step) trainer.step->settle();
+    }
   };
 
   Tensor as_model_input(const Tensor& x) const { return as_model_input(*model, x); }
@@ -95,13 +91,13 @@ struct Trainer {
   bool any_worker(bool mine) const;
   void check_element(const Element& e) const;
   // One replica's forward and backward on its slice of a global batch of `global_batch`
-  // examples, into the run's private gradients and state. Safe to run twice (a backup run): it
-  // writes nothing shared.
+  // examples, into the run's private gradients and state. It writes nothing shared, so the step
+  // may run it more than once.
   void replica_step(distribute::ReplicaRun& run, const Element& e, int64_t global_batch) const;
-  // One training step with `fn` computing each replica's part; then the update (or, with
-  // gradient_accumulation_steps N, only accumulation on N - 1 steps of N), and the committed
-  // runs' loss sums and metrics merged into the replicas' running state.
-  void train_step(distribute::ReplicaFn fn);
+  // One training step with `fn` computing each replica's part on its element of `input`; then
+  // the update (or, with gradient_accumulation_steps N, only accumulation on N - 1 steps of N),
+  // and the committed runs' loss sums and metrics merged into the replicas' running state.
+  void train_step(distribute::StepInput input, distribute::ReplicaFn fn);
   // Model::train_step's default: train_step on `data`, a batch of global_batch examples.
   void train_on(const PerReplica<Element>& data);
   void test_step(ReplicaContext& ctx, const Element& e);

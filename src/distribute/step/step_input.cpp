@@ -1,0 +1,64 @@
+#include "step_input.h"
+
+#include <string>
+
+#include "lockstep/core/error.h"
+#include "lockstep/core/task_cancellation.h"
+
+namespace lockstep::distribute {
+
+StepInput::StepInput(PerReplica<Element> given) : given_(std::move(given.values)) {}
+
+StepInput::StepInput(Pull pull) : pull_(std::move(pull)) {}
+
+void StepInput::begin(int num_replicas) {
+  if (!pull_ && !given_.empty() && static_cast<int>(given_.size()) != num_replicas) {
+    throw InvalidArgument("StepInput: expected an element per local replica (" +
+                          std::to_string(num_replicas) + "). Received " +
+                          std::to_string(given_.size()) + ".");
+  }
+  num_replicas_ = num_replicas;
+  if (pull_) slots_ = std::make_unique<Slot[]>(static_cast<size_t>(num_replicas));
+}
+
+const Element& StepInput::get(int replica) {
+  if (slots_) return pull(replica);
+  if (pull_) throw Internal("StepInput::get: the step did not begin() its pulled input.");
+  static const Element kNone;
+  return given_.empty() ? kNone : given_[static_cast<size_t>(replica)];
+}
+
+const Element& StepInput::pull(int replica) {
+  if (replica < 0 || replica >= num_replicas_) {
+    throw InvalidArgument("StepInput::get: local replica " + std::to_string(replica) +
+                          " is not in [0, " + std::to_string(num_replicas_) + ").");
+  }
+  Slot& s = slots_[static_cast<size_t>(replica)];
+  std::lock_guard lock(s.mu);
+  if (!s.pulled) {
+    check_task_cancelled();
+    if (s.closed) throw TaskCancelled();
+    try {
+      s.element = pull_(replica);
+    } catch (const TaskCancelled&) {
+      throw;
+    } catch (...) {
+      s.error = std::current_exception();
+    }
+    s.pulled = true;
+  }
+  if (s.error) std::rethrow_exception(s.error);
+  return s.element;
+}
+
+void StepInput::close() {
+  if (!slots_) return;
+  for (int r = 0; r < num_replicas_; ++r) {
+    Slot& s = slots_[static_cast<size_t>(r)];
+    std::lock_guard lock(s.mu);
+    s.closed = true;
+  }
+  pull_ = nullptr;
+}
+
+}  // namespace lockstep::distribute
