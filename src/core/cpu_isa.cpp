@@ -111,11 +111,8 @@ std::string aarch64_core() {
   if ((getauxval(AT_HWCAP) & HWCAP_CPUID) == 0) return "";
   uint64_t midr = 0;
   asm volatile("mrs %0, MIDR_EL1" : "=r"(midr));
-  const unsigned implementer = static_cast<unsigned>(midr >> 24) & 0xff;
-  const unsigned part = static_cast<unsigned>(midr >> 4) & 0xfff;
-  char hex[24];
-  std::snprintf(hex, sizeof hex, "0x%08llx", static_cast<unsigned long long>(midr));
-  return core_name(implementer, part) + " (MIDR_EL1 " + hex + ")";
+  return core_name(static_cast<unsigned>(midr >> 24) & 0xff,
+                   static_cast<unsigned>(midr >> 4) & 0xfff);
 }
 #endif
 

@@ -58,7 +58,7 @@ CpuIsa effective_cpu_isa();
 
 // The CPU's model name as the kernel reports it (/proc/cpuinfo), or "unknown CPU". On aarch64,
 // where /proc/cpuinfo has no model name, the core named from its MIDR_EL1 register ("Arm
-// Neoverse-N1 (MIDR_EL1 0x413fd0c1)"), which Linux (and QEMU's user mode) let a program read.
+// Neoverse-N1"), which Linux (and QEMU's user mode) let a program read.
 std::string cpu_model_name();
 
 // Which build of Lockstep's hand-written loops runs here, chosen from effective_cpu_isa().
