@@ -48,7 +48,9 @@ set(MPI_mpi_LIBRARY "${_lib}/openmpi/lib/libmpi.so")
 
 # The sysroot's libraries (libmpi's own dependencies among them) resolve at link time through
 # -rpath-link and at run time through an RPATH (not RUNPATH, which would not reach libmpi's
-# dependencies), so the binaries run under qemu-aarch64-static without LD_LIBRARY_PATH.
+# dependencies), so the binaries run under qemu-aarch64-static without LD_LIBRARY_PATH. They run on
+# the multiarch libc6:arm64 (QEMU finds /lib/ld-linux-aarch64.so.1): the cross compiler's own libc
+# under /usr/aarch64-linux-gnu (qemu's -L) hangs in its first pthread_create under QEMU 7.2.
 foreach(_kind EXE SHARED MODULE)
   set(CMAKE_${_kind}_LINKER_FLAGS_INIT
       "-Wl,-rpath-link,${_lib} -Wl,--disable-new-dtags -Wl,-rpath,${_lib}")
