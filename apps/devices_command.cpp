@@ -18,7 +18,8 @@ std::function<int()> add_devices_command(CLI::App& app) {
     auto resolver = resolve_cluster();
     Topology t = initialize_system(*resolver);
     // The CPU and what runs on it: oneDNN's ISA and the cap in force (LOCKSTEP_MAX_CPU_ISA, else
-    // ONEDNN_MAX_CPU_ISA), Lockstep's loop build, how bfloat16 math runs.
+    // ONEDNN_MAX_CPU_ISA), Lockstep's loop build, the kernel oneDNN picks for a float32 matmul,
+    // how bfloat16 math runs.
     const std::string cap(cpu_isa_name(max_cpu_isa()));
     const std::string cap_source(max_cpu_isa_source());
     if (*json) {
@@ -28,6 +29,7 @@ std::function<int()> add_devices_command(CLI::App& app) {
                   {"onednn_isa", std::string(ops::onednn_cpu_isa())},
                   {"max_cpu_isa", cap},
                   {"max_cpu_isa_from", cap_source},
+                  {"onednn_matmul", ops::onednn_matmul_kernel()},
                   {"loops", std::string(loop_isa_name(loop_isa()))},
                   {"bfloat16_math", ops::has_native_bfloat16_math() ? "native" : "emulated"}};
       std::cout << j.dump(2) << "\n";
@@ -37,6 +39,7 @@ std::function<int()> add_devices_command(CLI::App& app) {
       std::cout << "oneDNN ISA: " << ops::onednn_cpu_isa() << "; cap: " << cap
                 << (cap_source.empty() ? " (none set)" : " (from " + cap_source + ")")
                 << "; Lockstep's loops: " << loop_isa_name(loop_isa()) << "\n";
+      std::cout << "oneDNN float32 matmul: " << ops::onednn_matmul_kernel() << "\n";
       std::cout << ops::bfloat16_math_summary() << "\n";
     }
     return 0;

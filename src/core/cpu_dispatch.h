@@ -17,6 +17,11 @@
 //
 // Why x86-64-v4 and not just avx512f: with BW and VL GCC packs 32-bit lanes into 16-bit ones in
 // zmm registers (float32 -> bfloat16 loops; avx512f alone gets ymm code with a permute per store).
+//
+// On aarch64 each loop is built once, for the architecture's baseline: Advanced SIMD (NEON, four
+// float32 lanes) is part of every ARMv8-A core, GCC 12 has no target_clones for aarch64, and SVE
+// is not targeted (its vector length varies by core, and QEMU's SVE models hang oneDNN, so nothing
+// here could prove it). The body, the macro and the bits are the same as on x86-64.
 #include "lockstep/core/cpu_isa.h"
 
 namespace lockstep::detail {
@@ -39,10 +44,6 @@ Fn choose_loop(Fn baseline, Fn x86_64_v3, Fn x86_64_v4) {
 #if defined(__x86_64__)
 #define LOCKSTEP_TARGET_X86_64_V3 __attribute__((target("arch=x86-64-v3")))
 #define LOCKSTEP_TARGET_X86_64_V4 __attribute__((target("arch=x86-64-v4")))
-#else
-#define LOCKSTEP_TARGET_X86_64_V3
-#define LOCKSTEP_TARGET_X86_64_V4
-#endif
 
 #define LOCKSTEP_DISPATCHED(ret, name, params, args)                                            \
   [[gnu::always_inline]] static inline ret name##_body params;                                  \
@@ -97,3 +98,24 @@ Fn choose_loop(Fn baseline, Fn x86_64_v3, Fn x86_64_v4) {
   }                                                                                             \
   template <int kFloatLanes>                                                                    \
   [[gnu::always_inline]] inline ret name##_body params
+
+#else  // one build: the architecture's baseline (aarch64: NEON)
+
+#define LOCKSTEP_DISPATCHED(ret, name, params, args)           \
+  [[gnu::always_inline]] static inline ret name##_body params; \
+  ret name params {                                            \
+    return name##_body args;                                   \
+  }                                                            \
+  [[gnu::always_inline]] inline ret name##_body params
+
+// kFloatLanes 4: one 128-bit NEON register.
+#define LOCKSTEP_DISPATCHED_LANES(ret, name, params, args)     \
+  template <int kFloatLanes>                                   \
+  [[gnu::always_inline]] static inline ret name##_body params; \
+  ret name params {                                            \
+    return name##_body<4> args;                                \
+  }                                                            \
+  template <int kFloatLanes>                                   \
+  [[gnu::always_inline]] inline ret name##_body params
+
+#endif

@@ -133,7 +133,7 @@ void grad_into(const Tensor& dy, const Tensor& saved, const Tensor& dx, const ch
 // vectorises; bit for bit the generic loop's bfloat16(float(d) * (float(s) > 0 ? 1 : 0)):
 // s > 0 keeps d (a NaN d comes out quiet, as d * 1 does); otherwise a finite d gives a zero of d's
 // sign, a NaN d stays NaN (quiet), and an infinite d gives inf * 0, the default NaN (0xffc0 on
-// x86).
+// x86, 0x7fc0 on aarch64).
 void relu_grad_bfloat16(const bfloat16* dy, const bfloat16* saved, bfloat16* dz, int64_t n) {
   const uint16_t* d = reinterpret_cast<const uint16_t*>(dy);
   const uint16_t* s = reinterpret_cast<const uint16_t*>(saved);
@@ -144,7 +144,7 @@ void relu_grad_bfloat16(const bfloat16* dy, const bfloat16* saved, bfloat16* dz,
     const bool positive = (sv & 0x8000u) == 0 && smag != 0 && smag <= 0x7f80u;
     uint16_t r = positive ? dv : static_cast<uint16_t>(dv & 0x8000u);
     r = dmag > 0x7f80u ? static_cast<uint16_t>(dv | 0x0040u) : r;
-    r = (!positive && dmag == 0x7f80u) ? uint16_t{0xffc0u} : r;
+    r = (!positive && dmag == 0x7f80u) ? detail::kDefaultNanBfloat16 : r;
     out[i] = r;
   }
 }

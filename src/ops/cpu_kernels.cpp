@@ -8,6 +8,10 @@ std::string_view onednn_cpu_isa() {
   return onednn::effective_isa_name();
 }
 
+std::string onednn_matmul_kernel() {
+  return onednn::matmul_implementation();
+}
+
 bool has_native_bfloat16_math() {
   return onednn::has_bf16();
 }

@@ -12,6 +12,15 @@
 
 namespace lockstep::ops::detail {
 
+// The default NaN of float arithmetic (inf * 0, 0 / 0) in bfloat16 bits, for the loops that work on
+// bits and must give what the float arithmetic they replace gives: x86's SSE/AVX make a negative
+// quiet NaN, aarch64 a positive one.
+#if defined(__x86_64__) || defined(__i386__)
+inline constexpr uint16_t kDefaultNanBfloat16 = 0xffc0u;
+#else
+inline constexpr uint16_t kDefaultNanBfloat16 = 0x7fc0u;
+#endif
+
 // 1.0f where v > 0, else +0.0f (NaN included): relu's derivative, branch-free. Written on the bits
 // because GCC (trapping math) will not if-convert `v > 0 ? 1.0f : 0.0f` below AVX-512, and the
 // branchy loop mispredicts on every other element.

@@ -9,6 +9,12 @@
 #include "lockstep/core/cpu_isa.h"
 #include "lockstep/core/error.h"
 
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#include <sys/prctl.h>
+#endif
+
 namespace lockstep::ops::onednn {
 
 void apply_isa_cap() {
@@ -41,7 +47,26 @@ const dnnl::engine& engine() {
   return e;
 }
 
+#if defined(__aarch64__)
+namespace {
+// oneDNN 2.6 dispatches on aarch64 by the hardware capabilities alone (its public ISA query and
+// cap are x86's): Advanced SIMD, or SVE kernels of the core's vector length. Named as oneDNN
+// names its aarch64 levels.
+std::string aarch64_isa_name() {
+  if ((getauxval(AT_HWCAP) & HWCAP_SVE) != 0) {
+    const int vl = prctl(PR_SVE_GET_VL);
+    if (vl > 0) return "SVE_" + std::to_string((vl & PR_SVE_VL_LEN_MASK) * 8);
+  }
+  return "ASIMD";
+}
+}  // namespace
+#endif
+
 std::string_view effective_isa_name() {
+#if defined(__aarch64__)
+  static const std::string name = aarch64_isa_name();
+  return name;
+#endif
   apply_isa_cap();
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::sse41:
@@ -92,6 +117,14 @@ bool has_bf16() {
     }
   }();
   return available;
+}
+
+std::string matmul_implementation() {
+  using dims = dnnl::memory::dims;
+  const dnnl::memory::desc md(dims{64, 64}, dnnl::memory::data_type::f32,
+                              dnnl::memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine());
+  return pd.impl_info_str();
 }
 
 dnnl::stream& stream() {

@@ -23,6 +23,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
@@ -41,6 +42,9 @@ const dnnl::engine& engine();
 void apply_isa_cap();
 // oneDNN's effective ISA under the cap, by oneDNN's name ("AVX2", "AVX512_CORE_AMX").
 std::string_view effective_isa_name();
+// The implementation oneDNN picks for a float32 matmul here, as its verbose mode names it
+// ("brg:avx512_core", "gemm:jit"): what the ISA above dispatches to.
+std::string matmul_implementation();
 // True when oneDNN has bfloat16 primitives on this CPU under the cap that compute with bfloat16
 // instructions (AVX512_CORE_BF16, AVX512_CORE_AMX). Ops whose operands are bfloat16 compute in
 // float32 kernels where it is false: operands widened exactly, results rounded to bfloat16, the

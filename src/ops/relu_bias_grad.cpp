@@ -76,7 +76,7 @@ LOCKSTEP_DISPATCHED(void, relu_bias_grad_bf16,
       const bool positive = (sv & 0x8000u) == 0 && smag != 0 && smag <= 0x7f80u;
       uint16_t r = positive ? dv : static_cast<uint16_t>(dv & 0x8000u);
       r = dmag > 0x7f80u ? static_cast<uint16_t>(dv | 0x0040u) : r;
-      r = (!positive && dmag == 0x7f80u) ? uint16_t{0xffc0u} : r;
+      r = (!positive && dmag == 0x7f80u) ? detail::kDefaultNanBfloat16 : r;
       out[j] = r;
       acc[j] += float_of_bits(static_cast<uint32_t>(r) << 16);
     }

@@ -19,9 +19,9 @@ float product(float a, float b) {
 class FlushDenormal : public ::testing::Test {
  protected:
   void SetUp() override {
-    // Only x86-64's mode is handled; elsewhere set_flush_denormal says so (and these tests
-    // then check that it did).
-#if defined(__x86_64__) || defined(__i386__)
+    // x86-64's and aarch64's modes are handled; elsewhere set_flush_denormal says so (and these
+    // tests then check that it did).
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
     ASSERT_TRUE(set_flush_denormal(true));
 #else
     ASSERT_FALSE(set_flush_denormal(true));

@@ -16,6 +16,10 @@ rank() {
   exit 2
 }
 host=$(env -u LOCKSTEP_MAX_CPU_ISA -u ONEDNN_MAX_CPU_ISA "$probe" | sed -n 's/^host=//p')
+if [[ $host == ASIMD ]]; then
+  echo "this CPU is aarch64 ($host): the x86-64 cap $cap does not apply (its path is the host's own)"
+  exit 77
+fi
 if (($(rank "$cap") > $(rank "$host"))); then
   echo "this CPU's ISA is $host; the cap $cap is above it (its path is the host's own)"
   exit 77

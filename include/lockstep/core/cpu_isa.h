@@ -14,13 +14,19 @@
 //
 // The loops give the same bits under every cap: they are compiled without floating-point
 // contraction (no FMA that the baseline lacks), and their sums keep the scalar order.
+//
+// On aarch64 the loops are built once, for Advanced SIMD (NEON), the baseline of every ARMv8-A
+// core; the level is ASIMD, the only name besides ALL that means anything there (an x86 name caps
+// nothing on ARM, and oneDNN 2.6 has no cap on aarch64).
 #include <string>
 #include <string_view>
 
 namespace lockstep {
 
-// Ordered from weakest to strongest, as oneDNN orders them; `all` means no cap.
+// Ordered from weakest to strongest, as oneDNN orders them; `all` means no cap. `asimd` is
+// aarch64's level (parsed there only), below every x86 one so that an x86 cap leaves it alone.
 enum class CpuIsa {
+  asimd,
   sse41,
   avx,
   avx2,
@@ -32,7 +38,7 @@ enum class CpuIsa {
   all
 };
 
-// oneDNN's spelling: "AVX2", "AVX512_CORE_BF16", "ALL".
+// oneDNN's spelling: "AVX2", "AVX512_CORE_BF16", "ALL"; "ASIMD" for aarch64.
 std::string_view cpu_isa_name(CpuIsa isa);
 // Parses oneDNN's names, case-insensitively. Throws InvalidArgument naming `what` (the variable
 // read) and listing the accepted names.
@@ -50,13 +56,15 @@ CpuIsa host_cpu_isa();
 // min(host_cpu_isa(), max_cpu_isa()): the level Lockstep's dispatch works at.
 CpuIsa effective_cpu_isa();
 
-// The CPU's model name as the kernel reports it (/proc/cpuinfo), or "unknown CPU".
+// The CPU's model name as the kernel reports it (/proc/cpuinfo), or "unknown CPU". On aarch64,
+// where /proc/cpuinfo has no model name, the core named from its MIDR_EL1 register ("Arm
+// Neoverse-N1"), which Linux (and QEMU's user mode) let a program read.
 std::string cpu_model_name();
 
 // Which build of Lockstep's hand-written loops runs here, chosen from effective_cpu_isa().
 enum class LoopIsa { baseline, x86_64_v3, x86_64_v4 };
 LoopIsa loop_isa();
-// "x86-64", "x86-64-v3", "x86-64-v4".
+// "x86-64", "x86-64-v3", "x86-64-v4"; on aarch64 the baseline is "aarch64 (NEON)".
 std::string_view loop_isa_name(LoopIsa isa);
 
 }  // namespace lockstep

@@ -13,7 +13,7 @@
 namespace lockstep {
 
 // Process-wide; PyTorch's name. Returns false (and changes nothing) where the CPU has no such
-// mode (only x86-64's SSE/AVX control register is handled).
+// mode (handled: x86-64's SSE/AVX control register MXCSR, aarch64's FPCR).
 bool set_flush_denormal(bool on);
 bool flush_denormal();
 

@@ -3,7 +3,8 @@
 // (lockstep/core/cpu_isa.h), and how bfloat16 math runs.
 //
 // bfloat16 operands take oneDNN's bfloat16 kernels where the CPU has bfloat16 instructions
-// (AVX512_CORE_BF16, AMX; matmuls still choose per shape, see bf16_matmul_mode). oneDNN 2.6 has no
+// (AVX512_CORE_BF16, AMX; matmuls still choose per shape, see bf16_matmul_mode). On aarch64 oneDNN
+// 2.6 has no bfloat16 matmul, so bfloat16 is emulated there. oneDNN 2.6 has no
 // bfloat16 primitives below AVX512_CORE and emulates them slowly on AVX512_CORE without BF16.
 // Elsewhere every op keeps the mixed_bfloat16 numerics — bfloat16-rounded operands and outputs,
 // float32 accumulation — and computes in float32 kernels: a bfloat16 value widens to float32
@@ -14,8 +15,11 @@
 
 namespace lockstep::ops {
 
-// oneDNN's effective ISA under the cap, by oneDNN's name ("AVX2", "AVX512_CORE_AMX").
+// oneDNN's effective ISA under the cap, by oneDNN's name ("AVX2", "AVX512_CORE_AMX"; on aarch64,
+// where oneDNN has no cap, "ASIMD" or "SVE_256" from the CPU's capabilities).
 std::string_view onednn_cpu_isa();
+// oneDNN's implementation of a float32 matmul here, by its name ("brg:avx512_core", "gemm:jit").
+std::string onednn_matmul_kernel();
 // True when oneDNN has bfloat16 kernels here.
 bool has_native_bfloat16_math();
 // One line for users: "bfloat16 math: native (AVX512_CORE_AMX)" or "bfloat16 emulated in float32

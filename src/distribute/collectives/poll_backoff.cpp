@@ -13,9 +13,12 @@ namespace {
 // everything else the thread does after the wait (the slack is restored).
 constexpr unsigned long kWaitTimerSlackNs = 5000;
 
+// As os::cpu_relax (core/futex.h).
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("isb" ::: "memory");
 #endif
 }
 

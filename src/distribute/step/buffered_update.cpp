@@ -21,7 +21,8 @@ namespace {
 // model whose update state is larger than the caches, those writes would first read every line
 // they replace (a write-allocate) although nothing reads it before the next step: non-temporal
 // stores skip that read, a third of the update's memory traffic. Small models keep ordinary
-// stores, which leave the values in cache for the next step.
+// stores, which leave the values in cache for the next step. Elsewhere (aarch64, whose STNP is only
+// a hint GCC has no intrinsic for) every copy is a memcpy, and no fence is needed after it.
 void copy_next(float* dst, const float* src, size_t n, bool streaming) {
 #if defined(__x86_64__) || defined(__i386__)
   if (streaming) {

@@ -7,6 +7,7 @@
 
 namespace lockstep::keras::optimizers::detail {
 
+#if defined(__x86_64__)
 template <typename Rule>
 void expand_rule_x86_64(const Rule& rule, const UpdateSpan& s) {
   expand_rule(rule, s);
@@ -27,5 +28,14 @@ void run_rule(const Rule& rule, const UpdateSpan& s) {
       expand_rule_x86_64<Rule>, expand_rule_x86_64_v3<Rule>, expand_rule_x86_64_v4<Rule>);
   chosen(rule, s);
 }
+
+#else  // one build, the architecture's baseline (see cpu_dispatch.h)
+
+template <typename Rule>
+void run_rule(const Rule& rule, const UpdateSpan& s) {
+  expand_rule(rule, s);
+}
+
+#endif
 
 }  // namespace lockstep::keras::optimizers::detail
