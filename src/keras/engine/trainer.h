@@ -51,7 +51,7 @@ struct Trainer {
   std::vector<double> loss_sum, example_count;
   // Steps since the last update (Optimizer gradient_accumulation_steps).
   int accumulated_steps = 0;
-
+  // Training steps run so far (the profiler numbers steps with it).
   int64_t steps_run = 0;
   // The global batch size of the step Model::train_step is running (run_train sets it).
   int64_t global_batch = 0;
