@@ -294,10 +294,15 @@ TEST_F(ProfilerFiles, SpansNestOnEveryTrackAndAStepsSpansAccountForItsWallTime) 
               1e-6 * static_cast<double>(wall));
 }
 
-// The workload of a slow pipeline: a map function that blocks for `ms` per batch.
+// The workload of a slow pipeline: a map function that blocks for `ms` per batch — times
+// LOCKSTEP_TEST_SLOWDOWN, how much slower than a native CPU this build's steps run (a cross build
+// runs its tests in QEMU's user mode: tests/CMakeLists.txt), so that input stays the larger share.
+#ifndef LOCKSTEP_TEST_SLOWDOWN
+#define LOCKSTEP_TEST_SLOWDOWN 1
+#endif
 Dataset::MapFn blocking_map(int ms) {
   return [ms](const Element& e) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms * LOCKSTEP_TEST_SLOWDOWN));
     return e;
   };
 }
