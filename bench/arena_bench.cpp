@@ -174,13 +174,15 @@ void label(benchmark::State& state, const ChunkLayout& layout) {
   state.counters["chunks"] = static_cast<double>(layout.chunks().size());
 }
 
-void BM_PerVariable(benchmark::State& state, const ModelShapes* m) {
+// One update per iteration, through the engine's layout (BufferedUpdate) or the arena's.
+template <typename Update>
+void update_steps(benchmark::State& state, const ModelShapes* m) {
   const int threads = static_cast<int>(state.range(0));
   auto pool = make_pool(threads);
   std::vector<Variable> vars = make_variables(*m);
   keras::optimizers::Adam adam;
   ChunkLayout layout(vars, threads);
-  BufferedUpdate update(layout, vars, adam, pool->total_threads());
+  Update update(layout, vars, adam, pool->total_threads());
   std::vector<float> sum = make_gradient(layout.total());
   for (auto _ : state) {
     update.begin_update();
@@ -191,21 +193,12 @@ void BM_PerVariable(benchmark::State& state, const ModelShapes* m) {
   label(state, layout);
 }
 
+void BM_PerVariable(benchmark::State& state, const ModelShapes* m) {
+  update_steps<BufferedUpdate>(state, m);
+}
+
 void BM_Arena(benchmark::State& state, const ModelShapes* m) {
-  const int threads = static_cast<int>(state.range(0));
-  auto pool = make_pool(threads);
-  std::vector<Variable> vars = make_variables(*m);
-  keras::optimizers::Adam adam;
-  ChunkLayout layout(vars, threads);
-  ArenaUpdate update(layout, vars, adam, pool->total_threads());
-  std::vector<float> sum = make_gradient(layout.total());
-  for (auto _ : state) {
-    update.begin_update();
-    pool->run(update.phase_from_sum(sum.data()));
-    update.end_update();
-  }
-  pool->wait_for_runs_before(UINT64_MAX);
-  label(state, layout);
+  update_steps<ArenaUpdate>(state, m);
 }
 
 double median(std::vector<double> v) {
