@@ -312,8 +312,6 @@ std::unique_ptr<distribute::Strategy> make_strategy(const TrainArgs& a,
             .bytes_per_pack = static_cast<size_t>(a.bytes_per_pack),
             .gradient_dtype = a.gradient_dtype == "bfloat16" ? DType::bfloat16 : DType::float32});
   }
-  connect_to_cluster(resolver);
-  initialize_system(resolver);
   return std::make_unique<distribute::AcceleratorStrategy>(resolver);
 }
 
@@ -321,14 +319,14 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   // Layers read the global policy when they are constructed: set it before the model is built.
   keras::mixed_precision::set_global_policy(a.precision);
   keras::set_random_seed(a.seed);
-  // Under a launcher the chief first prints the job's layout as `lockstep devices` does: hosts,
-  // workers per host, replicas per worker, and how this host's cores were divided.
-  // initialize_system gathers every worker's host name, so every worker calls it.
+  // The run first prints the job's layout as `lockstep devices` does (under a launcher only the
+  // chief, the others run with verbose 0): hosts, workers per host, the replicas and their cores,
+  // and how this host's cores were divided. initialize_system gathers every worker's host name,
+  // so every worker calls it.
   const bool launched = has_mpi_environment(Environment::process());
-  if (launched) {
-    const Topology topology = initialize_system(resolver);
-    if (a.verbose > 0) std::cout << topology.to_string();
-  }
+  if (!launched) connect_to_cluster(resolver);
+  const Topology topology = initialize_system(resolver);
+  if (a.verbose > 0) std::cout << topology.to_string();
   auto owned = make_strategy(a, resolver);
   distribute::Strategy& strategy = *owned;
   int replicas = strategy.num_replicas_in_sync();
@@ -340,7 +338,6 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   const CoreDivision division = resolver.core_division();
   if (a.verbose > 0) {
     std::cout << "num_replicas_in_sync: " << replicas << " - global batch: " << global_batch;
-    if (division.local_workers > 1 && !launched) std::cout << " - cores: " << division.to_string();
     std::cout << "\n";
   }
   // Per-replica pipelines batch global / replicas examples each, so they need a global batch the

@@ -22,8 +22,10 @@ run=(train --global-batch-size 250 --epochs 2 --steps-per-epoch 4 --seed 5)
 checks=$((checks + 1))
 if LOCKSTEP_DEVICES=cpu:4 "$lockstep" "${run[@]}" --verbose 2 --save-weights "$tmp/four.safetensors" \
   --history "$tmp/four.json" >"$tmp/four.out" 2>"$tmp/four.err"; then
-  head -1 "$tmp/four.out" | grep -qF "num_replicas_in_sync: 4 - global batch: 250" ||
-    fail "first line: $(head -1 "$tmp/four.out")"
+  head -1 "$tmp/four.out" | grep -qxF "1 worker (this is worker 0), 4 local replicas, 4 in sync" ||
+    fail "the first line is not the topology: $(head -1 "$tmp/four.out")"
+  grep -qxF "num_replicas_in_sync: 4 - global batch: 250" "$tmp/four.out" ||
+    fail "no line names the replicas and the global batch: $(cat "$tmp/four.out")"
   grep -qF "input pipeline: global, prefetched (250 examples split unevenly over 4 replicas)" \
     "$tmp/four.out" || fail "the output does not say which pipeline ran: $(cat "$tmp/four.out")"
   for key in '"replicas": 4' '"global_batch_size": 250' '"input_pipeline": "global"'; do
