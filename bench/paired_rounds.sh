@@ -16,12 +16,16 @@ case "${CO_RUNNER:-}" in
   pinned) taskset -c 0 sh -c 'while :; do :; done' & co_runner=$! ;;
   *) sh -c 'while :; do :; done' & co_runner=$! ;;
 esac
-trap '[[ -z $co_runner ]] || kill "$co_runner" 2>/dev/null' EXIT
 [[ -z $co_runner ]] || echo "beside a spinning co-runner (pid $co_runner${CO_RUNNER:+, $CO_RUNNER})"
+# The step time of one run: the median over the steady epochs (2..E) of the history's
+# seconds_per_epoch / steps_per_epoch (the progress line rounds to whole ms above 1 ms/step).
+history=$(mktemp)
+trap '[[ -z $co_runner ]] || kill "$co_runner" 2>/dev/null; rm -f "$history"' EXIT
 step_us() {
-  "$1" train --epochs "$epochs" --verbose 2 "${@:2}" 2>&1 | grep -oE "[0-9]+(us|ms)/step" |
-    tail -n +2 | awk '/ms/ {sub("ms/step", ""); print $1 * 1000; next} {sub("us/step", ""); print $1}' |
-    sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+  "$1" train --epochs "$epochs" --verbose 0 --history "$history" "${@:2}" >/dev/null
+  python3 -c 'import json, statistics, sys
+h = json.load(open(sys.argv[1]))
+print("%.1f" % (statistics.median(h["seconds_per_epoch"][1:]) / h["steps_per_epoch"] * 1e6))' "$history"
 }
 for ((r = 1; r <= rounds; ++r)); do
   echo "$r $(step_us "$a" "$@") $(step_us "$b" "$@")"
