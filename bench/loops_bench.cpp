@@ -1,8 +1,8 @@
 // Lockstep's own hot loops (not oneDNN's) on one core: Adam's update over the seed model's
 // 101,770 parameters, the float32 <-> bfloat16 conversions and relu with its gradient over 2^20
-// elements, and attention forward and backward at the ViT's shape. Each is built for x86-64,
-// x86-64-v3 and x86-64-v4 and chosen under the ISA cap, so the three builds are measured by running
-// this under caps (docs/performance.md):
+// elements, and attention and layer normalization forward and backward at the ViT's shape. Each is
+// built for x86-64, x86-64-v3 and x86-64-v4 and chosen under the ISA cap, so the three builds are
+// measured by running this under caps (docs/performance.md):
 //   for cap in SSE41 AVX2 AVX512_CORE; do
 //     LOCKSTEP_MAX_CPU_ISA=$cap OMP_NUM_THREADS=1 taskset -c 0 build/release/bench/loops_bench
 //   done
@@ -17,6 +17,7 @@
 #include "lockstep/keras/optimizers.h"
 #include "lockstep/ops/activations.h"
 #include "lockstep/ops/attention.h"
+#include "lockstep/ops/nn_norm.h"
 
 namespace lockstep {
 namespace {
@@ -118,6 +119,32 @@ void BM_AttentionBfloat16(benchmark::State& state) {
   attention(state, DType::bfloat16);
 }
 BENCHMARK(BM_AttentionBfloat16);
+
+// The ViT's layer normalization (width 64) over 128 examples of 49 patches: argument 0 the forward
+// pass alone (bytes: x and y), 1 forward and backward (bytes: x, y, dy and dx).
+void layer_norm(benchmark::State& state, DType dtype) {
+  constexpr int64_t kRows = 128 * 49, kWidth = 64;
+  Generator gen(6);
+  Tensor x = gen.uniform({kRows, kWidth}, -1, 1).to(dtype);
+  Tensor dy = gen.uniform({kRows, kWidth}, -1, 1).to(dtype);
+  Tensor gamma = gen.uniform({kWidth}, 0.5, 1.5), beta = gen.uniform({kWidth}, -1, 1);
+  for (auto _ : state) {
+    ops::LayerNormResult r = ops::layer_norm_forward(x, gamma, beta);
+    if (state.range(0))
+      benchmark::DoNotOptimize(ops::layer_norm_backward(dy, x, gamma, r.mean, r.inv_std));
+    benchmark::DoNotOptimize(r.output);
+  }
+  label(state, (state.range(0) ? 4.0 : 2.0) * static_cast<double>(dtype_size(dtype)),
+        kRows * kWidth);
+}
+void BM_LayerNormFloat32(benchmark::State& state) {
+  layer_norm(state, DType::float32);
+}
+BENCHMARK(BM_LayerNormFloat32)->Arg(0)->Arg(1);
+void BM_LayerNormBfloat16(benchmark::State& state) {
+  layer_norm(state, DType::bfloat16);
+}
+BENCHMARK(BM_LayerNormBfloat16)->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace lockstep
