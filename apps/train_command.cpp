@@ -337,8 +337,8 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
   int64_t global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.batch_size * replicas;
   const CoreDivision division = resolver.core_division();
   if (a.verbose > 0) {
-    std::cout << "num_replicas_in_sync: " << replicas << " - global batch: " << global_batch;
-    std::cout << "\n";
+    std::cout << "num_replicas_in_sync: " << replicas << " - global batch: " << global_batch
+              << "\n";
   }
   // Per-replica pipelines batch global / replicas examples each, so they need a global batch the
   // replicas divide; the global pipeline splits any batch (tf.distribute's rebatching: 250 over 4
