@@ -5,6 +5,7 @@
 #include "lockstep/ops/activations.h"
 #include "lockstep/ops/attention.h"
 #include "lockstep/ops/batch_matmul.h"
+#include "lockstep/ops/bfloat16_values.h"
 #include "lockstep/ops/cpu_kernels.h"
 #include "lockstep/ops/elementwise.h"
 #include "lockstep/ops/gelu.h"

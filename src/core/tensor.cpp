@@ -218,6 +218,18 @@ void Tensor::copy_from(const Tensor& src) const {
   LOCKSTEP_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy_from: destination ",
                  describe(), " and source ", src.describe(), " differ in shape or dtype.");
   std::memmove(raw_data(), src.raw_data(), nbytes());
+  storage_->set_holds_bfloat16_values(false);
+}
+
+bool Tensor::holds_bfloat16_values() const {
+  return storage_ != nullptr && dtype_ == DType::float32 && storage_->holds_bfloat16_values();
+}
+
+void Tensor::mark_bfloat16_values() const {
+  LOCKSTEP_CHECK(storage_ != nullptr && dtype_ == DType::float32,
+                 "mark_bfloat16_values: expected a defined float32 tensor. Received: ", describe(),
+                 ".");
+  storage_->set_holds_bfloat16_values(true);
 }
 
 Tensor Tensor::to(DType dtype) const {

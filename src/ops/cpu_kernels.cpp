@@ -20,7 +20,7 @@ std::string bfloat16_math_summary() {
   const std::string isa(onednn_cpu_isa());
   if (has_native_bfloat16_math()) return "bfloat16 math: native (" + isa + ")";
   return "bfloat16 emulated in float32 kernels on this CPU (" + isa +
-         "): same numerics, no speed-up";
+         "): same numerics, no speed-up, float32's memory";
 }
 
 }  // namespace lockstep::ops

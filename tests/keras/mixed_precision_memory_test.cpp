@@ -1,6 +1,7 @@
 // mixed_precision::measure_step_memory: the bytes a training step's tape holds for the backward
 // pass, measured from the storage pool, against the tensors each op is known to save, computed
-// here from the shapes. Under mixed_bfloat16 the hidden activations take half the bytes.
+// here from the shapes. Under mixed_bfloat16 the hidden activations take half the bytes, except
+// in the policy's float32 form.
 #include <gtest/gtest.h>
 
 #include "testing/bf16_matmul_mode.h"
@@ -38,14 +39,14 @@ mixed_precision::StepMemory measure(const std::string& policy, bool float32_outp
 }
 
 // What the recorded ops keep, in bytes of `act` per element for the activations: the rescaled
-// input and both hidden outputs (saved by the linear ops as their x and y), the logits (the last
-// linear's y), and the float32 probabilities (softmax's output, which the cross-entropy also keeps:
-// one tensor). The kernels are the variables themselves (or their persistent rounded copies), so
-// they add nothing.
+// input and both hidden outputs (saved by the linear ops as their x and relu's y), and the float32
+// probabilities (softmax's output, which the cross-entropy also keeps: one tensor). The logits
+// are not kept: neither the last linear op (no activation) nor softmax reads them backwards. The
+// kernels are the variables themselves (or their persistent rounded copies), so they add nothing.
 size_t expected_saved(size_t act) {
   const size_t input = kBatch * kIn * act, hidden = 2 * kBatch * kHidden * act;
-  const size_t logits = kBatch * kClasses * act, probabilities = kBatch * kClasses * 4;
-  return input + hidden + logits + probabilities;
+  const size_t probabilities = kBatch * kClasses * 4;
+  return input + hidden + probabilities;
 }
 
 TEST(StepMemory, Float32TapeHoldsTheFloat32Activations) {
@@ -60,15 +61,27 @@ constexpr size_t kParams =
 
 // "Store bfloat16, compute float32": the weights' rounded copies are persistent (kept by the
 // optimizer), so the tape holds the bfloat16 activations only.
+// Where oneDNN has no bfloat16 math (below AVX512_CORE, or under LOCKSTEP_MAX_CPU_ISA=AVX2) the
+// policy takes its float32 form (Layer::computes_bfloat16_in_float32): float32 tensors of
+// bfloat16 values, so the tape holds what float32's holds: each relu output, rounded as it is
+// stored, is the one tensor both its own backward and the next layer keep.
+size_t mixed_activation_bytes() {
+  return ops::has_native_bfloat16_math() ? 2 : 4;
+}
+
 TEST(StepMemory, MixedBfloat16HalvesTheActivations) {
   lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::float32_compute);
   const mixed_precision::StepMemory fp = measure("float32");
   const mixed_precision::StepMemory mp = measure("mixed_bfloat16");
-  EXPECT_EQ(mp.saved_for_backward, expected_saved(2));
-  // Everything but the float32 probabilities is halved.
-  const size_t probabilities = kBatch * kClasses * 4;
-  EXPECT_EQ(2 * (mp.saved_for_backward - probabilities), fp.saved_for_backward - probabilities);
+  EXPECT_EQ(mp.saved_for_backward, expected_saved(mixed_activation_bytes()));
   EXPECT_EQ(mp.rounded_weight_copies, kParams * 4);
+  const size_t probabilities = kBatch * kClasses * 4;
+  if (ops::has_native_bfloat16_math()) {
+    // Everything but the float32 probabilities is halved.
+    EXPECT_EQ(2 * (mp.saved_for_backward - probabilities), fp.saved_for_backward - probabilities);
+  } else {
+    EXPECT_EQ(mp.saved_for_backward, fp.saved_for_backward);
+  }
 }
 
 // oneDNN's bfloat16 kernels: each layer casts its weights to bfloat16 in the step (Keras'
@@ -81,21 +94,20 @@ TEST(StepMemory, MixedBfloat16WithBfloat16KernelsHalvesTheActivations) {
   const mixed_precision::StepMemory mp = measure("mixed_bfloat16");
   const size_t kernels = kIn * kHidden + kHidden * kHidden + kHidden * kClasses;
   const bool native = ops::has_native_bfloat16_math();
-  EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + (native ? kernels * 2 : 0));
+  EXPECT_EQ(mp.saved_for_backward, native ? expected_saved(2) + kernels * 2 : expected_saved(4));
   EXPECT_EQ(mp.rounded_weight_copies, native ? 0u : kParams * 4);
 }
 
 // The CLI's models keep the output layer float32 (Keras' idiom for softmax): it takes the last
-// hidden activations in bfloat16 as they are, so the tape holds no float32 copy of them; its own
-// output (the logits) is float32.
+// hidden activations in bfloat16 as they are, so the tape holds no float32 copy of them.
 TEST(StepMemory, Float32OutputLayerKeepsNoFloat32CopyOfTheHiddenActivations) {
-  const size_t logits_f32_extra = kBatch * kClasses * 2;  // the logits stay float32
   {
     lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::float32_compute);
     const mixed_precision::StepMemory fp = measure("float32", true);
     const mixed_precision::StepMemory mp = measure("mixed_bfloat16", true);
     EXPECT_EQ(fp.saved_for_backward, expected_saved(4));
-    EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + logits_f32_extra);
+    EXPECT_EQ(mp.saved_for_backward,
+              ops::has_native_bfloat16_math() ? expected_saved(2) : expected_saved(4));
   }
   {
     // The two bfloat16 layers' kernels, cast in the step; the float32 output layer uses its own.
@@ -103,7 +115,9 @@ TEST(StepMemory, Float32OutputLayerKeepsNoFloat32CopyOfTheHiddenActivations) {
     const mixed_precision::StepMemory mp = measure("mixed_bfloat16", true);
     const size_t hidden_kernels = kIn * kHidden + kHidden * kHidden;
     const size_t cast_kernels = ops::has_native_bfloat16_math() ? hidden_kernels * 2 : 0;
-    EXPECT_EQ(mp.saved_for_backward, expected_saved(2) + logits_f32_extra + cast_kernels);
+    EXPECT_EQ(mp.saved_for_backward, ops::has_native_bfloat16_math()
+                                         ? expected_saved(2) + cast_kernels
+                                         : expected_saved(4));
   }
 }
 

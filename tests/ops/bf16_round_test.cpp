@@ -2,6 +2,7 @@
 // one-pass round_to_bfloat16 and the linear op taking a bfloat16 x with a float32 kernel that holds
 // bfloat16 values. Each is checked against an independent reference: the scalar
 // bfloat16::round_from_float / operator float, the cast pair, and the all-bfloat16 linear.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "testing/bf16_matmul_mode.h"
@@ -14,6 +15,7 @@
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/ops/activations.h"
+#include "lockstep/ops/bfloat16_values.h"
 #include "lockstep/ops/linear.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
@@ -238,6 +240,81 @@ TEST(MixedLinear, OtherDtypeMixesAreStillRejected) {
   EXPECT_THROW(ops::linear_forward(x32, k16, Tensor()), InvalidArgument);
   Tensor x64 = ops::cast_forward(x32, DType::float64);
   EXPECT_THROW(ops::linear_forward(x64, random_f32({3, 2}, 2), Tensor()), InvalidArgument);
+}
+
+// mixed_bfloat16's float32 form (ops/bfloat16_values.h) against the scalar definition: every
+// output element is bfloat16::round_from_float of its input, widened; relu compares the rounded
+// value with 0 as floats; its gradient is the rounded dy times 1 or 0 as floats.
+TEST(Bfloat16Values, RoundingAndItsGradientAreTheScalarRoundingBitForBit) {
+  std::vector<float> v = edge_and_random_values(50000);
+  Tensor x = Tensor::from_vector<float>(v, {static_cast<int64_t>(v.size())});
+  Tensor y = ops::to_bfloat16_values_forward(x);
+  Tensor dx = ops::to_bfloat16_values_backward(x);
+  EXPECT_TRUE(y.holds_bfloat16_values());
+  EXPECT_FALSE(x.holds_bfloat16_values());
+  EXPECT_FALSE(dx.holds_bfloat16_values());  // gradients are accumulated into: never marked
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t want = static_cast<uint32_t>(bfloat16::round_from_float(v[i])) << 16;
+    ASSERT_EQ(to_bits(y.data<float>()[i]), want) << "bits 0x" << std::hex << to_bits(v[i]);
+    ASSERT_EQ(to_bits(dx.data<float>()[i]), want) << "bits 0x" << std::hex << to_bits(v[i]);
+  }
+}
+
+TEST(Bfloat16Values, ReluOfTheRoundedValueKeepsNaNAndItsGradientMasksTheRoundedDy) {
+  std::vector<float> v = edge_and_random_values(50000);
+  const auto n = static_cast<int64_t>(v.size());
+  Tensor x = Tensor::from_vector<float>(v, {n});
+  Tensor y = ops::relu_to_bfloat16_values_forward(x);
+  EXPECT_TRUE(y.holds_bfloat16_values());
+  std::vector<float> d(v.rbegin(), v.rend());  // dy: the same classes against other y
+  Tensor dy = Tensor::from_vector<float>(d, {n});
+  Tensor dx = ops::relu_to_bfloat16_values_backward(dy, y);
+  EXPECT_FALSE(dx.holds_bfloat16_values());
+  const volatile float one = 1.0f, zero = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = static_cast<float>(bfloat16::from_bits(bfloat16::round_from_float(v[i])));
+    const float yi = y.data<float>()[i];
+    if (std::isnan(r)) {
+      ASSERT_TRUE(std::isnan(yi)) << i;
+    } else {
+      ASSERT_EQ(to_bits(yi), to_bits(r < 0.0f ? 0.0f : r))
+          << "bits 0x" << std::hex << to_bits(v[i]);
+    }
+    const float rd = static_cast<float>(bfloat16::from_bits(bfloat16::round_from_float(d[i])));
+    const float want = rd * (yi > 0.0f ? one : zero);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(dx.data<float>()[i])) << i;
+    } else {
+      ASSERT_EQ(to_bits(dx.data<float>()[i]), to_bits(want)) << i;
+    }
+  }
+}
+
+TEST(Bfloat16Values, TheMarkFollowsTheMemoryAndACopyIntoItClearsIt) {
+  Tensor y = ops::to_bfloat16_values_forward(random_f32({4, 6}, 3));
+  EXPECT_TRUE(y.reshape({6, 4}).holds_bfloat16_values());  // views share the block
+  EXPECT_TRUE(y.slice(1, 3).holds_bfloat16_values());
+  EXPECT_FALSE(y.clone().holds_bfloat16_values());  // a new block starts unmarked
+  y.slice(0, 2).copy_from(random_f32({2, 6}, 4));
+  EXPECT_FALSE(y.holds_bfloat16_values());
+  EXPECT_THROW(Tensor({2}, DType::bfloat16).mark_bfloat16_values(), InvalidArgument);
+}
+
+TEST(Bfloat16Values, OtherDtypesAndMismatchedShapesAreRejectedNamingThem) {
+  try {
+    ops::to_bfloat16_values_forward(Tensor({3}, DType::bfloat16));
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("bfloat16[3]"));
+  }
+  EXPECT_THROW(ops::relu_to_bfloat16_values_forward(Tensor({3}, DType::float64)), InvalidArgument);
+  try {
+    ops::relu_to_bfloat16_values_backward(Tensor({3}, DType::float32), Tensor({4}, DType::float32));
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("[3]"));
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("[4]"));
+  }
 }
 
 }  // namespace

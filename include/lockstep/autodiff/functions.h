@@ -66,6 +66,11 @@ Tensor reduce_max(const Tensor& x, const std::vector<int>& axes = {}, bool keepd
 Tensor cast(const Tensor& x, DType dtype);
 // float32 rounded to bfloat16 values, kept float32; gradient: the identity (ops/shape_ops.h).
 Tensor round_to_bfloat16(const Tensor& x);
+// float32 rounded to bfloat16 values, kept float32 and marked (Tensor::holds_bfloat16_values);
+// gradient: rounded the same way, as a cast to bfloat16 and back would give it
+// (ops/bfloat16_values.h). relu_to_bfloat16_values is relu of it, in one pass each way.
+Tensor to_bfloat16_values(const Tensor& x);
+Tensor relu_to_bfloat16_values(const Tensor& x);
 Tensor concat(const std::vector<Tensor>& xs, int axis = 0);
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor transpose(const Tensor& x, const std::vector<int>& perm = {});

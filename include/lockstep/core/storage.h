@@ -21,11 +21,19 @@ class Storage {
   void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release();
 
+  // Set by a writer that filled the whole block with float32 values that are bfloat16 values
+  // (round_to_bfloat16_values), and cleared by any later writer of other values: lets
+  // mixed_bfloat16's float32 form skip rounding what is already rounded (keras/layer.h). A new
+  // block starts cleared.
+  bool holds_bfloat16_values() const { return bfloat16_values_; }
+  void set_holds_bfloat16_values(bool v) { bfloat16_values_ = v; }
+
  private:
   static constexpr size_t kHeaderBytes = kAlignment;
   explicit Storage(size_t nbytes) : nbytes_(nbytes) {}
   std::atomic<int64_t> refs_{1};
   size_t nbytes_;
+  bool bfloat16_values_ = false;
 };
 
 // Statistics of the block pool, for tests that check the steady state does not allocate.

@@ -68,6 +68,12 @@ class Tensor {
   // handles (shapes and dtypes must match). Other handles are unaffected. For double-buffered
   // state that must keep its identity (a variable's two buffers, autodiff/variable.h).
   void swap_storage(Tensor& other);
+  // Whether this float32 tensor's memory block is marked as holding bfloat16 values only
+  // (Storage::holds_bfloat16_values), and the mark. Mark only a block you filled entirely with
+  // rounded values (round_to_bfloat16_values) and that nothing writes other values into later;
+  // copy_from clears it.
+  bool holds_bfloat16_values() const;
+  void mark_bfloat16_values() const;
   // True when both handles see the same memory block.
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
 

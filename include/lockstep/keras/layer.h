@@ -22,6 +22,44 @@ namespace lockstep::keras {
 
 class KerasTensor;
 
+namespace detail {
+// The nesting of layer calls on this thread: whether a call is the outermost (a model called by
+// its trainer, a layer called on its own) and whether its call() declared a float32 output
+// (Layer::keep_float32_output). Models open one around their layers' calls too, so a model's
+// call() invoked directly still makes its layers inner calls.
+class LayerCallScope {
+ public:
+  LayerCallScope() : outer_float32_output_(float32_output_flag()), outermost_(depth() == 0) {
+    ++depth();
+    float32_output_flag() = false;
+  }
+  ~LayerCallScope() {
+    --depth();
+    float32_output_flag() = outer_float32_output_;
+  }
+  LayerCallScope(const LayerCallScope&) = delete;
+  LayerCallScope& operator=(const LayerCallScope&) = delete;
+
+  bool outermost() const { return outermost_; }
+  // Read after call() returned, before the scope ends.
+  bool float32_output() const { return float32_output_flag(); }
+  static void set_float32_output() { float32_output_flag() = true; }
+
+ private:
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+  static bool& float32_output_flag() {
+    thread_local bool f = false;
+    return f;
+  }
+  bool outer_float32_output_;
+  bool outermost_;
+};
+
+}  // namespace detail
+
 class Layer : public std::enable_shared_from_this<Layer> {
  public:
   virtual ~Layer();
@@ -35,6 +73,15 @@ class Layer : public std::enable_shared_from_this<Layer> {
   bool trainable() const { return trainable_; }
   // The mixed precision policy the layer computes under (fixed at construction).
   const mixed_precision::Policy& dtype_policy() const { return dtype_policy_; }
+  // mixed_bfloat16's float32 form, on a CPU where oneDNN has no bfloat16 math (or under an ISA
+  // cap below AVX512_CORE): the layer computes in float32 kernels on float32 tensors that hold
+  // bfloat16 values (Tensor::holds_bfloat16_values). Its inputs and weights are rounded to
+  // bfloat16 as they come in (autocast), its outputs as they leave (operator()), and the
+  // gradients of its inputs as they leave the backward pass; inside the layer, float32, as a
+  // bfloat16 kernel accumulates. Each layer call saves a widening before and a narrowing after
+  // every kernel; the activations take float32's memory. The outermost call (a model's output, a
+  // layer called on its own) still returns bfloat16, as the policy says.
+  bool computes_bfloat16_in_float32() const;
   void set_trainable(bool trainable) { trainable_ = trainable; }
 
   // Eager call (Keras __call__): builds on first use, then call().
@@ -83,13 +130,32 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Variable add_weight(const std::string& name, const Shape& shape,
                       const initializers::Initializer& initializer, bool trainable = true,
                       DType dtype = DType::float32);
-  // The policy's dtypes, for build() and call().
-  DType compute_dtype() const { return dtype_policy_.compute_dtype(); }
+  // The policy's dtypes, for build() and call(). compute_dtype() is the dtype of the tensors the
+  // layer computes on: float32 in mixed_bfloat16's float32 form (computes_bfloat16_in_float32).
+  DType compute_dtype() const;
   DType variable_dtype() const { return dtype_policy_.variable_dtype(); }
   // Keras' autocast: a floating tensor (an input or a variable's value) of another dtype is cast
   // to the compute dtype, differentiably, so float32 variables of a mixed_bfloat16 layer receive
-  // float32 gradients. Integer and undefined tensors pass through.
+  // float32 gradients. Integer and undefined tensors pass through. In the float32 form a float32
+  // input not yet holding bfloat16 values is rounded (to_bfloat16_values, whose gradient
+  // is rounded too).
   Tensor autocast(const Tensor& t) const;
+  // A variable's value as the layer multiplies it: autocast(value), except in the float32 form,
+  // where it is rounded to bfloat16 values with the identity as gradient (round_to_bfloat16), so
+  // the float32 variable receives the float32 gradient, as the bfloat16 cast's gradient would be
+  // widened to.
+  Tensor autocast(const Variable& v) const;
+  // In the float32 form, t rounded to bfloat16 values (to_bfloat16_values), as a bfloat16
+  // op inside the layer would store it; otherwise t.
+  Tensor round_like_bfloat16(const Tensor& t) const;
+  // Called by call() whose output is float32 by the policy (Keras' float32 softmax under
+  // mixed_bfloat16): the float32 form then does not round it.
+  static void keep_float32_output();
+  // The float32 form's rounding of a call's output, and the outermost call's bfloat16 result: what
+  // operator() does after call(), for other entry points (MultiHeadAttention::attend) to do too.
+  Tensor finish_call(Tensor y, const detail::LayerCallScope& scope) const;
+  // Models: their layers round their own outputs.
+  virtual bool contains_layers() const { return false; }
   // Layers that contain layers (models) report their children's weights.
   virtual std::vector<Variable> own_weights() const { return weights_; }
   std::vector<Variable> weights_;

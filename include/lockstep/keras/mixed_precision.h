@@ -9,7 +9,9 @@
 //                     it updates the weights, rounded_weights() below; same values, identity
 //                     gradient; see
 //                     docs/performance.md "Mixed precision"). A float32 layer (e.g. the output
-//                     layer) fed bfloat16 activations multiplies them as they are, in float32;
+//                     layer) fed bfloat16 activations multiplies them as they are, in float32.
+//                     Where oneDNN has no bfloat16 math at all the policy takes its float32 form
+//                     (Layer::computes_bfloat16_in_float32): float32 tensors of bfloat16 values;
 //   "bfloat16"        compute and variables in bfloat16;
 //   "float64"         compute and variables in float64 (Keras accepts any dtype name as a policy;
 //                     this one exists so every layer can be gradient-checked in float64).

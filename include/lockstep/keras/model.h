@@ -194,6 +194,7 @@ class Model : public LayerImpl<Model> {
   // every training step so far (all zeros before the first). See distribute/sync_stats.h.
   distribute::SyncStats gradient_sync_stats() const;
   bool compiled() const { return trainer_ != nullptr; }
+  bool contains_layers() const override { return true; }
   // Set by callbacks (EarlyStopping, TerminateOnNaN) to end fit after the current step.
   bool stop_training = false;
 

@@ -34,22 +34,26 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
   std::vector<Tensor> inputs{x, kernel};
   if (has_bias) inputs.push_back(bias);
   const DType wdt = kernel.dtype();
-  autodiff::record(
-      "linear", inputs, {y},
-      [x, mk, y, z, activation, need_dx, has_bias, wdt](const Grads& g, const Grads& sinks) {
-        auto buffer = [wdt](const Tensor& sink, const Shape& shape) {
-          return sink.defined() && sink.dtype() == wdt ? sink : Tensor(shape, wdt);
-        };
-        Grads out(has_bias ? 3 : 2);
-        if (x.rank() == 2 && mk.rank() == 2) {
-          if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
-          out[1] = buffer(sinks[1], mk.shape());
-          if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)});
-        }
-        ops::linear_backward_into(g[0], x, mk, y, activation, out[0], out[1],
-                                  has_bias ? out[2] : Tensor(), z);
-        return out;
-      });
+  // The output is kept only for an activation whose derivative reads it (not gelu's, which reads
+  // z): a linear layer's output is otherwise free as soon as its consumers are done.
+  const bool keeps_y =
+      activation != ops::FusedActivation::none && activation != ops::FusedActivation::gelu;
+  autodiff::record("linear", inputs, {y},
+                   [x, mk, y = keeps_y ? y : Tensor(), z, activation, need_dx, has_bias, wdt](
+                       const Grads& g, const Grads& sinks) {
+                     auto buffer = [wdt](const Tensor& sink, const Shape& shape) {
+                       return sink.defined() && sink.dtype() == wdt ? sink : Tensor(shape, wdt);
+                     };
+                     Grads out(has_bias ? 3 : 2);
+                     if (x.rank() == 2 && mk.rank() == 2) {
+                       if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
+                       out[1] = buffer(sinks[1], mk.shape());
+                       if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)});
+                     }
+                     ops::linear_backward_into(g[0], x, mk, y, activation, out[0], out[1],
+                                               has_bias ? out[2] : Tensor(), z);
+                     return out;
+                   });
 }
 }  // namespace
 
@@ -243,6 +247,20 @@ Tensor round_to_bfloat16(const Tensor& x) {
   Tensor y = ops::round_to_bfloat16_forward(x);
   return record_unary("round_to_bfloat16", x, y, Tensor(),
                       [](const Tensor& dy, const Tensor&) { return dy; });
+}
+
+Tensor to_bfloat16_values(const Tensor& x) {
+  Tensor y = ops::to_bfloat16_values_forward(x);
+  return record_unary("to_bfloat16_values", x, y, Tensor(), [](const Tensor& dy, const Tensor&) {
+    return ops::to_bfloat16_values_backward(dy);
+  });
+}
+
+Tensor relu_to_bfloat16_values(const Tensor& x) {
+  Tensor y = ops::relu_to_bfloat16_values_forward(x);
+  return record_unary("relu_to_bfloat16_values", x, y, y, [](const Tensor& dy, const Tensor& s) {
+    return ops::relu_to_bfloat16_values_backward(dy, s);
+  });
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int axis) {

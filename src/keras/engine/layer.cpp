@@ -8,6 +8,7 @@
 #include "lockstep/core/check.h"
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/keras/keras_tensor.h"
+#include "lockstep/ops/cpu_kernels.h"
 
 namespace lockstep::keras {
 
@@ -73,7 +74,9 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
   // A layer boundary is a safe point for a training-step run whose twin already finished.
   check_task_cancelled();
   maybe_build({inputs.shape()});
-  return call(inputs, training);
+  detail::LayerCallScope scope;
+  Tensor y = call(inputs, training);
+  return finish_call(std::move(y), scope);
 }
 
 Tensor Layer::operator()(const std::vector<Tensor>& inputs, bool training) {
@@ -81,7 +84,35 @@ Tensor Layer::operator()(const std::vector<Tensor>& inputs, bool training) {
   std::vector<Shape> shapes;
   for (const Tensor& t : inputs) shapes.push_back(t.shape());
   maybe_build(shapes);
-  return call(inputs, training);
+  detail::LayerCallScope scope;
+  Tensor y = call(inputs, training);
+  return finish_call(std::move(y), scope);
+}
+
+bool Layer::computes_bfloat16_in_float32() const {
+  return dtype_policy_.name() == "mixed_bfloat16" && !ops::has_native_bfloat16_math();
+}
+
+DType Layer::compute_dtype() const {
+  return computes_bfloat16_in_float32() ? DType::float32 : dtype_policy_.compute_dtype();
+}
+
+void Layer::keep_float32_output() {
+  detail::LayerCallScope::set_float32_output();
+}
+
+Tensor Layer::finish_call(Tensor y, const detail::LayerCallScope& scope) const {
+  if (!y.defined() || y.dtype() != DType::float32) return y;
+  const bool outermost = scope.outermost(), float32_output = scope.float32_output();
+  const bool float32_form = computes_bfloat16_in_float32();
+  if (float32_form && !contains_layers() && !float32_output && !y.holds_bfloat16_values()) {
+    y = to_bfloat16_values(y);
+  }
+  // Exact: the values are bfloat16 values.
+  if (outermost && (float32_form || contains_layers()) && y.holds_bfloat16_values()) {
+    y = cast(y, DType::bfloat16);
+  }
+  return y;
 }
 
 KerasTensor Layer::operator()(const KerasTensor& inputs) {
@@ -103,9 +134,35 @@ KerasTensor Layer::operator()(const std::vector<KerasTensor>& inputs) {
 }
 
 Tensor Layer::autocast(const Tensor& t) const {
+  if (!t.defined() || !is_floating(t.dtype())) return t;
+  if (computes_bfloat16_in_float32()) {
+    if (t.holds_bfloat16_values()) return t;
+    if (t.dtype() == DType::bfloat16) {
+      // Widening is exact; the cast's gradient is rounded to bfloat16.
+      Tensor w = cast(t, DType::float32);
+      w.mark_bfloat16_values();
+      return w;
+    }
+    return to_bfloat16_values(t.dtype() == DType::float32 ? t : cast(t, DType::float32));
+  }
   const DType compute = compute_dtype();
-  if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == compute) return t;
+  if (t.dtype() == compute) return t;
   return cast(t, compute);
+}
+
+Tensor Layer::round_like_bfloat16(const Tensor& t) const {
+  if (!computes_bfloat16_in_float32() || t.dtype() != DType::float32 || t.holds_bfloat16_values())
+    return t;
+  return to_bfloat16_values(t);
+}
+
+Tensor Layer::autocast(const Variable& v) const {
+  if (computes_bfloat16_in_float32() && v.dtype() == DType::float32) {
+    Tensor r = round_to_bfloat16(v.value());
+    r.mark_bfloat16_values();
+    return r;
+  }
+  return autocast(v.value());
 }
 
 nlohmann::json Layer::get_config() const {

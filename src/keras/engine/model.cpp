@@ -16,6 +16,7 @@
 #include "lockstep/keras/saving/model_config.h"
 #include "lockstep/keras/saving/safetensors.h"
 #include "lockstep/keras/saving/saving_lib.h"
+
 #include "lockstep/keras/saving/serialization_lib.h"
 #include "trainer.h"
 
@@ -117,6 +118,7 @@ Tensor Model::call(const std::vector<Tensor>& inputs, bool training) {
   LOCKSTEP_CHECK_AS(FailedPrecondition, graph_, "Model '", name(), "' has no layers to call.");
   LOCKSTEP_CHECK(inputs.size() == graph_->inputs.size(), "Model '", name(), "' expects ",
                  graph_->inputs.size(), " inputs. Received ", inputs.size(), ".");
+  detail::LayerCallScope scope;  // the layers' calls are inner ones
   std::unordered_map<KerasNode*, Tensor> values;
   for (size_t i = 0; i < inputs.size(); ++i) {
     KerasNode* n = graph_->inputs[i].node().get();

@@ -28,7 +28,8 @@ Tensor Model::predict(const Dataset& dataset, int64_t steps) {
     }
     auto per_replica = strategy_->run(
         [&](ReplicaContext&, const Element& e) {
-          return e[0].dim(0) ? call(Trainer::as_model_input(*this, e[0]), false) : Tensor();
+          // Called as a layer, so the outputs take the policy's dtype (Layer::finish_call).
+          return e[0].dim(0) ? (*this)(Trainer::as_model_input(*this, e[0]), false) : Tensor();
         },
         *next);
     for (const Tensor& t : per_replica.values)

@@ -54,6 +54,7 @@ nlohmann::json Sequential::get_config() const {
 }
 
 Tensor Sequential::call(const Tensor& inputs, bool training) {
+  detail::LayerCallScope scope;  // the layers' calls are inner ones
   Tensor x = inputs;
   for (const auto& l : layers_) x = (*l)(x, training);
   return x;

@@ -141,13 +141,24 @@ Tensor MultiHeadAttention::project(const Tensor& x, const Variable& kernel,
                                    const Variable& bias) const {
   const int64_t B = x.dim(0), N = x.dim(1), D = x.dim(2);
   const int64_t H = kernel.shape()[1], X = kernel.shape()[2];
-  Tensor k = reshape(autocast(kernel.value()), {D, H * X});
-  Tensor b = options_.use_bias ? reshape(autocast(bias.value()), {H * X}) : Tensor();
-  return reshape(linear(reshape(x, {B * N, D}), k, b), {B, N, H, X});
+  Tensor k = reshape(autocast(kernel), {D, H * X});
+  Tensor b = options_.use_bias ? reshape(autocast(bias), {H * X}) : Tensor();
+  // Stored as a bfloat16 op would store it (in the float32 form, rounded).
+  return reshape(round_like_bfloat16(linear(reshape(x, {B * N, D}), k, b)), {B, N, H, X});
 }
 
 AttentionOutput MultiHeadAttention::attend(const Tensor& query_in, const Tensor& value_in,
                                            const Tensor& key_in, const AttentionCallOptions& o) {
+  // A layer call like operator()'s: the output takes the policy's form (the scores stay float32).
+  detail::LayerCallScope scope;
+  AttentionOutput result = attend_inner(query_in, value_in, key_in, o);
+  result.output = finish_call(std::move(result.output), scope);
+  return result;
+}
+
+AttentionOutput MultiHeadAttention::attend_inner(const Tensor& query_in, const Tensor& value_in,
+                                                 const Tensor& key_in,
+                                                 const AttentionCallOptions& o) {
   const Tensor& key_or_value = key_in.defined() ? key_in : value_in;
   const std::vector<Shape> shapes{query_in.shape(), value_in.shape(), key_or_value.shape()};
   const Shapes s = split_shapes(shapes);
@@ -188,8 +199,9 @@ AttentionOutput MultiHeadAttention::attend(const Tensor& query_in, const Tensor&
     attended = dot_product_attention(q, k, v, fused);
   }
   const int64_t H = options_.num_heads, Vd = value_dim_, E = output_kernel_.shape()[2];
-  Tensor wo = reshape(autocast(output_kernel_.value()), {H * Vd, E});
-  Tensor bo = options_.use_bias ? autocast(output_bias_.value()) : Tensor();
+  Tensor wo = reshape(autocast(output_kernel_), {H * Vd, E});
+  Tensor bo = options_.use_bias ? autocast(output_bias_) : Tensor();
+  attended = round_like_bfloat16(attended);
   result.output = reshape(linear(reshape(attended, {B * T, H * Vd}), wo, bo), {B, T, E});
   return result;
 }

@@ -73,13 +73,14 @@ Tensor Conv2D::call(const Tensor& inputs, bool) {
   LOCKSTEP_CHECK(inputs.dim(3) == kernel_.shape()[2], "Conv2D '", name(), "' expects inputs with ",
                  kernel_.shape()[2], " channels (kernel ", kernel_.shape(),
                  "). Received: ", inputs.describe(), ".");
-  Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();
-  Tensor y = conv2d(autocast(inputs), autocast(kernel_.value()), bias, op_options());
+  Tensor bias = options_.use_bias ? autocast(bias_) : Tensor();
+  Tensor y = conv2d(autocast(inputs), autocast(kernel_), bias, op_options());
   if (options_.activation == "linear") return y;
   // Keras keeps softmax in float32 under a bfloat16 compute dtype (probabilities feed the loss).
   if (options_.activation == "softmax" && y.dtype() == DType::bfloat16) {
     y = cast(y, DType::float32);
   }
+  if (options_.activation == "softmax") keep_float32_output();
   return activations::get(options_.activation)(y);
 }
 

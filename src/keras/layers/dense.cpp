@@ -34,24 +34,23 @@ void Dense::build(const Shape& input_shape) {
   }
 }
 
-Tensor Dense::call(const Tensor& inputs, bool) {
-  int64_t in = kernel_.shape()[0];
-  LOCKSTEP_CHECK(inputs.rank() >= 1 && inputs.dim(-1) == in, "Dense '", name(),
-                 "' expects inputs with last dimension ", in, " (kernel ", kernel_.shape(),
-                 "). Received: ", inputs.describe(), ".");
-  Shape out_shape = compute_output_shape(inputs.shape());
-  Tensor x = inputs.rank() != 2 ? reshape(inputs, Shape{inputs.num_elements() / in, in}) : inputs;
+// mixed_bfloat16's float32 form: the weights' bfloat16 values are the rounded copies the
+// optimizer keeps; relu rounds as it stores, so its output is what the next layer reads (the
+// other activations' outputs are rounded as the layer returns them).
+Tensor Dense::float32_form_linear(const Tensor& inputs, ops::FusedActivation kind) {
+  const Tensor x = autocast(inputs);
+  const Tensor kernel = mixed_precision::rounded_weights(kernel_);
+  const Tensor bias = options_.use_bias ? mixed_precision::rounded_weights(bias_) : Tensor();
+  const bool relu = kind == ops::FusedActivation::relu;
+  Tensor y = linear(x, kernel_.value(), options_.use_bias ? bias_.value() : Tensor(),
+                    relu ? ops::FusedActivation::none : kind, LinearOperands{kernel, bias},
+                    DType::float32);
+  return relu ? relu_to_bfloat16_values(y) : y;
+}
+
+Tensor Dense::bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation kind) {
   const DType compute = compute_dtype();
   const bool f32_weights = kernel_.dtype() == DType::float32;
-  const bool fusable = activations::is_fusable(options_.activation);
-  const ops::FusedActivation kind =
-      fusable ? activations::fused_kind(options_.activation) : ops::FusedActivation::none;
-  // A float32 layer fed bfloat16 activations (a float32 output layer under mixed_bfloat16) takes
-  // them as they are instead of autocasting them to a float32 copy: the matmul widens them anyway.
-  if (!(x.dtype() == DType::bfloat16 && compute == DType::float32 && f32_weights &&
-        kind != ops::FusedActivation::gelu)) {
-    x = autocast(x);  // Keras: floating inputs take the compute dtype
-  }
   Tensor y;
   if (x.dtype() == DType::bfloat16 && f32_weights && kind != ops::FusedActivation::gelu &&
       (compute == DType::float32 || compute == DType::bfloat16)) {
@@ -79,6 +78,35 @@ Tensor Dense::call(const Tensor& inputs, bool) {
     Tensor kernel = autocast(kernel_.value());
     Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();
     y = linear(x, kernel, bias, kind);
+  }
+  return y;
+}
+
+Tensor Dense::call(const Tensor& inputs, bool) {
+  int64_t in = kernel_.shape()[0];
+  LOCKSTEP_CHECK(inputs.rank() >= 1 && inputs.dim(-1) == in, "Dense '", name(),
+                 "' expects inputs with last dimension ", in, " (kernel ", kernel_.shape(),
+                 "). Received: ", inputs.describe(), ".");
+  Shape out_shape = compute_output_shape(inputs.shape());
+  Tensor x = inputs.rank() != 2 ? reshape(inputs, Shape{inputs.num_elements() / in, in}) : inputs;
+  const DType compute = compute_dtype();
+  const bool f32_weights = kernel_.dtype() == DType::float32;
+  const bool fusable = activations::is_fusable(options_.activation);
+  const ops::FusedActivation kind =
+      fusable ? activations::fused_kind(options_.activation) : ops::FusedActivation::none;
+  Tensor y;
+  if (computes_bfloat16_in_float32() && f32_weights) {
+    y = float32_form_linear(x, kind);
+    if (options_.activation == "softmax") keep_float32_output();
+  } else {
+    // A float32 layer fed bfloat16 activations (a float32 output layer under mixed_bfloat16)
+    // takes them as they are instead of autocasting them to a float32 copy: the matmul widens
+    // them anyway.
+    if (!(x.dtype() == DType::bfloat16 && compute == DType::float32 && f32_weights &&
+          kind != ops::FusedActivation::gelu)) {
+      x = autocast(x);  // Keras: floating inputs take the compute dtype
+    }
+    y = bfloat16_or_float32_linear(x, kind);
   }
   if (!fusable) {
     if (options_.activation == "softmax" && y.dtype() == DType::bfloat16) {

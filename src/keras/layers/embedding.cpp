@@ -51,8 +51,7 @@ Tensor Embedding::call(const Tensor& inputs, bool) {
   const bool integer = inputs.dtype() == DType::int32 || inputs.dtype() == DType::int64;
   // The table is cast before the lookup (Keras casts the looked-up rows; the values are the same
   // and the cast's gradient keeps the float32 table's gradient float32).
-  return embedding_lookup(autocast(embeddings_.value()),
-                          integer ? inputs : inputs.to(DType::int64));
+  return embedding_lookup(autocast(embeddings_), integer ? inputs : inputs.to(DType::int64));
 }
 
 Shape Embedding::compute_output_shape(const Shape& input_shape) const {

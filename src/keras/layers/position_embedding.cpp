@@ -65,7 +65,7 @@ Tensor PositionEmbedding::call(const Tensor& inputs, bool) {
   LOCKSTEP_CHECK(inputs.dim(2) == D, "PositionEmbedding '", name(), "' expects ", D,
                  " features (its embeddings are ", embeddings_.shape(),
                  "). Received: ", inputs.describe(), ".");
-  return leading_rows_over_batch(autocast(embeddings_.value()), T, inputs.dim(0));
+  return leading_rows_over_batch(autocast(embeddings_), T, inputs.dim(0));
 }
 
 nlohmann::json PositionEmbedding::get_config() const {

@@ -136,6 +136,12 @@ Tensor Rescaling::call(const Tensor& inputs, bool) {
   }
   Tensor y(inputs.shape(), DType::float32);
   rescale_integers(inputs, y.data<float>(), scale, offset, name());
+  if (computes_bfloat16_in_float32()) {
+    // Rounded in place while the block is still in cache; no gradient flows to integers.
+    round_to_bfloat16_values(y.data<float>(), y.data<float>(),
+                             static_cast<size_t>(y.num_elements()));
+    y.mark_bfloat16_values();
+  }
   return compute_dtype() == DType::float32 ? y : y.to(compute_dtype());
 }
 

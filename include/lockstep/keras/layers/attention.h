@@ -112,6 +112,8 @@ class MultiHeadAttention : public LayerImpl<MultiHeadAttention> {
   struct Shapes {
     Shape query, value, key;
   };
+  AttentionOutput attend_inner(const Tensor& query_in, const Tensor& value_in, const Tensor& key_in,
+                               const AttentionCallOptions& o);
   Shapes split_shapes(const std::vector<Shape>& input_shapes) const;
   Tensor project(const Tensor& x, const Variable& kernel, const Variable& bias) const;
   Tensor unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,

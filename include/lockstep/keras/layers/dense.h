@@ -4,6 +4,7 @@
 #include <string>
 
 #include "lockstep/keras/layer.h"
+#include "lockstep/ops/linear.h"
 
 namespace lockstep::keras::layers {
 
@@ -36,6 +37,9 @@ class Dense : public LayerImpl<Dense> {
   const Variable& bias() const { return bias_; }
 
  private:
+  // x·kernel + bias with the fused activation, on the weights as the policy multiplies them.
+  Tensor float32_form_linear(const Tensor& x, ops::FusedActivation kind);
+  Tensor bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation kind);
   DenseOptions options_;
   Variable kernel_, bias_;
 };

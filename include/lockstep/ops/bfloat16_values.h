@@ -1,0 +1,20 @@
+#pragma once
+// float32 tensors that hold bfloat16 values: mixed_bfloat16's form on CPUs without bfloat16 math
+// (keras/layer.h). A cast to bfloat16 and back would give the same values; keeping them in
+// float32 lets every kernel run its float32 build, with no widening before it and no narrowing
+// after it. Outputs are marked (Tensor::holds_bfloat16_values) so that the next layer does not
+// round them again; gradients are not marked (accumulation writes into them).
+//   round    y = round(x)                       dx = round(dy)
+//   relu     y = relu(round(x))                 dx = round(dy) · [y > 0]
+// round(v) is round_to_bfloat16_value: to nearest even, a NaN stays a quiet NaN. relu keeps NaN
+// (y = x < 0 ? 0 : x), as ops::linear's relu does. Same bits in every ISA build.
+#include "lockstep/core/tensor.h"
+
+namespace lockstep::ops {
+
+Tensor to_bfloat16_values_forward(const Tensor& x);
+Tensor to_bfloat16_values_backward(const Tensor& dy);
+Tensor relu_to_bfloat16_values_forward(const Tensor& x);
+Tensor relu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& y);
+
+}  // namespace lockstep::ops

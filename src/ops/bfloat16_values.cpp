@@ -1,0 +1,74 @@
+#include "lockstep/ops/bfloat16_values.h"
+#include "core/cpu_dispatch.h"
+
+#include "lockstep/core/bfloat16.h"
+#include "lockstep/core/check.h"
+
+#include "internal.h"
+#include "kernel_util.h"
+
+namespace lockstep::ops {
+namespace {
+
+LOCKSTEP_DISPATCHED(void, round_relu_f32,
+                    (const float* __restrict x, float* __restrict y, int64_t n), (x, y, n)) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = round_to_bfloat16_value(x[i]);
+    y[i] = r < 0.0f ? 0.0f : r;
+  }
+}
+
+LOCKSTEP_DISPATCHED(void, round_relu_grad_f32,
+                    (const float* __restrict dy, const float* __restrict y, float* __restrict dx,
+                     int64_t n),
+                    (dy, y, dx, n)) {
+  for (int64_t i = 0; i < n; ++i) {
+    dx[i] = round_to_bfloat16_value(dy[i]) * detail::positive_mask(y[i]);
+  }
+}
+
+void check_float32(const Tensor& t, const char* op, const char* name) {
+  detail::check_defined(t, op, name);
+  LOCKSTEP_CHECK(t.dtype() == DType::float32, op, ": expected a float32 ", name,
+                 ". Received: ", t.describe(), ".");
+}
+
+Tensor rounded(const Tensor& x) {
+  Tensor y(x.shape(), DType::float32);
+  round_to_bfloat16_values(x.data<float>(), y.data<float>(), static_cast<size_t>(x.num_elements()));
+  return y;
+}
+
+}  // namespace
+
+Tensor to_bfloat16_values_forward(const Tensor& x) {
+  check_float32(x, "round_to_bfloat16_values", "x");
+  Tensor y = rounded(x);
+  y.mark_bfloat16_values();
+  return y;
+}
+
+Tensor to_bfloat16_values_backward(const Tensor& dy) {
+  check_float32(dy, "to_bfloat16_values_backward", "dy");
+  return rounded(dy);
+}
+
+Tensor relu_to_bfloat16_values_forward(const Tensor& x) {
+  check_float32(x, "relu_to_bfloat16_values", "x");
+  Tensor y(x.shape(), DType::float32);
+  round_relu_f32(x.data<float>(), y.data<float>(), x.num_elements());
+  y.mark_bfloat16_values();
+  return y;
+}
+
+Tensor relu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& y) {
+  const char* op = "relu_to_bfloat16_values_backward";
+  check_float32(dy, op, "dy");
+  check_float32(y, op, "y");
+  detail::check_same_shape(dy, y, op);
+  Tensor dx(dy.shape(), DType::float32);
+  round_relu_grad_f32(dy.data<float>(), y.data<float>(), dx.data<float>(), dy.num_elements());
+  return dx;
+}
+
+}  // namespace lockstep::ops
