@@ -89,10 +89,45 @@ LOCKSTEP_DISPATCHED(void, rescale_finite_into,
   }
 }
 
-void rescale_into(const uint8_t* x, bfloat16* y, int64_t n, float scale, float offset) {
+// The policy's float32 form (Layer::computes_bfloat16_in_float32): the bfloat16 rounding of the
+// same value, kept in float32, as it is written; without the NaN select for finite results.
+LOCKSTEP_DISPATCHED(void, rescale_rounded_any_into,
+                    (const uint8_t* __restrict x, float* __restrict y, int64_t n, float scale,
+                     float offset),
+                    (x, y, n, scale, offset)) {
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = round_to_bfloat16_value(static_cast<float>(x[i]) * scale + offset);
+  }
+}
+LOCKSTEP_DISPATCHED(void, rescale_rounded_finite_into,
+                    (const uint8_t* __restrict x, float* __restrict y, int64_t n, float scale,
+                     float offset),
+                    (x, y, n, scale, offset)) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = static_cast<float>(x[i]) * scale + offset;
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&y[i], &u, sizeof u);
+  }
+}
+
+bool rescale_stays_finite(float scale, float offset) {
   // |x * scale + offset| <= 255 |scale| + |offset| (plus float32 rounding): far from overflow.
   const double bound = 255.0 * std::fabs(static_cast<double>(scale)) + std::fabs(offset);
-  if (std::isfinite(scale) && std::isfinite(offset) && bound < 1e38) {
+  return std::isfinite(scale) && std::isfinite(offset) && bound < 1e38;
+}
+
+void rescale_rounded_into(const uint8_t* x, float* y, int64_t n, float scale, float offset) {
+  if (rescale_stays_finite(scale, offset)) {
+    rescale_rounded_finite_into(x, y, n, scale, offset);
+  } else {
+    rescale_rounded_any_into(x, y, n, scale, offset);
+  }
+}
+
+void rescale_into(const uint8_t* x, bfloat16* y, int64_t n, float scale, float offset) {
+  if (rescale_stays_finite(scale, offset)) {
     rescale_finite_into(x, y, n, scale, offset);
   } else {
     rescale_any_into(x, y, n, scale, offset);
@@ -135,6 +170,12 @@ Tensor Rescaling::call(const Tensor& inputs, bool) {
     return y;
   }
   Tensor y(inputs.shape(), DType::float32);
+  if (computes_bfloat16_in_float32() && inputs.dtype() == DType::uint8) {
+    rescale_rounded_into(inputs.data<uint8_t>(), y.data<float>(), inputs.num_elements(), scale,
+                         offset);
+    y.mark_bfloat16_values();
+    return y;
+  }
   rescale_integers(inputs, y.data<float>(), scale, offset, name());
   if (computes_bfloat16_in_float32()) {
     // Rounded in place while the block is still in cache; no gradient flows to integers.
