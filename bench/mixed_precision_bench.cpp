@@ -1,8 +1,9 @@
-// mixed_bfloat16 against float32 on the CLI's two MLPs (`lockstep train --model mlp|wide`): the
-// seed model 784-128-10 at batch 128 and the wide 784-2048-2048-10 at batch 256, uint8 pixels,
-// Rescaling, relu layers, a float32 softmax output layer, Adam.
+// mixed_bfloat16 against float32 on the CLI's MLPs and ViT (`lockstep train --model mlp|wide|vit`):
+// the seed model 784-128-10 at batch 128, the wide 784-2048-2048-10 at batch 256 and the ViT
+// (apps/models/vit.h) at batch 128 (a replica's share of the global 256), uint8 pixels,
+// Rescaling, a float32 softmax output layer, Adam.
 //   OMP_NUM_THREADS=1 taskset -c 0 build/release/bench/mixed_precision_bench [--rounds 7]
-//       [--steps-seed 200] [--steps-wide 8] [--model seed|wide|both]
+//       [--steps-seed 200] [--steps-wide 8] [--steps-vit 4] [--model seed|wide|vit|both|all]
 //       [--profile float32|mixed_bfloat16]   (only that policy's steps, for perf record)
 // (one core, as a replica runs; with two OpenMP threads on a shared machine oneDNN's small
 // matmuls wait on each other)
@@ -24,6 +25,7 @@
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/keras.h"
 #include "lockstep/ops/matmul.h"
+#include "models/vit.h"
 
 namespace lockstep {
 namespace {
@@ -37,13 +39,20 @@ struct Setup {
   std::vector<Variable> vars;
 };
 
-Setup make(bool wide, const std::string& policy) {
+enum class Kind { seed, wide, vit };
+
+Setup make(Kind kind, const std::string& policy) {
   keras::mixed_precision::set_global_policy(policy);
   keras::set_random_seed(1);
   std::vector<keras::LayerArg> ls = {keras::Input({784}, DType::uint8),
                                      layers::Rescaling(1.0 / 255)};
+  const bool wide = kind == Kind::wide;
   const int64_t hidden = wide ? 2048 : 128;
-  ls.push_back(layers::Dense({.units = hidden, .activation = "relu"}));
+  if (kind == Kind::vit) {
+    ls.push_back(apps::models::vit_encoder());
+  } else {
+    ls.push_back(layers::Dense({.units = hidden, .activation = "relu"}));
+  }
   if (wide) ls.push_back(layers::Dense({.units = hidden, .activation = "relu"}));
   ls.push_back(layers::Dense({.units = 10, .activation = "softmax", .dtype = "float32"}));
   Setup s;
@@ -72,8 +81,9 @@ double median(std::vector<double> v) {
 }
 
 // `profile`: run only that policy's steps (for perf record), no timing table.
-void run(const std::string& name, bool wide, int64_t batch, int steps, int rounds,
+void run(const std::string& name, Kind kind, int64_t batch, int steps, int rounds,
          const std::string& profile) {
+  const bool wide = kind == Kind::wide;
   Tensor x({batch, 784}, DType::uint8);
   for (int64_t i = 0; i < x.num_elements(); ++i) {
     x.data<uint8_t>()[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
@@ -83,7 +93,7 @@ void run(const std::string& name, bool wide, int64_t batch, int steps, int round
   Tensor y = one_hot(Tensor::from_vector<int64_t>(labels, {batch}), 10);
   keras::losses::CategoricalCrossentropy loss;
   const std::string policies[2] = {"float32", "mixed_bfloat16"};
-  Setup setups[2] = {make(wide, policies[0]), make(wide, policies[1])};
+  Setup setups[2] = {make(kind, policies[0]), make(kind, policies[1])};
   std::printf("%s, batch %ld\n", name.c_str(), static_cast<long>(batch));
   keras::mixed_precision::StepMemory mem[2];
   for (int p = 0; p < 2; ++p) {
@@ -102,15 +112,16 @@ void run(const std::string& name, bool wide, int64_t batch, int steps, int round
   // (for its input gradient); store-bf16-compute-f32 keeps persistent rounded float32 copies
   // instead, outside the tape, so its "saved for backward" is the activations only.
   const int64_t hidden = wide ? 2048 : 128;
-  std::printf("  first layer [%ld x 784] x [784 x %ld] under mixed_bfloat16: %s\n",
-              static_cast<long>(batch), static_cast<long>(hidden),
-              ops::bf16_matmul_computes_in_f32(batch, 784, hidden)
-                  ? "store bfloat16, compute float32"
-                  : "oneDNN bfloat16 kernels");
+  if (kind != Kind::vit)
+    std::printf("  first layer [%ld x 784] x [784 x %ld] under mixed_bfloat16: %s\n",
+                static_cast<long>(batch), static_cast<long>(hidden),
+                ops::bf16_matmul_computes_in_f32(batch, 784, hidden)
+                    ? "store bfloat16, compute float32"
+                    : "oneDNN bfloat16 kernels");
   {
     const ops::Bf16MatmulMode before = ops::bf16_matmul_mode();
     ops::set_bf16_matmul_mode(ops::Bf16MatmulMode::float32_compute);
-    Setup f32_compute = make(wide, policies[1]);
+    Setup f32_compute = make(kind, policies[1]);
     const auto m = keras::mixed_precision::measure_step_memory(*f32_compute.model, x, y, loss);
     ops::set_bf16_matmul_mode(before);
     std::printf(
@@ -163,7 +174,7 @@ void run(const std::string& name, bool wide, int64_t batch, int steps, int round
 }  // namespace lockstep
 
 int main(int argc, char** argv) {
-  int rounds = 7, steps_seed = 200, steps_wide = 8;
+  int rounds = 7, steps_seed = 200, steps_wide = 8, steps_vit = 4;
   std::string only = "both", profile;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -173,8 +184,13 @@ int main(int argc, char** argv) {
     if (a == "--rounds") rounds = v;
     if (a == "--steps-seed") steps_seed = v;
     if (a == "--steps-wide") steps_wide = v;
+    if (a == "--steps-vit") steps_vit = v;
   }
-  if (only != "wide") lockstep::run("seed 784-128-10", false, 128, steps_seed, rounds, profile);
-  if (only != "seed")
-    lockstep::run("wide 784-2048-2048-10", true, 256, steps_wide, rounds, profile);
+  using lockstep::Kind;
+  const bool all = only == "all";
+  if (all || only == "both" || only == "seed")
+    lockstep::run("seed 784-128-10", Kind::seed, 128, steps_seed, rounds, profile);
+  if (all || only == "both" || only == "wide")
+    lockstep::run("wide 784-2048-2048-10", Kind::wide, 256, steps_wide, rounds, profile);
+  if (all || only == "vit") lockstep::run("vit", Kind::vit, 128, steps_vit, rounds, profile);
 }

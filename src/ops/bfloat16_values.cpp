@@ -18,9 +18,9 @@ LOCKSTEP_DISPATCHED(void, round_relu_f32,
   }
 }
 
+// dx may be dy (rounded in place).
 LOCKSTEP_DISPATCHED(void, round_relu_grad_f32,
-                    (const float* __restrict dy, const float* __restrict y, float* __restrict dx,
-                     int64_t n),
+                    (const float* dy, const float* __restrict y, float* dx, int64_t n),
                     (dy, y, dx, n)) {
   for (int64_t i = 0; i < n; ++i) {
     dx[i] = round_to_bfloat16_value(dy[i]) * detail::positive_mask(y[i]);
@@ -42,14 +42,29 @@ Tensor rounded(const Tensor& x) {
 }  // namespace
 
 Tensor to_bfloat16_values_forward(const Tensor& x) {
-  check_float32(x, "round_to_bfloat16_values", "x");
+  check_float32(x, "to_bfloat16_values", "x");
+  if (x.sole_handle()) {
+    // Nobody else can read x's values: round them where they are (one stream fewer than a new
+    // tensor) and hand back a new handle on them.
+    round_to_bfloat16_values(x.data<float>(), x.data<float>(),
+                             static_cast<size_t>(x.num_elements()));
+    x.mark_bfloat16_values();
+    return x.reshape(x.shape());
+  }
   Tensor y = rounded(x);
   y.mark_bfloat16_values();
   return y;
 }
 
+// A gradient the tape has handed over and nobody else holds (Tensor::sole_handle) is rounded in
+// place: the tape drops an intermediate gradient before calling the backward that consumes it.
 Tensor to_bfloat16_values_backward(const Tensor& dy) {
   check_float32(dy, "to_bfloat16_values_backward", "dy");
+  if (dy.sole_handle()) {
+    round_to_bfloat16_values(dy.data<float>(), dy.data<float>(),
+                             static_cast<size_t>(dy.num_elements()));
+    return dy;
+  }
   return rounded(dy);
 }
 
@@ -66,7 +81,7 @@ Tensor relu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& y) {
   check_float32(dy, op, "dy");
   check_float32(y, op, "y");
   detail::check_same_shape(dy, y, op);
-  Tensor dx(dy.shape(), DType::float32);
+  Tensor dx = dy.sole_handle() ? dy : Tensor(dy.shape(), DType::float32);
   round_relu_grad_f32(dy.data<float>(), y.data<float>(), dx.data<float>(), dy.num_elements());
   return dx;
 }

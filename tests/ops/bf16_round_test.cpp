@@ -247,16 +247,33 @@ TEST(MixedLinear, OtherDtypeMixesAreStillRejected) {
 // value with 0 as floats; its gradient is the rounded dy times 1 or 0 as floats.
 TEST(Bfloat16Values, RoundingAndItsGradientAreTheScalarRoundingBitForBit) {
   std::vector<float> v = edge_and_random_values(50000);
-  Tensor x = Tensor::from_vector<float>(v, {static_cast<int64_t>(v.size())});
+  const Shape shape{static_cast<int64_t>(v.size())};
+  Tensor x = Tensor::from_vector<float>(v, shape);
+  Tensor also_x = x;  // a second handle: x must not change
   Tensor y = ops::to_bfloat16_values_forward(x);
   Tensor dx = ops::to_bfloat16_values_backward(x);
   EXPECT_TRUE(y.holds_bfloat16_values());
   EXPECT_FALSE(x.holds_bfloat16_values());
   EXPECT_FALSE(dx.holds_bfloat16_values());  // gradients are accumulated into: never marked
+  EXPECT_FALSE(y.shares_storage_with(x) || dx.shares_storage_with(x));
+  // A sole handle is rounded where it is: the result is a new handle on the same memory.
+  Tensor sole = Tensor::from_vector<float>(v, shape);
+  const void* memory = sole.raw_data();
+  Tensor y_in_place = ops::to_bfloat16_values_forward(sole);
+  EXPECT_EQ(y_in_place.raw_data(), memory);
+  EXPECT_NE(y_in_place.id(), sole.id());
+  EXPECT_TRUE(y_in_place.holds_bfloat16_values());
+  Tensor sole_dy = Tensor::from_vector<float>(v, shape);
+  const void* dy_memory = sole_dy.raw_data();
+  Tensor dx_in_place = ops::to_bfloat16_values_backward(sole_dy);
+  EXPECT_EQ(dx_in_place.raw_data(), dy_memory);
   for (size_t i = 0; i < v.size(); ++i) {
     const uint32_t want = static_cast<uint32_t>(bfloat16::round_from_float(v[i])) << 16;
+    ASSERT_EQ(to_bits(x.data<float>()[i]), to_bits(v[i])) << i;
     ASSERT_EQ(to_bits(y.data<float>()[i]), want) << "bits 0x" << std::hex << to_bits(v[i]);
     ASSERT_EQ(to_bits(dx.data<float>()[i]), want) << "bits 0x" << std::hex << to_bits(v[i]);
+    ASSERT_EQ(to_bits(y_in_place.data<float>()[i]), want) << i;
+    ASSERT_EQ(to_bits(dx_in_place.data<float>()[i]), want) << i;
   }
 }
 
@@ -268,8 +285,13 @@ TEST(Bfloat16Values, ReluOfTheRoundedValueKeepsNaNAndItsGradientMasksTheRoundedD
   EXPECT_TRUE(y.holds_bfloat16_values());
   std::vector<float> d(v.rbegin(), v.rend());  // dy: the same classes against other y
   Tensor dy = Tensor::from_vector<float>(d, {n});
+  Tensor also_dy = dy;  // a second handle: a new dx
   Tensor dx = ops::relu_to_bfloat16_values_backward(dy, y);
   EXPECT_FALSE(dx.holds_bfloat16_values());
+  EXPECT_FALSE(dx.shares_storage_with(dy));
+  also_dy = Tensor();  // now the sole handle: dx is written over dy
+  Tensor dx_in_place = ops::relu_to_bfloat16_values_backward(dy, y);
+  EXPECT_TRUE(dx_in_place.shares_storage_with(dy));
   const volatile float one = 1.0f, zero = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     const float r = static_cast<float>(bfloat16::from_bits(bfloat16::round_from_float(v[i])));
@@ -282,10 +304,12 @@ TEST(Bfloat16Values, ReluOfTheRoundedValueKeepsNaNAndItsGradientMasksTheRoundedD
     }
     const float rd = static_cast<float>(bfloat16::from_bits(bfloat16::round_from_float(d[i])));
     const float want = rd * (yi > 0.0f ? one : zero);
-    if (std::isnan(want)) {
-      ASSERT_TRUE(std::isnan(dx.data<float>()[i])) << i;
-    } else {
-      ASSERT_EQ(to_bits(dx.data<float>()[i]), to_bits(want)) << i;
+    for (const Tensor* out : {&dx, &dx_in_place}) {
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(out->data<float>()[i])) << i;
+      } else {
+        ASSERT_EQ(to_bits(out->data<float>()[i]), to_bits(want)) << i;
+      }
     }
   }
 }

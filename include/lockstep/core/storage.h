@@ -20,6 +20,9 @@ class Storage {
 
   void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release();
+  // True when exactly one handle refers to the block: whoever holds it may write into it without
+  // anyone else seeing the change.
+  bool unshared() const { return refs_.load(std::memory_order_acquire) == 1; }
 
   // Set by a writer that filled the whole block with float32 values that are bfloat16 values
   // (round_to_bfloat16_values), and cleared by any later writer of other values: lets

@@ -74,6 +74,9 @@ class Tensor {
   // copy_from clears it.
   bool holds_bfloat16_values() const;
   void mark_bfloat16_values() const;
+  // True when this handle is the only one referring to its memory block (no view, no copy of the
+  // handle, no tape keeping it): its contents may then be rewritten in place.
+  bool sole_handle() const { return storage_ != nullptr && storage_->unshared(); }
   // True when both handles see the same memory block.
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
 

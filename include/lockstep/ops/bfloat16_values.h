@@ -7,7 +7,11 @@
 //   round    y = round(x)                       dx = round(dy)
 //   relu     y = relu(round(x))                 dx = round(dy) · [y > 0]
 // round(v) is round_to_bfloat16_value: to nearest even, a NaN stays a quiet NaN. relu keeps NaN
-// (y = x < 0 ? 0 : x), as ops::linear's relu does. Same bits in every ISA build.
+// (y = x < 0 ? 0 : x), as ops::linear's relu does. Same bits in every ISA build. The rounding
+// forward rewrites x in place when x's handle is the only one on its memory (Tensor::sole_handle:
+// a layer's fresh output that nothing saved) and returns a new handle on it; the backward ops
+// write into dy when it is the only handle on its memory (an intermediate gradient the tape has
+// let go of).
 #include "lockstep/core/tensor.h"
 
 namespace lockstep::ops {
