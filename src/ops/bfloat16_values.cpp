@@ -41,9 +41,9 @@ Tensor rounded(const Tensor& x) {
 
 }  // namespace
 
-Tensor to_bfloat16_values_forward(const Tensor& x) {
+Tensor to_bfloat16_values_forward(const Tensor& x, bool reuse_sole_handle) {
   check_float32(x, "to_bfloat16_values", "x");
-  if (x.sole_handle()) {
+  if (reuse_sole_handle && x.sole_handle()) {
     // Nobody else can read x's values: round them where they are (one stream fewer than a new
     // tensor) and hand back a new handle on them.
     round_to_bfloat16_values(x.data<float>(), x.data<float>(),

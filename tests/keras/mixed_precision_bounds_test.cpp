@@ -213,5 +213,26 @@ TEST(MixedBfloat16Bounds, ActivationsAndInputGradientsAreBfloat16ValuesOnEveryPa
   EXPECT_FALSE(all_bfloat16_values(x));  // the check can fail: the raw input is not rounded
 }
 
+// The float32 form rounds a layer's own results in place when nothing else holds them; a caller's
+// tensor is never one of them, even when the caller holds its only handle.
+TEST(MixedBfloat16Bounds, ALayerLeavesItsCallersTensorsAsTheyWere) {
+  lockstep::testing::PolicyGuard guard("mixed_bfloat16");
+  const std::vector<double> v = random_values(kBatch * kIn, 9);
+  layers::LayerNormalization norm;
+  layers::Dense dense({.units = kOut});
+  layers::Dropout dropout({.rate = 0.5});
+  layers::Add add;
+  Tensor x = as_float32(v, {kBatch, kIn}), other = as_float32(v, {kBatch, kIn});
+  norm(x);
+  dense(x);
+  dropout(x);  // inference: the input itself comes back
+  add(std::vector<Tensor>{x, other});
+  for (const Tensor* t : {&x, &other}) {
+    for (int64_t i = 0; i < t->num_elements(); ++i) {
+      ASSERT_EQ(t->data<float>()[i], static_cast<float>(v[static_cast<size_t>(i)])) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::keras

@@ -250,7 +250,11 @@ TEST(Bfloat16Values, RoundingAndItsGradientAreTheScalarRoundingBitForBit) {
   const Shape shape{static_cast<int64_t>(v.size())};
   Tensor x = Tensor::from_vector<float>(v, shape);
   Tensor also_x = x;  // a second handle: x must not change
-  Tensor y = ops::to_bfloat16_values_forward(x);
+  Tensor y = ops::to_bfloat16_values_forward(x, /*reuse_sole_handle=*/true);
+  // A caller's tensor (reuse not asked for) is never rewritten, sole handle or not.
+  Tensor callers = Tensor::from_vector<float>(v, shape);
+  Tensor from_callers = ops::to_bfloat16_values_forward(callers);
+  EXPECT_FALSE(from_callers.shares_storage_with(callers));
   Tensor dx = ops::to_bfloat16_values_backward(x);
   EXPECT_TRUE(y.holds_bfloat16_values());
   EXPECT_FALSE(x.holds_bfloat16_values());
@@ -259,7 +263,7 @@ TEST(Bfloat16Values, RoundingAndItsGradientAreTheScalarRoundingBitForBit) {
   // A sole handle is rounded where it is: the result is a new handle on the same memory.
   Tensor sole = Tensor::from_vector<float>(v, shape);
   const void* memory = sole.raw_data();
-  Tensor y_in_place = ops::to_bfloat16_values_forward(sole);
+  Tensor y_in_place = ops::to_bfloat16_values_forward(sole, /*reuse_sole_handle=*/true);
   EXPECT_EQ(y_in_place.raw_data(), memory);
   EXPECT_NE(y_in_place.id(), sole.id());
   EXPECT_TRUE(y_in_place.holds_bfloat16_values());
@@ -270,6 +274,8 @@ TEST(Bfloat16Values, RoundingAndItsGradientAreTheScalarRoundingBitForBit) {
   for (size_t i = 0; i < v.size(); ++i) {
     const uint32_t want = static_cast<uint32_t>(bfloat16::round_from_float(v[i])) << 16;
     ASSERT_EQ(to_bits(x.data<float>()[i]), to_bits(v[i])) << i;
+    ASSERT_EQ(to_bits(callers.data<float>()[i]), to_bits(v[i])) << i;
+    ASSERT_EQ(to_bits(from_callers.data<float>()[i]), want) << i;
     ASSERT_EQ(to_bits(y.data<float>()[i]), want) << "bits 0x" << std::hex << to_bits(v[i]);
     ASSERT_EQ(to_bits(dx.data<float>()[i]), want) << "bits 0x" << std::hex << to_bits(v[i]);
     ASSERT_EQ(to_bits(y_in_place.data<float>()[i]), want) << i;

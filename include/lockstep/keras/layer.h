@@ -146,7 +146,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // widened to.
   Tensor autocast(const Variable& v) const;
   // In the float32 form, t rounded to bfloat16 values (to_bfloat16_values), as a bfloat16
-  // op inside the layer would store it; otherwise t.
+  // op inside the layer would store it; otherwise t. For a result the layer just computed: t is
+  // rounded in place when no other handle sees it.
   Tensor round_like_bfloat16(const Tensor& t) const;
   // Called by call() whose output is float32 by the policy (Keras' float32 softmax under
   // mixed_bfloat16): the float32 form then does not round it.

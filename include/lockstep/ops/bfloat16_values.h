@@ -7,16 +7,16 @@
 //   round    y = round(x)                       dx = round(dy)
 //   relu     y = relu(round(x))                 dx = round(dy) · [y > 0]
 // round(v) is round_to_bfloat16_value: to nearest even, a NaN stays a quiet NaN. relu keeps NaN
-// (y = x < 0 ? 0 : x), as ops::linear's relu does. Same bits in every ISA build. The rounding
-// forward rewrites x in place when x's handle is the only one on its memory (Tensor::sole_handle:
-// a layer's fresh output that nothing saved) and returns a new handle on it; the backward ops
-// write into dy when it is the only handle on its memory (an intermediate gradient the tape has
-// let go of).
+// (y = x < 0 ? 0 : x), as ops::linear's relu does. Same bits in every ISA build. Asked to
+// (reuse_sole_handle, for a layer's fresh output), the rounding forward rewrites x in place when
+// x's handle is the only one on its memory (Tensor::sole_handle: nothing saved it) and returns a
+// new handle on it; never for a tensor that belongs to a caller. The backward ops write into dy
+// when it is the only handle on its memory (an intermediate gradient the tape has let go of).
 #include "lockstep/core/tensor.h"
 
 namespace lockstep::ops {
 
-Tensor to_bfloat16_values_forward(const Tensor& x);
+Tensor to_bfloat16_values_forward(const Tensor& x, bool reuse_sole_handle = false);
 Tensor to_bfloat16_values_backward(const Tensor& dy);
 Tensor relu_to_bfloat16_values_forward(const Tensor& x);
 Tensor relu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& y);

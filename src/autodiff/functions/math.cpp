@@ -249,8 +249,8 @@ Tensor round_to_bfloat16(const Tensor& x) {
                       [](const Tensor& dy, const Tensor&) { return dy; });
 }
 
-Tensor to_bfloat16_values(const Tensor& x) {
-  Tensor y = ops::to_bfloat16_values_forward(x);
+Tensor to_bfloat16_values(const Tensor& x, bool reuse_sole_handle) {
+  Tensor y = ops::to_bfloat16_values_forward(x, reuse_sole_handle);
   return record_unary("to_bfloat16_values", x, y, Tensor(), [](const Tensor& dy, const Tensor&) {
     return ops::to_bfloat16_values_backward(dy);
   });

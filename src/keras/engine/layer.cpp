@@ -106,7 +106,8 @@ Tensor Layer::finish_call(Tensor y, const detail::LayerCallScope& scope) const {
   const bool outermost = scope.outermost(), float32_output = scope.float32_output();
   const bool float32_form = computes_bfloat16_in_float32();
   if (float32_form && !contains_layers() && !float32_output && !y.holds_bfloat16_values()) {
-    y = to_bfloat16_values(y);
+    // In place unless another handle sees it (an input returned as it is, a saved tensor).
+    y = to_bfloat16_values(y, /*reuse_sole_handle=*/true);
   }
   // Exact: the values are bfloat16 values.
   if (outermost && (float32_form || contains_layers()) && y.holds_bfloat16_values()) {
@@ -153,7 +154,7 @@ Tensor Layer::autocast(const Tensor& t) const {
 Tensor Layer::round_like_bfloat16(const Tensor& t) const {
   if (!computes_bfloat16_in_float32() || t.dtype() != DType::float32 || t.holds_bfloat16_values())
     return t;
-  return to_bfloat16_values(t);
+  return to_bfloat16_values(t, /*reuse_sole_handle=*/true);
 }
 
 Tensor Layer::autocast(const Variable& v) const {
