@@ -17,6 +17,7 @@
 #include "lockstep/keras/optimizers.h"
 #include "lockstep/ops/activations.h"
 #include "lockstep/ops/attention.h"
+#include "lockstep/ops/bfloat16_values.h"
 #include "lockstep/ops/nn_norm.h"
 
 namespace lockstep {
@@ -94,16 +95,17 @@ BENCHMARK(BM_AdamUpdate);
 // The ViT's attention (apps/models: 49 patches, 4 heads of 16) over 32 examples: the scores, the
 // column softmax and the weighted rows, forward and backward. Counted as the flop of its four
 // products (2·T·S·D each, per head).
-void attention(benchmark::State& state, DType dtype) {
+void attention(benchmark::State& state, DType dtype, bool bfloat16_values = false) {
   constexpr int64_t kB = 32, kT = 49, kH = 4, kD = 16;
   Generator gen(5);
   Tensor q = gen.uniform({kB, kT, kH, kD}, -1, 1).to(dtype);
   Tensor k = gen.uniform({kB, kT, kH, kD}, -1, 1).to(dtype);
   Tensor v = gen.uniform({kB, kT, kH, kD}, -1, 1).to(dtype);
   Tensor dy = gen.uniform({kB, kT, kH, kD}, -1, 1).to(dtype);
+  const ops::AttentionOptions options{.bfloat16_values = bfloat16_values};
   for (auto _ : state) {
-    Tensor y = ops::dot_product_attention_forward(q, k, v);
-    benchmark::DoNotOptimize(ops::dot_product_attention_backward(dy, q, k, v));
+    Tensor y = ops::dot_product_attention_forward(q, k, v, options);
+    benchmark::DoNotOptimize(ops::dot_product_attention_backward(dy, q, k, v, options));
     benchmark::DoNotOptimize(y);
   }
   state.SetLabel(std::string(loop_isa_name(loop_isa())));
@@ -119,6 +121,11 @@ void BM_AttentionBfloat16(benchmark::State& state) {
   attention(state, DType::bfloat16);
 }
 BENCHMARK(BM_AttentionBfloat16);
+// mixed_bfloat16's float32 form: float32 kernels storing the output and gradients rounded.
+void BM_AttentionBfloat16Values(benchmark::State& state) {
+  attention(state, DType::float32, true);
+}
+BENCHMARK(BM_AttentionBfloat16Values);
 
 // The ViT's layer normalization (width 64) over 128 examples of 49 patches: argument 0 the forward
 // pass alone (bytes: x and y), 1 forward and backward (bytes: x, y, dy and dx).
@@ -145,6 +152,33 @@ void BM_LayerNormBfloat16(benchmark::State& state) {
   layer_norm(state, DType::bfloat16);
 }
 BENCHMARK(BM_LayerNormBfloat16)->Arg(0)->Arg(1);
+
+// mixed_bfloat16's float32 form at the same shape: first argument 0 rounding in passes of their
+// own (the output after the op, the gradient before its backward), 1 in the kernels
+// (bfloat16_values); second argument 0 the forward pass alone, 1 forward and backward. Bytes: x,
+// y, dy and dx in float32.
+void BM_LayerNormBfloat16Values(benchmark::State& state) {
+  constexpr int64_t kRows = 128 * 49, kWidth = 64;
+  Generator gen(6);
+  Tensor x = ops::to_bfloat16_values_forward(gen.uniform({kRows, kWidth}, -1, 1));
+  Tensor gamma = gen.uniform({kWidth}, 0.5, 1.5), beta = gen.uniform({kWidth}, -1, 1);
+  const Tensor upstream = gen.uniform({kRows, kWidth}, -1, 1);
+  const bool fused = state.range(0) != 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Tensor dy = upstream.clone();  // a fresh gradient, as the tape hands one over
+    state.ResumeTiming();
+    ops::LayerNormResult r = ops::layer_norm_forward(x, gamma, beta, 1e-3, fused);
+    Tensor y = fused ? r.output : ops::to_bfloat16_values_forward(r.output, true);
+    if (state.range(1)) {
+      if (!fused) dy = ops::to_bfloat16_values_backward(dy);
+      benchmark::DoNotOptimize(ops::layer_norm_backward(dy, x, gamma, r.mean, r.inv_std, fused));
+    }
+    benchmark::DoNotOptimize(y);
+  }
+  label(state, state.range(1) ? 16.0 : 8.0, kRows * kWidth);
+}
+BENCHMARK(BM_LayerNormBfloat16Values)->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({1, 1});
 
 }  // namespace
 }  // namespace lockstep

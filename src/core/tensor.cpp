@@ -225,6 +225,10 @@ bool Tensor::holds_bfloat16_values() const {
   return storage_ != nullptr && dtype_ == DType::float32 && storage_->holds_bfloat16_values();
 }
 
+void Tensor::clear_bfloat16_values() const {
+  if (storage_ != nullptr) storage_->set_holds_bfloat16_values(false);
+}
+
 void Tensor::mark_bfloat16_values() const {
   LOCKSTEP_CHECK(storage_ != nullptr && dtype_ == DType::float32,
                  "mark_bfloat16_values: expected a defined float32 tensor. Received: ", describe(),

@@ -1,4 +1,5 @@
 #include "lockstep/ops/attention.h"
+#include "lockstep/ops/bfloat16_values.h"
 
 #include <algorithm>
 #include <atomic>
@@ -63,6 +64,7 @@ struct Plan {
   bool causal;
   std::optional<detail::BroadcastMask> mask;  // against [B, H, T, S]
   int64_t block;                              // examples per block
+  bool round;                                 // AttentionOptions::bfloat16_values
 };
 
 Plan make_plan(const Dims& d, DType dtype, const AttentionOptions& o, const char* op) {
@@ -74,7 +76,12 @@ Plan make_plan(const Dims& d, DType dtype, const AttentionOptions& o, const char
          o.scale > 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, d.Dk))),
          o.is_causal,
          std::nullopt,
-         attention_block_examples(d.H, d.T, d.S)};
+         attention_block_examples(d.H, d.T, d.S),
+         o.bfloat16_values};
+  LOCKSTEP_CHECK(!o.bfloat16_values || dtype == DType::float32, op,
+                 ": bfloat16 values are kept in float32 tensors; expected float32 query, key and "
+                 "value. Received: ",
+                 dtype_name(dtype), ".");
   if (o.mask.defined()) p.mask = detail::broadcast_mask(o.mask, Shape{d.B, d.H, d.T, d.S}, op);
   return p;
 }
@@ -385,7 +392,8 @@ LOCKSTEP_DISPATCHED_LANES(void, scores_bf16,
 }
 
 // R output rows [i, i + R) of weighted_rows, features [c, c + W), in R registers.
-template <int W, int R, typename T>
+// kRound (float32 y only): y is stored rounded to bfloat16 values (round_lanes_to_bfloat16).
+template <int W, int R, bool kRound, typename T>
 [[gnu::always_inline]] inline void weighted_block(const float* __restrict w, int64_t wi, int64_t wj,
                                                   int64_t J, const T* __restrict x, int64_t x_rs,
                                                   float alpha, T* __restrict y, int64_t y_rs) {
@@ -396,7 +404,11 @@ template <int W, int R, typename T>
     const float* wj0 = w + j * wj;
     for (int u = 0; u < R; ++u) acc[u] += (wj0[u * wi] - F{}) * v;  // a broadcast times v
   }
-  for (int u = 0; u < R; ++u) store<W>(y + u * y_rs, F(acc[u] * alpha));
+  for (int u = 0; u < R; ++u) {
+    F out = acc[u] * alpha;
+    if constexpr (kRound) round_lanes_to_bfloat16<W>(out);
+    store<W>(y + u * y_rs, out);
+  }
 }
 
 // y[i, c] = alpha · Σ_{j < J} w[i·wi + j·wj] · x[j, c] for i < I and c < D (w float32, x and y
@@ -404,7 +416,7 @@ template <int W, int R, typename T>
 // the gradients dV, dQ, dK), W features per vector, eight output rows at a time (eight
 // independent sums keep the multiply and add units busy); features past the last multiple of W
 // run as scalars, in the same order.
-template <int W, typename T>
+template <int W, bool kRound = false, typename T>
 [[gnu::always_inline]] inline void weighted_rows(const float* __restrict w, int64_t wi, int64_t wj,
                                                  int64_t I, int64_t J, const T* __restrict x,
                                                  int64_t x_rs, int64_t D, float alpha,
@@ -413,14 +425,17 @@ template <int W, typename T>
   for (int64_t c = 0; c < dv; c += W) {
     int64_t i = 0;
     for (; i + 8 <= I; i += 8) {
-      weighted_block<W, 8>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+      weighted_block<W, 8, kRound>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c,
+                                   y_rs);
     }
     if (i + 4 <= I) {
-      weighted_block<W, 4>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+      weighted_block<W, 4, kRound>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c,
+                                   y_rs);
       i += 4;
     }
     for (; i < I; ++i) {
-      weighted_block<W, 1>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c, y_rs);
+      weighted_block<W, 1, kRound>(w + i * wi, wi, wj, J, x + c, x_rs, alpha, y + i * y_rs + c,
+                                   y_rs);
     }
   }
   for (int64_t c = dv; c < D; ++c) {
@@ -429,7 +444,7 @@ template <int W, typename T>
       for (int64_t j = 0; j < J; ++j) acc += w[i * wi + j * wj] * value_of(x[j * x_rs + c]);
       acc *= alpha;
       if constexpr (std::is_same_v<T, float>) {
-        y[i * y_rs + c] = acc;
+        y[i * y_rs + c] = kRound ? round_to_bfloat16_value(acc) : acc;
       } else {
         y[i * y_rs + c] = bfloat16(acc).bits;
       }
@@ -442,6 +457,13 @@ LOCKSTEP_DISPATCHED_LANES(void, weighted_rows_f32,
                            int64_t y_rs),
                           (w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs)) {
   weighted_rows<kFloatLanes>(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
+}
+LOCKSTEP_DISPATCHED_LANES(void, weighted_rows_f32_rounded,
+                          (const float* w, int64_t wi, int64_t wj, int64_t I, int64_t J,
+                           const float* x, int64_t x_rs, int64_t D, float alpha, float* y,
+                           int64_t y_rs),
+                          (w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs)) {
+  weighted_rows<kFloatLanes, true>(w, wi, wj, I, J, x, x_rs, D, alpha, y, y_rs);
 }
 LOCKSTEP_DISPATCHED_LANES(void, weighted_rows_bf16,
                           (const float* w, int64_t wi, int64_t wj, int64_t I, int64_t J,
@@ -548,9 +570,10 @@ void scores_product(const Tensor& a, const Tensor& b, int64_t b0, int64_t n, con
 
 // For examples [b0, b0 + n) and every head: y = alpha · W · x, W the head's [S, ld] block of
 // `wt` (the transposed probabilities or score gradients) as it is (W [S, T]: y [B, S, H, D] from
-// x [B, T, H, D]) or transposed (W [T, S]: y [B, T, H, D] from x [B, S, H, D]).
+// x [B, T, H, D]) or transposed (W [T, S]: y [B, T, H, D] from x [B, S, H, D]). round: a float32 y
+// is stored rounded to bfloat16 values.
 void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t b0, int64_t n,
-                      const Dims& d, int64_t ld, double alpha, const Tensor& y) {
+                      const Dims& d, int64_t ld, double alpha, const Tensor& y, bool round) {
   if (wt.dtype() == DType::float64) {
     const StridedBatch w = transpose ? scores_t(wt, n, d, ld).t() : scores_t(wt, n, d, ld);
     detail::batched_gemm(w, heads(x, b0, n, d.H), heads(y, b0, n, d.H), alpha);
@@ -566,8 +589,9 @@ void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t
                            x.dim(3), static_cast<float>(alpha), head_data<uint16_t>(y, b0 + e, h),
                            row_stride(y));
       } else {
-        weighted_rows_f32(w, wi, wj, I, J, head_data<float>(x, b0 + e, h), row_stride(x), x.dim(3),
-                          static_cast<float>(alpha), head_data<float>(y, b0 + e, h), row_stride(y));
+        auto rows = round ? weighted_rows_f32_rounded : weighted_rows_f32;
+        rows(w, wi, wj, I, J, head_data<float>(x, b0 + e, h), row_stride(x), x.dim(3),
+             static_cast<float>(alpha), head_data<float>(y, b0 + e, h), row_stride(y));
       }
     }
   }
@@ -623,8 +647,9 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
     const Tensor pv = block_probabilities(p, q, k, b0, n, ld, probs, low);
-    weighted_product(pv, true, v, b0, n, d, ld, 1.0, out);
+    weighted_product(pv, true, v, b0, n, d, ld, 1.0, out, p.round);
   }
+  if (p.round) out.mark_bfloat16_values();
   return out;
 }
 
@@ -652,7 +677,9 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
   if (need_dquery) g.dquery = Tensor(query.shape(), query.dtype());
   if (need_dkey) g.dkey = Tensor(key.shape(), key.dtype());
   if (need_dvalue) g.dvalue = Tensor(value.shape(), value.dtype());
-  const Tensor &q = query, &k = key, &v = value, &dout = doutput;
+  const Tensor &q = query, &k = key, &v = value;
+  // The gradient of an output of bfloat16 values is rounded as a bfloat16 tensor's would be.
+  const Tensor dout = p.round ? to_bfloat16_values_backward(doutput) : doutput;
   const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
   const int64_t block_elems = block * d.H * d.S * ld;
   Tensor probs = Tensor::zeros({block_elems}, p.acc), dprobs = Tensor::zeros({block_elems}, p.acc);
@@ -664,7 +691,7 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     const Tensor pv =
         block_probabilities(p, q, k, b0, n, ld, probs, need_dvalue ? low_p : Tensor());
     if (need_dvalue) {  // dV = Pᵀ · dO
-      weighted_product(pv, false, dout, b0, n, d, ld, 1.0, g.dvalue);
+      weighted_product(pv, false, dout, b0, n, d, ld, 1.0, g.dvalue, p.round);
     }
     if (!need_dquery && !need_dkey) continue;
     // dPᵀ = V · dOᵀ
@@ -679,10 +706,15 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     }
     const Tensor& ds = in_operand_dtype(dprobs, low_ds, count);
     if (need_dquery) {  // dQ = scale · dScores · K
-      weighted_product(ds, true, k, b0, n, d, ld, p.scale, g.dquery);
+      weighted_product(ds, true, k, b0, n, d, ld, p.scale, g.dquery, p.round);
     }
     if (need_dkey) {  // dK = scale · dScoresᵀ · Q
-      weighted_product(ds, false, q, b0, n, d, ld, p.scale, g.dkey);
+      weighted_product(ds, false, q, b0, n, d, ld, p.scale, g.dkey, p.round);
+    }
+  }
+  if (p.round) {
+    for (const Tensor* t : {&g.dquery, &g.dkey, &g.dvalue}) {
+      if (t->defined()) t->mark_bfloat16_values();
     }
   }
   return g;

@@ -18,6 +18,13 @@ LOCKSTEP_DISPATCHED(void, round_relu_f32,
   }
 }
 
+LOCKSTEP_DISPATCHED(void, round_sum_f32,
+                    (const float* __restrict a, const float* __restrict b, float* __restrict y,
+                     int64_t n),
+                    (a, b, y, n)) {
+  for (int64_t i = 0; i < n; ++i) y[i] = round_to_bfloat16_value(a[i] + b[i]);
+}
+
 // dx may be dy (rounded in place).
 LOCKSTEP_DISPATCHED(void, round_relu_grad_f32,
                     (const float* dy, const float* __restrict y, float* dx, int64_t n),
@@ -60,12 +67,25 @@ Tensor to_bfloat16_values_forward(const Tensor& x, bool reuse_sole_handle) {
 // place: the tape drops an intermediate gradient before calling the backward that consumes it.
 Tensor to_bfloat16_values_backward(const Tensor& dy) {
   check_float32(dy, "to_bfloat16_values_backward", "dy");
+  if (dy.holds_bfloat16_values()) return dy;  // its producer rounded it as it stored it
   if (dy.sole_handle()) {
     round_to_bfloat16_values(dy.data<float>(), dy.data<float>(),
                              static_cast<size_t>(dy.num_elements()));
     return dy;
   }
   return rounded(dy);
+}
+
+Tensor add_to_bfloat16_values_forward(const Tensor& a, const Tensor& b) {
+  const char* op = "add_to_bfloat16_values";
+  check_float32(a, op, "a");
+  check_float32(b, op, "b");
+  LOCKSTEP_CHECK(a.shape() == b.shape(), op, ": expected a and b of one shape. Received: a ",
+                 a.describe(), ", b ", b.describe(), ".");
+  Tensor y(a.shape(), DType::float32);
+  round_sum_f32(a.data<float>(), b.data<float>(), y.data<float>(), a.num_elements());
+  y.mark_bfloat16_values();
+  return y;
 }
 
 Tensor relu_to_bfloat16_values_forward(const Tensor& x) {

@@ -200,9 +200,11 @@ LOCKSTEP_DISPATCHED(void, sum_into,
 
 void add_into(const Tensor& dst, const Tensor& src) {
   in_place<Binary::add>(dst, src, "add_into");
+  dst.clear_bfloat16_values();  // a sum of bfloat16 values need not be one
 }
 void sub_into(const Tensor& dst, const Tensor& src) {
   in_place<Binary::sub>(dst, src, "sub_into");
+  dst.clear_bfloat16_values();
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {

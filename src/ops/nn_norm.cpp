@@ -22,6 +22,14 @@ void check_input(const char* op, const Tensor& x) {
                  ".");
 }
 
+// mixed_bfloat16's float32 form rounds float32 tensors only.
+void check_bfloat16_values(const char* op, const Tensor& x, bool bfloat16_values) {
+  LOCKSTEP_CHECK(
+      !bfloat16_values || x.dtype() == DType::float32, op,
+      ": bfloat16 values are kept in float32 tensors; expected a float32 x. Received: x=",
+      x.describe(), ".");
+}
+
 void check_epsilon(const char* op, double epsilon) {
   LOCKSTEP_CHECK(epsilon >= 0.0, op, ": expected epsilon >= 0. Received: epsilon=", epsilon, ".");
 }
@@ -238,10 +246,11 @@ NormGrads batch_norm_inference_backward(const Tensor& grad_output, const Tensor&
 }
 
 LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                   double epsilon) {
+                                   double epsilon, bool bfloat16_values) {
   const char* op = "layer_norm";
   check_input(op, x);
   check_epsilon(op, epsilon);
+  check_bfloat16_values(op, x, bfloat16_values);
   const int64_t features = x.dim(-1), rows = x.num_elements() / features;
   check_vector(op, "gamma", gamma, x, features, true);
   check_vector(op, "beta", beta, x, features, true);
@@ -255,6 +264,13 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (bfloat16_values) {
+        detail::layer_norm_rows_to_bfloat16_values(px, rows, features, g.data(), b.data(), epsilon,
+                                                   py, mean.data(), inv_std.data());
+        return;
+      }
+    }
     if constexpr (!std::is_same_v<T, double>) {
       detail::layer_norm_rows(px, rows, features, g.data(), b.data(), epsilon, py, mean.data(),
                               inv_std.data());
@@ -274,16 +290,18 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
       }
     }
   });
+  if (bfloat16_values) y.mark_bfloat16_values();
   Shape stats = x.shape().without(x.rank() - 1);
   DType s = stats_dtype(x.dtype());
   return {y, write(mean, stats, s), write(inv_std, stats, s)};
 }
 
 NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const Tensor& gamma,
-                              const Tensor& mean, const Tensor& inv_std) {
+                              const Tensor& mean, const Tensor& inv_std, bool bfloat16_values) {
   const char* op = "layer_norm_backward";
   check_input(op, x);
   check_gradient(op, grad_output, x);
+  check_bfloat16_values(op, x, bfloat16_values);
   const int64_t features = x.dim(-1), rows = x.num_elements() / features;
   check_vector(op, "gamma", gamma, x, features, true);
   Shape stats = x.shape().without(x.rank() - 1);
@@ -311,6 +329,14 @@ NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const 
   detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using C = detail::compute_t<T>;
+    if constexpr (std::is_same_v<T, float>) {
+      if (bfloat16_values) {
+        detail::layer_norm_rows_grad_of_bfloat16_values(grad_output.data<T>(), x.data<T>(), rows,
+                                                        features, g.data(), mu.data(), rstd.data(),
+                                                        dgamma.data(), dbeta.data(), dx.data<T>());
+        return;
+      }
+    }
     if constexpr (!std::is_same_v<T, double>) {
       detail::layer_norm_rows_grad(grad_output.data<T>(), x.data<T>(), rows, features, g.data(),
                                    mu.data(), rstd.data(), dgamma.data(), dbeta.data(),

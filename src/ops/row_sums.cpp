@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "core/cpu_dispatch.h"
 
@@ -45,7 +46,10 @@ template <int W>
 }
 template <int W>
 [[gnu::always_inline]] inline void load8(Row8<W>& out, const double* p) {
-  std::memcpy(&out.part, p, sizeof out.part);
+  // Part by part: one register load each (a copy of the whole would go through the stack).
+  for (int k = 0; k < Row8<W>::kParts; ++k) {
+    std::memcpy(&out.part[k], p + k * Row8<W>::kLanes, sizeof out.part[k]);
+  }
 }
 template <int W>
 [[gnu::always_inline]] inline double lane(const Row8<W>& v, int i) {
@@ -137,11 +141,23 @@ template <int W, typename T>
   *p = bfloat16::from_bits(bits);
 }
 
-template <typename T>
+// A float stored as its bfloat16 rounding (kept in float32): mixed_bfloat16's float32 form.
+[[gnu::always_inline]] inline void store_rounded(float* p, double v) {
+  *p = round_to_bfloat16_value(static_cast<float>(v));
+}
+
+template <bool kRoundY = false, typename T>
 [[gnu::always_inline]] inline void normalize_row(const T* __restrict x, const double* __restrict g,
                                                  const double* __restrict b, int64_t n, double mu,
                                                  double s, T* __restrict y) {
-  for (int64_t d = 0; d < n; ++d) store_as(y + d, (scalar(x[d]) - mu) * s * g[d] + b[d]);
+  for (int64_t d = 0; d < n; ++d) {
+    const double v = (scalar(x[d]) - mu) * s * g[d] + b[d];
+    if constexpr (kRoundY) {
+      store_rounded(y + d, v);
+    } else {
+      store_as(y + d, v);
+    }
+  }
 }
 
 template <typename T>
@@ -158,7 +174,7 @@ template <typename T>
   }
 }
 
-template <int W, typename T>
+template <int W, bool kRoundY = false, typename T>
 [[gnu::always_inline]] inline void normalize_rows(const T* x, int64_t rows, int64_t n,
                                                   const double* g, const double* b, double epsilon,
                                                   T* y, double* mean, double* inv_std) {
@@ -169,18 +185,26 @@ template <int W, typename T>
     const double rstd = 1.0 / std::sqrt(centered_squares_of<W>(row, n, mu) / count + epsilon);
     mean[r] = mu;
     inv_std[r] = rstd;
-    normalize_row(row, g, b, n, mu, rstd, y + r * n);
+    normalize_row<kRoundY>(row, g, b, n, mu, rstd, y + r * n);
   }
 }
 
-template <int W, typename T>
+template <int W, bool kRoundDy = false, typename T>
 [[gnu::always_inline]] inline void normalize_rows_grad(const T* dy, const T* x, int64_t rows,
                                                        int64_t n, const double* g,
                                                        const double* mean, const double* inv_std,
                                                        double* dgamma, double* dbeta, T* dx) {
   const double count = static_cast<double>(n);
+  // kRoundDy: each row of dy is rounded into an L1-sized buffer first (a separate short loop keeps
+  // the row passes' registers as they are).
+  std::vector<T> rounded(kRoundDy ? static_cast<size_t>(n) : 0);
   for (int64_t r = 0; r < rows; ++r) {
     const T* pd = dy + r * n;
+    if constexpr (kRoundDy) {
+      static_assert(std::is_same_v<T, float>);
+      for (int64_t d = 0; d < n; ++d) rounded[d] = round_to_bfloat16_value(pd[d]);
+      pd = rounded.data();
+    }
     const T* px = x + r * n;
     double sum_g = 0, sum_gx = 0;
     gradient_sums_of<W>(pd, px, g, n, mean[r], inv_std[r], sum_g, sum_gx);
@@ -218,6 +242,21 @@ LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
                            double* dgamma, double* dbeta, bfloat16* dx),
                           (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
   normalize_rows_grad<kFloatLanes>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
+}
+
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_to_bfloat16_values,
+                          (const float* x, int64_t rows, int64_t n, const double* g,
+                           const double* b, double epsilon, float* y, double* mean,
+                           double* inv_std),
+                          (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
+  normalize_rows<kFloatLanes, true>(x, rows, n, g, b, epsilon, y, mean, inv_std);
+}
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad_of_bfloat16_values,
+                          (const float* dy, const float* x, int64_t rows, int64_t n,
+                           const double* g, const double* mean, const double* inv_std,
+                           double* dgamma, double* dbeta, float* dx),
+                          (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
+  normalize_rows_grad<kFloatLanes, true>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
 
 LOCKSTEP_DISPATCHED_LANES(double, row_sum, (const float* x, int64_t n), (x, n)) {

@@ -16,6 +16,7 @@
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/ops/activations.h"
 #include "lockstep/ops/bfloat16_values.h"
+#include "lockstep/ops/elementwise.h"
 #include "lockstep/ops/linear.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
@@ -328,6 +329,37 @@ TEST(Bfloat16Values, TheMarkFollowsTheMemoryAndACopyIntoItClearsIt) {
   y.slice(0, 2).copy_from(random_f32({2, 6}, 4));
   EXPECT_FALSE(y.holds_bfloat16_values());
   EXPECT_THROW(Tensor({2}, DType::bfloat16).mark_bfloat16_values(), InvalidArgument);
+}
+
+TEST(Bfloat16Values, AMarkedGradientPassesTheRoundingAsItIsAndAnAddIntoItClearsTheMark) {
+  // A gradient its producer already stored rounded (and marked) is not rounded again.
+  const Tensor dy = ops::to_bfloat16_values_forward(random_f32({3, 5}, 5));
+  const Tensor passed = ops::to_bfloat16_values_backward(dy);
+  EXPECT_TRUE(passed.shares_storage_with(dy));
+  // An unmarked one is: another value means another tensor or another content.
+  const Tensor raw = random_f32({3, 5}, 6), copy = raw.clone();
+  const Tensor rounded = ops::to_bfloat16_values_backward(raw);
+  for (int64_t i = 0; i < 15; ++i) {
+    EXPECT_EQ(rounded.data<float>()[i], round_to_bfloat16_value(copy.data<float>()[i])) << i;
+  }
+  // A sum of bfloat16 values need not be one: accumulating into a marked tensor clears its mark.
+  const Tensor acc = ops::to_bfloat16_values_forward(random_f32({3, 5}, 7));
+  ops::add_into(acc, random_f32({3, 5}, 8));
+  EXPECT_FALSE(acc.holds_bfloat16_values());
+}
+
+TEST(Bfloat16Values, AddOfMismatchedShapesOrDtypesIsRejectedNamingThem) {
+  try {
+    ops::add_to_bfloat16_values_forward(Tensor({2, 3}, DType::float32),
+                                        Tensor({3, 2}, DType::float32));
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("[2, 3]"));
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("[3, 2]"));
+  }
+  EXPECT_THROW(ops::add_to_bfloat16_values_forward(Tensor({2}, DType::float32),
+                                                   Tensor({2}, DType::bfloat16)),
+               InvalidArgument);
 }
 
 TEST(Bfloat16Values, OtherDtypesAndMismatchedShapesAreRejectedNamingThem) {

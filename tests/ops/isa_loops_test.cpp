@@ -14,6 +14,7 @@
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/ops/activations.h"
 #include "lockstep/ops/attention.h"
+#include "lockstep/ops/bfloat16_values.h"
 #include "lockstep/ops/elementwise.h"
 #include "lockstep/ops/nn_norm.h"
 
@@ -118,65 +119,92 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
     return ((b * T + t) * H + h) * D + d;
   };
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  std::vector<float> out(q.size()), dq(q.size()), dk(q.size()), dv(q.size());
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
-      // s: key, t: query. Scores, probabilities and their gradients, [s][t].
-      std::vector<float> p(T * T), dp(T * T);
-      for (int64_t s = 0; s < T; ++s) {
-        for (int64_t t = 0; t < T; ++t) {
-          float acc = 0.0f, dacc = 0.0f;
-          for (int64_t d = 0; d < D; ++d) {
-            acc += k[at(b, s, h, d)] * q[at(b, t, h, d)];
-            dacc += v[at(b, s, h, d)] * dout[at(b, t, h, d)];
-          }
-          p[s * T + t] = acc * scale;
-          dp[s * T + t] = dacc;
-        }
-      }
-      for (int64_t t = 0; t < T; ++t) {
-        float m = p[t];
-        for (int64_t s = 1; s < T; ++s) m = p[s * T + t] > m ? p[s * T + t] : m;
-        float sum = 0.0f;
-        for (int64_t s = 0; s < T; ++s)
-          sum += (p[s * T + t] = exp_nonpositive_scalar(p[s * T + t] - m));
-        const float inv = 1.0f / sum;
-        float dot = 0.0f;
-        for (int64_t s = 0; s < T; ++s) dot += (p[s * T + t] *= inv) * dp[s * T + t];
-        for (int64_t s = 0; s < T; ++s) dp[s * T + t] = p[s * T + t] * (dp[s * T + t] - dot);
-      }
-      for (int64_t d = 0; d < D; ++d) {
-        for (int64_t t = 0; t < T; ++t) {  // out and dQ: sums over keys
-          float o = 0.0f, g = 0.0f;
-          for (int64_t s = 0; s < T; ++s) {
-            o += p[s * T + t] * v[at(b, s, h, d)];
-            g += dp[s * T + t] * k[at(b, s, h, d)];
-          }
-          out[at(b, t, h, d)] = o * 1.0f;
-          dq[at(b, t, h, d)] = g * scale;
-        }
-        for (int64_t s = 0; s < T; ++s) {  // dV and dK: sums over queries
-          float gv = 0.0f, gk = 0.0f;
+  struct Sums {
+    std::vector<float> out, dq, dk, dv;
+  };
+  // The scalar definition, for an output gradient `dout`.
+  auto reference = [&](const std::vector<float>& dout) {
+    std::vector<float> out(q.size()), dq(q.size()), dk(q.size()), dv(q.size());
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        // s: key, t: query. Scores, probabilities and their gradients, [s][t].
+        std::vector<float> p(T * T), dp(T * T);
+        for (int64_t s = 0; s < T; ++s) {
           for (int64_t t = 0; t < T; ++t) {
-            gv += p[s * T + t] * dout[at(b, t, h, d)];
-            gk += dp[s * T + t] * q[at(b, t, h, d)];
+            float acc = 0.0f, dacc = 0.0f;
+            for (int64_t d = 0; d < D; ++d) {
+              acc += k[at(b, s, h, d)] * q[at(b, t, h, d)];
+              dacc += v[at(b, s, h, d)] * dout[at(b, t, h, d)];
+            }
+            p[s * T + t] = acc * scale;
+            dp[s * T + t] = dacc;
           }
-          dv[at(b, s, h, d)] = gv * 1.0f;
-          dk[at(b, s, h, d)] = gk * scale;
+        }
+        for (int64_t t = 0; t < T; ++t) {
+          float m = p[t];
+          for (int64_t s = 1; s < T; ++s) m = p[s * T + t] > m ? p[s * T + t] : m;
+          float sum = 0.0f;
+          for (int64_t s = 0; s < T; ++s)
+            sum += (p[s * T + t] = exp_nonpositive_scalar(p[s * T + t] - m));
+          const float inv = 1.0f / sum;
+          float dot = 0.0f;
+          for (int64_t s = 0; s < T; ++s) dot += (p[s * T + t] *= inv) * dp[s * T + t];
+          for (int64_t s = 0; s < T; ++s) dp[s * T + t] = p[s * T + t] * (dp[s * T + t] - dot);
+        }
+        for (int64_t d = 0; d < D; ++d) {
+          for (int64_t t = 0; t < T; ++t) {  // out and dQ: sums over keys
+            float o = 0.0f, g = 0.0f;
+            for (int64_t s = 0; s < T; ++s) {
+              o += p[s * T + t] * v[at(b, s, h, d)];
+              g += dp[s * T + t] * k[at(b, s, h, d)];
+            }
+            out[at(b, t, h, d)] = o * 1.0f;
+            dq[at(b, t, h, d)] = g * scale;
+          }
+          for (int64_t s = 0; s < T; ++s) {  // dV and dK: sums over queries
+            float gv = 0.0f, gk = 0.0f;
+            for (int64_t t = 0; t < T; ++t) {
+              gv += p[s * T + t] * dout[at(b, t, h, d)];
+              gk += dp[s * T + t] * q[at(b, t, h, d)];
+            }
+            dv[at(b, s, h, d)] = gv * 1.0f;
+            dk[at(b, s, h, d)] = gk * scale;
+          }
         }
       }
     }
-  }
+    return Sums{out, dq, dk, dv};
+  };
+  const auto [out, dq, dk, dv] = reference(dout);
   const Shape shape{B, T, H, D};
   const Tensor tq = Tensor::from_vector(q, shape), tk = Tensor::from_vector(k, shape),
-               tv = Tensor::from_vector(v, shape);
+               tv = Tensor::from_vector(v, shape), tdout = Tensor::from_vector(dout, shape);
   const Tensor y = ops::dot_product_attention_forward(tq, tk, tv);
-  const ops::AttentionGrads g =
-      ops::dot_product_attention_backward(Tensor::from_vector(dout, shape), tq, tk, tv);
+  const ops::AttentionGrads g = ops::dot_product_attention_backward(tdout, tq, tk, tv);
   EXPECT_TRUE(same_bits(y.data<float>(), out.data(), out.size()));
   EXPECT_TRUE(same_bits(g.dquery.data<float>(), dq.data(), dq.size()));
   EXPECT_TRUE(same_bits(g.dkey.data<float>(), dk.data(), dk.size()));
   EXPECT_TRUE(same_bits(g.dvalue.data<float>(), dv.data(), dv.size()));
+  EXPECT_FALSE(y.holds_bfloat16_values());
+
+  // bfloat16_values: the sums of the output gradient rounded to bfloat16 values, each stored
+  // rounded to a bfloat16 value, and marked.
+  auto rounded = [](std::vector<float> x) {
+    for (float& e : x) e = round_to_bfloat16_value(e);
+    return x;
+  };
+  const Sums r = reference(rounded(dout));
+  const ops::AttentionOptions bf16_values{.bfloat16_values = true};
+  const Tensor ry = ops::dot_product_attention_forward(tq, tk, tv, bf16_values);
+  const ops::AttentionGrads rg =
+      ops::dot_product_attention_backward(tdout, tq, tk, tv, bf16_values);
+  EXPECT_TRUE(same_bits(ry.data<float>(), rounded(out).data(), out.size()));
+  EXPECT_TRUE(same_bits(rg.dquery.data<float>(), rounded(r.dq).data(), dq.size()));
+  EXPECT_TRUE(same_bits(rg.dkey.data<float>(), rounded(r.dk).data(), dk.size()));
+  EXPECT_TRUE(same_bits(rg.dvalue.data<float>(), rounded(r.dv).data(), dv.size()));
+  for (const Tensor* t : {&ry, &rg.dquery, &rg.dkey, &rg.dvalue}) {
+    EXPECT_TRUE(t->holds_bfloat16_values());
+  }
 }
 
 // Layer normalization's row sums, by their scalar definition: float64 sums in eight lanes (lane i
@@ -214,10 +242,76 @@ TEST(IsaLoops, LayerNormGivesTheScalarBits) {
                                            static_cast<double>(beta[d]));
     }
   }
-  const ops::LayerNormResult got =
-      ops::layer_norm_forward(Tensor::from_vector(x, {rows, n}), Tensor::from_vector(gamma, {n}),
-                              Tensor::from_vector(beta, {n}), epsilon);
+  const Tensor tx = Tensor::from_vector(x, {rows, n}), tg = Tensor::from_vector(gamma, {n}),
+               tb = Tensor::from_vector(beta, {n});
+  const ops::LayerNormResult got = ops::layer_norm_forward(tx, tg, tb, epsilon);
   EXPECT_TRUE(same_bits(got.output.data<float>(), want.data(), want.size()));
+  EXPECT_FALSE(got.output.holds_bfloat16_values());
+
+  // bfloat16_values: each output stored as the bfloat16 rounding of the float above, and marked.
+  const ops::LayerNormResult rounded = ops::layer_norm_forward(tx, tg, tb, epsilon, true);
+  for (float& e : want) e = round_to_bfloat16_value(e);
+  EXPECT_TRUE(same_bits(rounded.output.data<float>(), want.data(), want.size()));
+  EXPECT_TRUE(rounded.output.holds_bfloat16_values());
+}
+
+TEST(IsaLoops, LayerNormGradientOfBfloat16ValuesGivesTheScalarBits) {
+  // The backward by its scalar definition (row_sums.h): xhat = (x - mean)·inv_std,
+  // mean_g = Σ dy·g / n and mean_gx = Σ dy·g·xhat / n in the eight-lane order,
+  // dx = inv_std·(dy·g - mean_g - xhat·mean_gx); with bfloat16_values, dy is read rounded.
+  constexpr int64_t rows = 4, n = 67;
+  auto finite = [](std::vector<float> v) {
+    for (float& e : v) e = std::isfinite(e) ? e : 0.5f;
+    return v;
+  };
+  const std::vector<float> x = finite(values(rows * n, 12)), gamma = finite(values(n, 13)),
+                           dy = finite(values(rows * n, 14));
+  const Tensor tx = Tensor::from_vector(x, {rows, n}), tg = Tensor::from_vector(gamma, {n});
+  const ops::LayerNormResult fwd = ops::layer_norm_forward(tx, tg, Tensor(), 1e-3);
+  for (bool round : {false, true}) {
+    SCOPED_TRACE(round ? "dy rounded as read" : "dy as it is");
+    std::vector<float> want(x.size());
+    std::vector<double> dgamma(n, 0.0), dbeta(n, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double mu = fwd.mean.data<float>()[r], s = fwd.inv_std.data<float>()[r];
+      std::vector<double> vdy(n), xhat(n), dg(n), dgx(n);
+      for (int64_t d = 0; d < n; ++d) {
+        const float g_in = dy[r * n + d];
+        vdy[d] = round ? round_to_bfloat16_value(g_in) : g_in;
+        xhat[d] = (static_cast<double>(x[r * n + d]) - mu) * s;
+        dg[d] = vdy[d] * static_cast<double>(gamma[d]);
+        dgx[d] = dg[d] * ((static_cast<double>(x[r * n + d]) - mu) * s);
+      }
+      const double mean_g = lanes_then_tail(dg) / n, mean_gx = lanes_then_tail(dgx) / n;
+      for (int64_t d = 0; d < n; ++d) {
+        dgamma[d] += vdy[d] * xhat[d];
+        dbeta[d] += vdy[d];
+        want[r * n + d] = static_cast<float>(
+            s * (vdy[d] * static_cast<double>(gamma[d]) - mean_g - xhat[d] * mean_gx));
+      }
+    }
+    const ops::NormGrads got = ops::layer_norm_backward(Tensor::from_vector(dy, {rows, n}), tx, tg,
+                                                        fwd.mean, fwd.inv_std, round);
+    EXPECT_TRUE(same_bits(got.x.data<float>(), want.data(), want.size()));
+    for (int64_t d = 0; d < n; ++d) {
+      EXPECT_EQ(got.gamma.data<float>()[d], static_cast<float>(dgamma[d])) << d;
+      EXPECT_EQ(got.beta.data<float>()[d], static_cast<float>(dbeta[d])) << d;
+    }
+  }
+}
+
+TEST(IsaLoops, AddToBfloat16ValuesGivesTheRoundedScalarSum) {
+  for (size_t n : {size_t{7}, size_t{333}, size_t{4101}}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const std::vector<float> a = values(n, 15), b = values(n, 16);
+    const int64_t len = static_cast<int64_t>(n);
+    const Tensor y = ops::add_to_bfloat16_values_forward(Tensor::from_vector(a, {len}),
+                                                         Tensor::from_vector(b, {len}));
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = round_to_bfloat16_value(a[i] + b[i]);
+    EXPECT_TRUE(same_bits(y.data<float>(), want.data(), n));
+    EXPECT_TRUE(y.holds_bfloat16_values());
+  }
 }
 
 }  // namespace

@@ -71,9 +71,10 @@ class Tensor {
   // Whether this float32 tensor's memory block is marked as holding bfloat16 values only
   // (Storage::holds_bfloat16_values), and the mark. Mark only a block you filled entirely with
   // rounded values (round_to_bfloat16_values) and that nothing writes other values into later;
-  // copy_from clears it.
+  // copy_from and the in-place arithmetic (ops::add_into) clear it.
   bool holds_bfloat16_values() const;
   void mark_bfloat16_values() const;
+  void clear_bfloat16_values() const;
   // True when this handle is the only one referring to its memory block (no view, no copy of the
   // handle, no tape keeping it): its contents may then be rewritten in place.
   bool sole_handle() const { return storage_ != nullptr && storage_->unshared(); }

@@ -3,9 +3,13 @@
 // (keras/layer.h). A cast to bfloat16 and back would give the same values; keeping them in
 // float32 lets every kernel run its float32 build, with no widening before it and no narrowing
 // after it. Outputs are marked (Tensor::holds_bfloat16_values) so that the next layer does not
-// round them again; gradients are not marked (accumulation writes into them).
+// round them again. A gradient is marked only by a kernel that stored it rounded (e.g.
+// ops::dot_product_attention_backward with bfloat16_values); the rounding backward passes such a
+// gradient on as it is. Writers of other values into a marked tensor clear the mark
+// (Tensor::copy_from, ops::add_into).
 //   round    y = round(x)                       dx = round(dy)
 //   relu     y = relu(round(x))                 dx = round(dy) · [y > 0]
+//   add      y = round(a + b)  (one shape)      da = db = round(dy)
 // round(v) is round_to_bfloat16_value: to nearest even, a NaN stays a quiet NaN. relu keeps NaN
 // (y = x < 0 ? 0 : x), as ops::linear's relu does. Same bits in every ISA build. Asked to
 // (reuse_sole_handle, for a layer's fresh output), the rounding forward rewrites x in place when
@@ -18,6 +22,7 @@ namespace lockstep::ops {
 
 Tensor to_bfloat16_values_forward(const Tensor& x, bool reuse_sole_handle = false);
 Tensor to_bfloat16_values_backward(const Tensor& dy);
+Tensor add_to_bfloat16_values_forward(const Tensor& a, const Tensor& b);
 Tensor relu_to_bfloat16_values_forward(const Tensor& x);
 Tensor relu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& y);
 

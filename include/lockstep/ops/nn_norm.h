@@ -65,13 +65,19 @@ struct LayerNormResult {
   Tensor inv_std;
 };
 
+// bfloat16_values (float32 x only; mixed_bfloat16's float32 form, keras/layer.h): the output is
+// stored rounded to bfloat16 values and marked as holding them (Tensor::holds_bfloat16_values),
+// and the backward pass, given the same flag, reads grad_output rounded to bfloat16 values: the
+// bits of rounding the output after the op and the gradient before its backward pass.
 LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                   double epsilon = kKerasNormEpsilon);
+                                   double epsilon = kKerasNormEpsilon,
+                                   bool bfloat16_values = false);
 
 // With x̂ = (x - mean) * inv_std, g = dy * gamma and means over d:
 //   grad_x = inv_std * (g - mean(g) - x̂ mean(g x̂)),
 //   grad_gamma = Σ_r dy x̂,   grad_beta = Σ_r dy
 NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const Tensor& gamma,
-                              const Tensor& mean, const Tensor& inv_std);
+                              const Tensor& mean, const Tensor& inv_std,
+                              bool bfloat16_values = false);
 
 }  // namespace lockstep::ops

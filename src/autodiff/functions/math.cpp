@@ -256,6 +256,17 @@ Tensor to_bfloat16_values(const Tensor& x, bool reuse_sole_handle) {
   });
 }
 
+Tensor add_to_bfloat16_values(const Tensor& a, const Tensor& b) {
+  Tensor y = ops::add_to_bfloat16_values_forward(a, b);
+  if (autodiff::should_record({&a, &b})) {
+    autodiff::record("add_to_bfloat16_values", {a, b}, {y}, [](const Grads& g) {
+      Tensor d = ops::to_bfloat16_values_backward(g[0]);
+      return Grads{d, d};
+    });
+  }
+  return y;
+}
+
 Tensor relu_to_bfloat16_values(const Tensor& x) {
   Tensor y = ops::relu_to_bfloat16_values_forward(x);
   return record_unary("relu_to_bfloat16_values", x, y, y, [](const Tensor& dy, const Tensor& s) {

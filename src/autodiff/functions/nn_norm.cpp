@@ -58,15 +58,17 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
   return y;
 }
 
-Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon) {
-  ops::LayerNormResult r = ops::layer_norm_forward(x, gamma, beta, epsilon);
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon,
+                  bool bfloat16_values) {
+  ops::LayerNormResult r = ops::layer_norm_forward(x, gamma, beta, epsilon, bfloat16_values);
   if (autodiff::should_record({&x, &gamma, &beta})) {
-    autodiff::record(
-        "layer_norm", present(x, gamma, beta), {r.output},
-        [x, gamma, has_beta = beta.defined(), mean = r.mean, inv_std = r.inv_std](const Grads& g) {
-          return in_input_order(ops::layer_norm_backward(g[0], x, gamma, mean, inv_std),
-                                gamma.defined(), has_beta);
-        });
+    autodiff::record("layer_norm", present(x, gamma, beta), {r.output},
+                     [x, gamma, has_beta = beta.defined(), mean = r.mean, inv_std = r.inv_std,
+                      bfloat16_values](const Grads& g) {
+                       return in_input_order(
+                           ops::layer_norm_backward(g[0], x, gamma, mean, inv_std, bfloat16_values),
+                           gamma.defined(), has_beta);
+                     });
   }
   return r.output;
 }

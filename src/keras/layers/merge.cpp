@@ -56,6 +56,10 @@ void Add::build(const std::vector<Shape>& shapes) {
 Tensor Add::call(const std::vector<Tensor>& inputs, bool) {
   compute_output_shapes(shapes_of(inputs));
   // Autocast: a float32 skip connection and a bfloat16 branch meet in the compute dtype.
+  if (computes_bfloat16_in_float32() && inputs.size() == 2 &&
+      inputs[0].shape() == inputs[1].shape()) {
+    return add_to_bfloat16_values(autocast(inputs[0]), autocast(inputs[1]));  // rounds as it adds
+  }
   Tensor sum = add(autocast(inputs[0]), autocast(inputs[1]));
   for (size_t i = 2; i < inputs.size(); ++i) sum = add(sum, autocast(inputs[i]));
   return sum;

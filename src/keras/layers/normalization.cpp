@@ -154,7 +154,9 @@ Tensor LayerNormalization::call(const Tensor& inputs, bool) {
                  " features on the last axis. Received: ", inputs.describe(), ".");
   Tensor gamma = options_.scale ? gamma_.value() : Tensor();
   Tensor beta = options_.center ? beta_.value() : Tensor();
-  return layer_norm(autocast(inputs), gamma, beta, options_.epsilon);
+  // The float32 form rounds the output (and its gradient) as the kernels write it.
+  return layer_norm(autocast(inputs), gamma, beta, options_.epsilon,
+                    computes_bfloat16_in_float32());
 }
 
 nlohmann::json LayerNormalization::get_config() const {
