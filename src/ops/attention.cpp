@@ -540,12 +540,12 @@ int64_t row_stride(const Tensor& t) {
   return t.dim(2) * t.dim(3);
 }
 
-// For examples [b0, b0 + n) and every head: yt = alpha · a · bᵀ into the block's transposed
-// scores ([S, ld] per head), with a [B, S, H, D] and b [B, T, H, D].
-void scores_product(const Tensor& a, const Tensor& b, int64_t b0, int64_t n, const Dims& d,
-                    int64_t ld, double alpha, const Tensor& yt) {
+// For n examples and every head: yt = alpha · a · bᵀ into the block's transposed scores ([S, ld]
+// per head), with a [., S, H, D] from example a0 and b [., T, H, D] from example b0.
+void scores_product(const Tensor& a, int64_t a0, const Tensor& b, int64_t b0, int64_t n,
+                    const Dims& d, int64_t ld, double alpha, const Tensor& yt) {
   if (yt.dtype() == DType::float64) {
-    detail::batched_gemm(heads(a, b0, n, d.H), heads(b, b0, n, d.H).t(), scores_t(yt, n, d, ld),
+    detail::batched_gemm(heads(a, a0, n, d.H), heads(b, b0, n, d.H).t(), scores_t(yt, n, d, ld),
                          alpha);
     return;
   }
@@ -556,11 +556,11 @@ void scores_product(const Tensor& a, const Tensor& b, int64_t b0, int64_t n, con
     for (int64_t h = 0; h < d.H; ++h) {
       float* y = yt.data<float>() + (e * d.H + h) * d.S * ld;
       if (bf16) {
-        scores_bf16(head_data<uint16_t>(a, b0 + e, h), row_stride(a), d.S,
+        scores_bf16(head_data<uint16_t>(a, a0 + e, h), row_stride(a), d.S,
                     head_data<uint16_t>(b, b0 + e, h), row_stride(b), d.T, D, ld,
                     static_cast<float>(alpha), bt.data<float>(), y);
       } else {
-        scores_f32(head_data<float>(a, b0 + e, h), row_stride(a), d.S,
+        scores_f32(head_data<float>(a, a0 + e, h), row_stride(a), d.S,
                    head_data<float>(b, b0 + e, h), row_stride(b), d.T, D, ld,
                    static_cast<float>(alpha), bt.data<float>(), y);
       }
@@ -568,15 +568,16 @@ void scores_product(const Tensor& a, const Tensor& b, int64_t b0, int64_t n, con
   }
 }
 
-// For examples [b0, b0 + n) and every head: y = alpha · W · x, W the head's [S, ld] block of
-// `wt` (the transposed probabilities or score gradients) as it is (W [S, T]: y [B, S, H, D] from
-// x [B, T, H, D]) or transposed (W [T, S]: y [B, T, H, D] from x [B, S, H, D]). round: a float32 y
-// is stored rounded to bfloat16 values.
-void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t b0, int64_t n,
-                      const Dims& d, int64_t ld, double alpha, const Tensor& y, bool round) {
+// For n examples and every head: y = alpha · W · x, W the head's [S, ld] block of `wt` (the
+// transposed probabilities or score gradients) as it is (W [S, T]: y [., S, H, D] from
+// x [., T, H, D]) or transposed (W [T, S]: y [., T, H, D] from x [., S, H, D]); x from example x0,
+// y from example y0. round: a float32 y is stored rounded to bfloat16 values.
+void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t x0, int64_t n,
+                      const Dims& d, int64_t ld, double alpha, const Tensor& y, int64_t y0,
+                      bool round) {
   if (wt.dtype() == DType::float64) {
     const StridedBatch w = transpose ? scores_t(wt, n, d, ld).t() : scores_t(wt, n, d, ld);
-    detail::batched_gemm(w, heads(x, b0, n, d.H), heads(y, b0, n, d.H), alpha);
+    detail::batched_gemm(w, heads(x, x0, n, d.H), heads(y, y0, n, d.H), alpha);
     return;
   }
   const int64_t I = transpose ? d.T : d.S, J = transpose ? d.S : d.T;
@@ -585,26 +586,47 @@ void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t
     for (int64_t h = 0; h < d.H; ++h) {
       const float* w = wt.data<float>() + (e * d.H + h) * d.S * ld;
       if (x.dtype() == DType::bfloat16) {
-        weighted_rows_bf16(w, wi, wj, I, J, head_data<uint16_t>(x, b0 + e, h), row_stride(x),
-                           x.dim(3), static_cast<float>(alpha), head_data<uint16_t>(y, b0 + e, h),
+        weighted_rows_bf16(w, wi, wj, I, J, head_data<uint16_t>(x, x0 + e, h), row_stride(x),
+                           x.dim(3), static_cast<float>(alpha), head_data<uint16_t>(y, y0 + e, h),
                            row_stride(y));
       } else {
         auto rows = round ? weighted_rows_f32_rounded : weighted_rows_f32;
-        rows(w, wi, wj, I, J, head_data<float>(x, b0 + e, h), row_stride(x), x.dim(3),
-             static_cast<float>(alpha), head_data<float>(y, b0 + e, h), row_stride(y));
+        rows(w, wi, wj, I, J, head_data<float>(x, x0 + e, h), row_stride(x), x.dim(3),
+             static_cast<float>(alpha), head_data<float>(y, y0 + e, h), row_stride(y));
       }
     }
   }
+}
+
+// A block's examples of q, k or v as the kernels read them: the tensor itself from example b0, or
+// (bfloat16_values, for a tensor not already holding them) those examples rounded to bfloat16
+// values into `scratch` ([block, rows, H, D], from example 0), a copy the block's products then
+// find in the core's cache.
+struct BlockOperand {
+  const Tensor& t;
+  int64_t first;
+};
+BlockOperand block_operand(const Tensor& t, const Tensor& scratch, int64_t b0, int64_t n) {
+  if (!scratch.defined()) return {t, b0};
+  const int64_t per_example = t.dim(1) * t.dim(2) * t.dim(3);
+  round_to_bfloat16_values(t.data<float>() + b0 * per_example, scratch.data<float>(),
+                           static_cast<size_t>(n * per_example));
+  return {scratch, 0};
+}
+// The scratch block_operand rounds `t` into: only for float32 operands read as bfloat16 values.
+Tensor rounding_scratch(const Plan& p, const Tensor& t, int64_t block) {
+  if (!p.round || t.holds_bfloat16_values()) return Tensor();
+  return Tensor({block, t.dim(1), t.dim(2), t.dim(3)}, DType::float32);
 }
 
 // Probabilities of examples [b0, b0 + n), transposed, into `probs` ([n, H, S, ld], acc dtype) and,
 // when defined, rounded to bfloat16 values into `rounded` (the operand of the products with
 // bfloat16 values). Returns what those products take: `rounded` if defined, else `probs` (a
 // handle: the same storage).
-Tensor block_probabilities(const Plan& p, const Tensor& q, const Tensor& k, int64_t b0, int64_t n,
-                           int64_t ld, const Tensor& probs, const Tensor& rounded) {
+Tensor block_probabilities(const Plan& p, const BlockOperand& q, const BlockOperand& k, int64_t b0,
+                           int64_t n, int64_t ld, const Tensor& probs, const Tensor& rounded) {
   const Dims& d = p.d;
-  scores_product(k, q, b0, n, d, ld, p.scale, probs);
+  scores_product(k.t, k.first, q.t, q.first, n, d, ld, p.scale, probs);
   if (masking(p)) {
     if (p.acc == DType::float64) {
       set_dropped(probs.data<double>(), p, b0, n, ld, kMaskedScore);
@@ -644,10 +666,14 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
   // Zeros: the padding columns then hold finite values through the softmax.
   Tensor probs = Tensor::zeros({block * d.H * d.S * ld}, p.acc);
   Tensor low = bf16 ? Tensor(probs.shape(), DType::float32) : Tensor();
+  const Tensor sq = rounding_scratch(p, q, block), sk = rounding_scratch(p, k, block),
+               sv = rounding_scratch(p, v, block);
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
-    const Tensor pv = block_probabilities(p, q, k, b0, n, ld, probs, low);
-    weighted_product(pv, true, v, b0, n, d, ld, 1.0, out, p.round);
+    const BlockOperand bq = block_operand(q, sq, b0, n), bk = block_operand(k, sk, b0, n),
+                       bv = block_operand(v, sv, b0, n);
+    const Tensor pv = block_probabilities(p, bq, bk, b0, n, ld, probs, low);
+    weighted_product(pv, true, bv.t, bv.first, n, d, ld, 1.0, out, b0, p.round);
   }
   if (p.round) out.mark_bfloat16_values();
   return out;
@@ -685,17 +711,21 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
   Tensor probs = Tensor::zeros({block_elems}, p.acc), dprobs = Tensor::zeros({block_elems}, p.acc);
   Tensor low_p = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
   Tensor low_ds = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
+  const Tensor sq = rounding_scratch(p, q, block), sk = rounding_scratch(p, k, block),
+               sv = rounding_scratch(p, v, block);
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
     const int64_t count = n * d.H * d.S * ld;
+    const BlockOperand bq = block_operand(q, sq, b0, n), bk = block_operand(k, sk, b0, n);
     const Tensor pv =
-        block_probabilities(p, q, k, b0, n, ld, probs, need_dvalue ? low_p : Tensor());
+        block_probabilities(p, bq, bk, b0, n, ld, probs, need_dvalue ? low_p : Tensor());
     if (need_dvalue) {  // dV = Pᵀ · dO
-      weighted_product(pv, false, dout, b0, n, d, ld, 1.0, g.dvalue, p.round);
+      weighted_product(pv, false, dout, b0, n, d, ld, 1.0, g.dvalue, b0, p.round);
     }
     if (!need_dquery && !need_dkey) continue;
     // dPᵀ = V · dOᵀ
-    scores_product(v, dout, b0, n, d, ld, 1.0, dprobs);
+    const BlockOperand bv = block_operand(v, sv, b0, n);
+    scores_product(bv.t, bv.first, dout, b0, n, d, ld, 1.0, dprobs);
     softmax_grad_columns(probs, dprobs, n * d.H, d.S, ld);
     if (masking(p)) {
       if (p.acc == DType::float64) {
@@ -706,10 +736,10 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
     }
     const Tensor& ds = in_operand_dtype(dprobs, low_ds, count);
     if (need_dquery) {  // dQ = scale · dScores · K
-      weighted_product(ds, true, k, b0, n, d, ld, p.scale, g.dquery, p.round);
+      weighted_product(ds, true, bk.t, bk.first, n, d, ld, p.scale, g.dquery, b0, p.round);
     }
     if (need_dkey) {  // dK = scale · dScoresᵀ · Q
-      weighted_product(ds, false, q, b0, n, d, ld, p.scale, g.dkey, p.round);
+      weighted_product(ds, false, bq.t, bq.first, n, d, ld, p.scale, g.dkey, b0, p.round);
     }
   }
   if (p.round) {

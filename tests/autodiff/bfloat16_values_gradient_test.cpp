@@ -79,23 +79,19 @@ TEST(Bfloat16ValuesGradient, AddRoundingAsItStoresIsTheRoundingAfterIt) {
                    in);
 }
 
-TEST(Bfloat16ValuesGradient, AttentionRoundingAsItStoresIsTheRoundingAroundIt) {
-  // q, k and v as MultiHeadAttention's float32 form makes them: rounded projections, whose
-  // gradients the rounding backward rounds (unfused) or the attention kernel stores rounded.
+TEST(Bfloat16ValuesGradient, AttentionRoundingAsItReadsAndStoresIsTheRoundingAroundIt) {
+  // q, k and v as raw projections: the unfused form rounds them (to_bfloat16_values, whose
+  // backward rounds their gradients) and the output; the fused kernel reads them rounded and
+  // stores the output and the gradients rounded.
   const Shape shape{2, 9, 3, 5};
   const std::vector<Tensor> in{random_f32(shape, 6), random_f32(shape, 7), random_f32(shape, 8)};
-  auto rounded_inputs = [](const std::vector<Tensor>& t) {
-    return std::vector<Tensor>{to_bfloat16_values(t[0]), to_bfloat16_values(t[1]),
-                               to_bfloat16_values(t[2])};
-  };
   expect_same_bits(
-      [&](const std::vector<Tensor>& t) {
-        const std::vector<Tensor> r = rounded_inputs(t);
-        return dot_product_attention(r[0], r[1], r[2], {.bfloat16_values = true});
+      [](const std::vector<Tensor>& t) {
+        return dot_product_attention(t[0], t[1], t[2], {.bfloat16_values = true});
       },
-      [&](const std::vector<Tensor>& t) {
-        const std::vector<Tensor> r = rounded_inputs(t);
-        return to_bfloat16_values(dot_product_attention(r[0], r[1], r[2]));
+      [](const std::vector<Tensor>& t) {
+        return to_bfloat16_values(dot_product_attention(
+            to_bfloat16_values(t[0]), to_bfloat16_values(t[1]), to_bfloat16_values(t[2])));
       },
       in);
 }

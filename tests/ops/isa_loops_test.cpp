@@ -123,7 +123,8 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
     std::vector<float> out, dq, dk, dv;
   };
   // The scalar definition, for an output gradient `dout`.
-  auto reference = [&](const std::vector<float>& dout) {
+  auto reference = [&](const std::vector<float>& q, const std::vector<float>& k,
+                       const std::vector<float>& v, const std::vector<float>& dout) {
     std::vector<float> out(q.size()), dq(q.size()), dk(q.size()), dv(q.size());
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
@@ -175,7 +176,7 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
     }
     return Sums{out, dq, dk, dv};
   };
-  const auto [out, dq, dk, dv] = reference(dout);
+  const auto [out, dq, dk, dv] = reference(q, k, v, dout);
   const Shape shape{B, T, H, D};
   const Tensor tq = Tensor::from_vector(q, shape), tk = Tensor::from_vector(k, shape),
                tv = Tensor::from_vector(v, shape), tdout = Tensor::from_vector(dout, shape);
@@ -187,24 +188,31 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   EXPECT_TRUE(same_bits(g.dvalue.data<float>(), dv.data(), dv.size()));
   EXPECT_FALSE(y.holds_bfloat16_values());
 
-  // bfloat16_values: the sums of the output gradient rounded to bfloat16 values, each stored
-  // rounded to a bfloat16 value, and marked.
+  // bfloat16_values: the sums of q, k, v and the output gradient rounded to bfloat16 values, each
+  // stored rounded to a bfloat16 value, and marked; inputs already marked are read as they are.
   auto rounded = [](std::vector<float> x) {
     for (float& e : x) e = round_to_bfloat16_value(e);
     return x;
   };
-  const Sums r = reference(rounded(dout));
+  const Sums r = reference(rounded(q), rounded(k), rounded(v), rounded(dout));
   const ops::AttentionOptions bf16_values{.bfloat16_values = true};
-  const Tensor ry = ops::dot_product_attention_forward(tq, tk, tv, bf16_values);
-  const ops::AttentionGrads rg =
-      ops::dot_product_attention_backward(tdout, tq, tk, tv, bf16_values);
-  EXPECT_TRUE(same_bits(ry.data<float>(), rounded(out).data(), out.size()));
-  EXPECT_TRUE(same_bits(rg.dquery.data<float>(), rounded(r.dq).data(), dq.size()));
-  EXPECT_TRUE(same_bits(rg.dkey.data<float>(), rounded(r.dk).data(), dk.size()));
-  EXPECT_TRUE(same_bits(rg.dvalue.data<float>(), rounded(r.dv).data(), dv.size()));
-  for (const Tensor* t : {&ry, &rg.dquery, &rg.dkey, &rg.dvalue}) {
-    EXPECT_TRUE(t->holds_bfloat16_values());
+  const Tensor marked_q = Tensor::from_vector(rounded(q), shape);
+  marked_q.mark_bfloat16_values();
+  for (const Tensor* query : {&tq, &marked_q}) {
+    SCOPED_TRACE(query == &tq ? "query rounded as read" : "query marked");
+    const Tensor ry = ops::dot_product_attention_forward(*query, tk, tv, bf16_values);
+    const ops::AttentionGrads rg =
+        ops::dot_product_attention_backward(tdout.clone(), *query, tk, tv, bf16_values);
+    EXPECT_TRUE(same_bits(ry.data<float>(), rounded(r.out).data(), out.size()));
+    EXPECT_TRUE(same_bits(rg.dquery.data<float>(), rounded(r.dq).data(), dq.size()));
+    EXPECT_TRUE(same_bits(rg.dkey.data<float>(), rounded(r.dk).data(), dk.size()));
+    EXPECT_TRUE(same_bits(rg.dvalue.data<float>(), rounded(r.dv).data(), dv.size()));
+    for (const Tensor* t : {&ry, &rg.dquery, &rg.dkey, &rg.dvalue}) {
+      EXPECT_TRUE(t->holds_bfloat16_values());
+    }
   }
+  EXPECT_TRUE(same_bits(tq.data<float>(), q.data(), q.size()));  // the caller's tensors as given
+  EXPECT_TRUE(same_bits(tdout.data<float>(), dout.data(), dout.size()));
 }
 
 // Layer normalization's row sums, by their scalar definition: float64 sums in eight lanes (lane i

@@ -35,12 +35,13 @@ struct AttentionOptions {
   bool is_causal = false;
   // 0 means 1 / sqrt(Dk).
   double scale = 0.0;
-  // float32 query, key and value holding bfloat16 values (mixed_bfloat16's float32 form,
-  // keras/layer.h): the output and the gradients of query, key and value are stored rounded to
-  // bfloat16 values and marked as holding them (Tensor::holds_bfloat16_values), and the output's
-  // gradient is rounded before use (in place when the tape has handed it over, as
-  // to_bfloat16_values_backward rounds it): the bits of rounding the output after the op, its
-  // gradient before the backward pass and the inputs' gradients after it.
+  // mixed_bfloat16's float32 form (keras/layer.h), for float32 query, key and value: they are
+  // read as their bfloat16 roundings (block by block, unless already marked as holding bfloat16
+  // values), the output and the gradients of query, key and value are stored rounded to bfloat16
+  // values and marked (Tensor::holds_bfloat16_values), and the output's gradient is rounded
+  // before use (in place when the tape has handed it over, as to_bfloat16_values_backward rounds
+  // it): the bits of to_bfloat16_values on the inputs, the op, and to_bfloat16_values on its
+  // output.
   bool bfloat16_values = false;
 };
 

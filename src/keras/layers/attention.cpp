@@ -137,14 +137,16 @@ Tensor MultiHeadAttention::call(const Tensor& inputs, bool training) {
 }
 
 // x [B, N, D] · kernel [D, H, X] (+ bias [H, X]) -> [B, N, H, X]: one matmul over the B·N rows.
-Tensor MultiHeadAttention::project(const Tensor& x, const Variable& kernel,
-                                   const Variable& bias) const {
+Tensor MultiHeadAttention::project(const Tensor& x, const Variable& kernel, const Variable& bias,
+                                   bool round) const {
   const int64_t B = x.dim(0), N = x.dim(1), D = x.dim(2);
   const int64_t H = kernel.shape()[1], X = kernel.shape()[2];
   Tensor k = reshape(autocast(kernel), {D, H * X});
   Tensor b = options_.use_bias ? reshape(autocast(bias), {H * X}) : Tensor();
-  // Stored as a bfloat16 op would store it (in the float32 form, rounded).
-  return reshape(round_like_bfloat16(linear(reshape(x, {B * N, D}), k, b)), {B, N, H, X});
+  // Stored as a bfloat16 op would store it (in the float32 form, rounded; the fused attention
+  // kernel rounds it as it reads it instead).
+  Tensor y = linear(reshape(x, {B * N, D}), k, b);
+  return reshape(round ? round_like_bfloat16(y) : y, {B, N, H, X});
 }
 
 AttentionOutput MultiHeadAttention::attend(const Tensor& query_in, const Tensor& value_in,
@@ -182,13 +184,14 @@ AttentionOutput MultiHeadAttention::attend_inner(const Tensor& query_in, const T
                    ". Received: ", mask.describe(), ".");
   }
 
-  const Tensor q = project(autocast(query_in), query_kernel_, query_bias_);
-  const Tensor k = project(autocast(key_or_value), key_kernel_, key_bias_);
-  const Tensor v = project(autocast(value_in), value_kernel_, value_bias_);
+  const bool use_dropout = dropout_ && o.training;
+  const bool fused = !(use_dropout || o.return_attention_scores);
+  const Tensor q = project(autocast(query_in), query_kernel_, query_bias_, !fused);
+  const Tensor k = project(autocast(key_or_value), key_kernel_, key_bias_, !fused);
+  const Tensor v = project(autocast(value_in), value_kernel_, value_bias_, !fused);
   AttentionOutput result;
   Tensor attended;  // [B, T, H, value_dim]
-  const bool use_dropout = dropout_ && o.training;
-  if (use_dropout || o.return_attention_scores) {
+  if (!fused) {
     attended = unfused_attention(q, k, v, mask, o.use_causal_mask, o.training,
                                  o.return_attention_scores ? &result.scores : nullptr);
   } else {
