@@ -68,12 +68,11 @@ Tensor to_bfloat16_values_forward(const Tensor& x, bool reuse_sole_handle) {
 Tensor to_bfloat16_values_backward(const Tensor& dy) {
   check_float32(dy, "to_bfloat16_values_backward", "dy");
   if (dy.holds_bfloat16_values()) return dy;  // its producer rounded it as it stored it
-  if (dy.sole_handle()) {
-    round_to_bfloat16_values(dy.data<float>(), dy.data<float>(),
-                             static_cast<size_t>(dy.num_elements()));
-    return dy;
-  }
-  return rounded(dy);
+  Tensor dx = dy.sole_handle() ? dy : Tensor(dy.shape(), DType::float32);
+  round_to_bfloat16_values(dy.data<float>(), dx.data<float>(),
+                           static_cast<size_t>(dy.num_elements()));
+  dx.mark_bfloat16_values();  // a later rounding of it (a shared gradient's other reader) is free
+  return dx;
 }
 
 Tensor add_to_bfloat16_values_forward(const Tensor& a, const Tensor& b) {
@@ -103,6 +102,7 @@ Tensor relu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& y) {
   detail::check_same_shape(dy, y, op);
   Tensor dx = dy.sole_handle() ? dy : Tensor(dy.shape(), DType::float32);
   round_relu_grad_f32(dy.data<float>(), y.data<float>(), dx.data<float>(), dy.num_elements());
+  dx.mark_bfloat16_values();
   return dx;
 }
 

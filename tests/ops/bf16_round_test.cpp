@@ -259,7 +259,8 @@ TEST(Bfloat16Values, RoundingAndItsGradientAreTheScalarRoundingBitForBit) {
   Tensor dx = ops::to_bfloat16_values_backward(x);
   EXPECT_TRUE(y.holds_bfloat16_values());
   EXPECT_FALSE(x.holds_bfloat16_values());
-  EXPECT_FALSE(dx.holds_bfloat16_values());  // gradients are accumulated into: never marked
+  // Marked too: a second rounding of it is free, and accumulating into it clears the mark.
+  EXPECT_TRUE(dx.holds_bfloat16_values());
   EXPECT_FALSE(y.shares_storage_with(x) || dx.shares_storage_with(x));
   // A sole handle is rounded where it is: the result is a new handle on the same memory.
   Tensor sole = Tensor::from_vector<float>(v, shape);
@@ -294,7 +295,7 @@ TEST(Bfloat16Values, ReluOfTheRoundedValueKeepsNaNAndItsGradientMasksTheRoundedD
   Tensor dy = Tensor::from_vector<float>(d, {n});
   Tensor also_dy = dy;  // a second handle: a new dx
   Tensor dx = ops::relu_to_bfloat16_values_backward(dy, y);
-  EXPECT_FALSE(dx.holds_bfloat16_values());
+  EXPECT_TRUE(dx.holds_bfloat16_values());
   EXPECT_FALSE(dx.shares_storage_with(dy));
   also_dy = Tensor();  // now the sole handle: dx is written over dy
   Tensor dx_in_place = ops::relu_to_bfloat16_values_backward(dy, y);

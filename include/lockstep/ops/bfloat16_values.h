@@ -3,10 +3,11 @@
 // (keras/layer.h). A cast to bfloat16 and back would give the same values; keeping them in
 // float32 lets every kernel run its float32 build, with no widening before it and no narrowing
 // after it. Outputs are marked (Tensor::holds_bfloat16_values) so that the next layer does not
-// round them again. A gradient is marked only by a kernel that stored it rounded (e.g.
-// ops::dot_product_attention_backward with bfloat16_values); the rounding backward passes such a
-// gradient on as it is. Writers of other values into a marked tensor clear the mark
-// (Tensor::copy_from, ops::add_into).
+// round them again. Gradients are marked by the kernels that store them rounded (the backward
+// ops below, ops::dot_product_attention_backward with bfloat16_values), and the rounding backward
+// passes a marked gradient on as it is (e.g. the one gradient an add hands both its inputs).
+// Writers of other values into a marked tensor clear the mark (Tensor::copy_from,
+// ops::add_into).
 //   round    y = round(x)                       dx = round(dy)
 //   relu     y = relu(round(x))                 dx = round(dy) · [y > 0]
 //   add      y = round(a + b)  (one shape)      da = db = round(dy)
