@@ -195,10 +195,12 @@ AttentionOutput MultiHeadAttention::attend_inner(const Tensor& query_in, const T
     attended = unfused_attention(q, k, v, mask, o.use_causal_mask, o.training,
                                  o.return_attention_scores ? &result.scores : nullptr);
   } else {
-    // The float32 form's kernel rounds the output and the gradients of q, k, v as it stores them.
+    // The float32 form's kernel rounds the output and the gradients of q, k, v as it stores them,
+    // and q, k, v (the projections' fresh results, read by nothing else) in place as it reads them.
     ops::AttentionOptions fused{.is_causal = o.use_causal_mask,
                                 .scale = 1.0 / std::sqrt(static_cast<double>(options_.key_dim)),
-                                .bfloat16_values = computes_bfloat16_in_float32()};
+                                .bfloat16_values = computes_bfloat16_in_float32(),
+                                .round_inputs_in_place = true};
     // Keras expands a [B, T, S] mask over the heads; a [T, S] one broadcasts as it is.
     if (mask.defined()) fused.mask = mask.rank() == 3 ? mask.reshape({B, 1, T, S}) : mask;
     attended = dot_product_attention(q, k, v, fused);
