@@ -2,6 +2,7 @@
 
 #include "lockstep/core/check.h"
 #include "lockstep/core/task_cancellation.h"
+#include "lockstep/ops/bfloat16_values.h"
 #include "lockstep/ops/elementwise.h"
 
 #include <algorithm>
@@ -24,6 +25,8 @@ struct GradientTape::Impl {
     std::vector<TensorInfo> outputs;
     BackwardFunction backward;  // one of these two is set
     BackwardIntoFunction backward_into;
+    // note_rounds_output_gradient: ids of outputs whose gradient the backward rounds.
+    std::vector<uint64_t> rounds_gradient_of;
   };
 
   bool persistent;
@@ -162,6 +165,30 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       }
     }
   }
+  // Gradients the producing op reads rounded to bfloat16 values (note_rounds_output_gradient):
+  // the record whose contribution completes each (the earliest reader; records run in reverse).
+  std::unordered_map<uint64_t, size_t> rounded_sum_at;
+  for (const auto& r : t.records) {
+    for (uint64_t id : r.rounds_gradient_of) rounded_sum_at.emplace(id, no_record);
+  }
+  if (!rounded_sum_at.empty()) {
+    for (size_t k = 0; k < t.records.size(); ++k) {
+      for (const auto& in : t.records[k].inputs) {
+        auto it = rounded_sum_at.find(in.id);
+        if (it != rounded_sum_at.end() && it->second == no_record) it->second = k;
+      }
+    }
+  }
+  // True when input i of record k adds the last contribution to a gradient read rounded.
+  auto completes_rounded_sum = [&](size_t k, const std::vector<Impl::TensorInfo>& inputs,
+                                   size_t i) {
+    auto it = rounded_sum_at.find(inputs[i].id);
+    if (it == rounded_sum_at.end() || it->second != k) return false;
+    for (size_t j = i + 1; j < inputs.size(); ++j) {
+      if (inputs[j].id == inputs[i].id) return false;  // the record adds another one after it
+    }
+    return true;
+  };
   // Puts source i's gradient into its destination (converting its dtype if needed) and returns
   // the tensor gradient() reports for it.
   auto finalize = [&](size_t i) -> Tensor {
@@ -240,6 +267,9 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       int s = source_index(in.id);
       if (s >= 0 && in_destination[static_cast<size_t>(s)] && g.dtype() == it->second.dtype()) {
         autodiff::accumulate_into(it->second, g);
+      } else if (g.dtype() == DType::float32 && it->second.dtype() == DType::float32 &&
+                 completes_rounded_sum(k, rec->inputs, i)) {
+        it->second = ops::add_to_bfloat16_values_forward(it->second, g);  // rounded and marked
       } else {
         it->second = autodiff::accumulate(it->second, g);
       }
@@ -319,6 +349,16 @@ void record_impl(std::string_view op_name, const std::vector<Tensor>& inputs,
   }
 }
 }  // namespace
+
+void note_rounds_output_gradient(const Tensor& output) {
+  for (GradientTape::Impl* t : tape_stack) {
+    if (!t->recording || t->records.empty()) continue;
+    auto& rec = t->records.back();
+    for (const auto& o : rec.outputs) {
+      if (o.id == output.id()) rec.rounds_gradient_of.push_back(o.id);
+    }
+  }
+}
 
 void record(std::string_view op_name, const std::vector<Tensor>& inputs,
             const std::vector<Tensor>& outputs, BackwardFunction backward) {

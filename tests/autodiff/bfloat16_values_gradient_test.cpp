@@ -15,6 +15,7 @@
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/nn_functions.h"
 #include "lockstep/autodiff/transformer_functions.h"
+#include "lockstep/core/bfloat16.h"
 
 namespace lockstep {
 namespace {
@@ -94,6 +95,51 @@ TEST(Bfloat16ValuesGradient, AttentionRoundingAsItReadsAndStoresIsTheRoundingAro
             to_bfloat16_values(t[0]), to_bfloat16_values(t[1]), to_bfloat16_values(t[2])));
       },
       in);
+}
+
+// A gradient read rounded (to_bfloat16_values' backward) that several ops contribute to: the tape
+// rounds the sum as it adds the last contribution in. Integer-valued terms below 2^24 make every
+// partial sum exact in float32 whatever the order, so the expected gradient is the rounding of
+// the exact sum; rounding to bfloat16's 8 significant bits then changes most of them.
+TEST(Bfloat16ValuesGradient, ASummedGradientIsRoundedOnceAfterTheLastContribution) {
+  const int64_t n = 64;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> ints(-(1 << 20), 1 << 20);
+  std::vector<float> a(n), w1(n), w2(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(ints(rng));
+    w1[i] = static_cast<float>(ints(rng));
+    w2[i] = static_cast<float>(ints(rng));
+  }
+  const Tensor ta = Tensor::from_vector(a, {n}), tw1 = Tensor::from_vector(w1, {n}),
+               tw2 = Tensor::from_vector(w2, {n});
+  // loss = Σ x·w1 + Σ x·x + Σ x·w2 with x = to_bfloat16_values(a), the readers recorded in the
+  // orders below (x·x contributes twice from one record): dloss/da = round(w1 + 2x + w2).
+  const std::vector<std::vector<int>> orders{{0, 1, 2}, {1, 0, 2}, {2, 0, 1}, {0, 2, 1}};
+  for (const auto& order : orders) {
+    SCOPED_TRACE(::testing::Message() << "readers in order " << order[0] << order[1] << order[2]);
+    GradientTape tape;
+    tape.watch(ta);
+    const Tensor x = to_bfloat16_values(ta);
+    std::vector<Tensor> terms(3);
+    for (int r : order) {
+      terms[static_cast<size_t>(r)] =
+          reduce_sum(r == 0 ? mul(x, tw1) : r == 1 ? mul(x, x) : mul(x, tw2));
+    }
+    const Tensor loss = add(add(terms[0], terms[1]), terms[2]);
+    const Tensor g = tape.gradient(loss, std::vector<Tensor>{ta})[0];
+    ASSERT_EQ(g.shape(), Shape({n}));
+    EXPECT_TRUE(g.holds_bfloat16_values());
+    int changed = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float xi = round_to_bfloat16_value(a[i]);
+      const double exact = static_cast<double>(w1[i]) + 2.0 * xi + static_cast<double>(w2[i]);
+      const float expected = round_to_bfloat16_value(static_cast<float>(exact));
+      changed += expected != static_cast<float>(exact);
+      EXPECT_EQ(g.data<float>()[i], expected) << "element " << i;
+    }
+    EXPECT_GT(changed, n / 2);  // the rounding is there to be seen
+  }
 }
 
 }  // namespace

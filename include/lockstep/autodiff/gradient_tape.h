@@ -102,6 +102,13 @@ void record(std::string_view op_name, const std::vector<Tensor>& inputs,
 void record(std::string_view op_name, const std::vector<Tensor>& inputs,
             const std::vector<Tensor>& outputs, BackwardIntoFunction backward);
 
+// Says that the op just recorded with `output` among its outputs reads that output's float32
+// gradient rounded to bfloat16 values (ops::to_bfloat16_values_backward, which takes a gradient
+// already marked as holding them as it is). Where the gradient is a sum of several ops'
+// contributions, the tape then rounds the sum as it adds the last one in and marks it: one pass
+// over the gradient instead of two, the same bits.
+void note_rounds_output_gradient(const Tensor& output);
+
 // Adds `b` into `a` elementwise (same shape and dtype), returning the sum; used to accumulate
 // gradients where a tensor feeds several ops.
 Tensor accumulate(const Tensor& a, const Tensor& b);

@@ -251,9 +251,11 @@ Tensor round_to_bfloat16(const Tensor& x) {
 
 Tensor to_bfloat16_values(const Tensor& x, bool reuse_sole_handle) {
   Tensor y = ops::to_bfloat16_values_forward(x, reuse_sole_handle);
-  return record_unary("to_bfloat16_values", x, y, Tensor(), [](const Tensor& dy, const Tensor&) {
+  y = record_unary("to_bfloat16_values", x, y, Tensor(), [](const Tensor& dy, const Tensor&) {
     return ops::to_bfloat16_values_backward(dy);
   });
+  autodiff::note_rounds_output_gradient(y);
+  return y;
 }
 
 Tensor add_to_bfloat16_values(const Tensor& a, const Tensor& b) {
@@ -263,6 +265,7 @@ Tensor add_to_bfloat16_values(const Tensor& a, const Tensor& b) {
       Tensor d = ops::to_bfloat16_values_backward(g[0]);
       return Grads{d, d};
     });
+    autodiff::note_rounds_output_gradient(y);
   }
   return y;
 }
