@@ -25,6 +25,15 @@ LOCKSTEP_DISPATCHED(void, round_sum_f32,
   for (int64_t i = 0; i < n; ++i) y[i] = round_to_bfloat16_value(a[i] + b[i]);
 }
 
+LOCKSTEP_DISPATCHED(void, round_sum_of_rounded_f32,
+                    (const float* __restrict a, const float* __restrict b, float* __restrict y,
+                     int64_t n),
+                    (a, b, y, n)) {
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = round_to_bfloat16_value(round_to_bfloat16_value(a[i]) + round_to_bfloat16_value(b[i]));
+  }
+}
+
 // dx may be dy (rounded in place).
 LOCKSTEP_DISPATCHED(void, round_relu_grad_f32,
                     (const float* dy, const float* __restrict y, float* dx, int64_t n),
@@ -75,14 +84,15 @@ Tensor to_bfloat16_values_backward(const Tensor& dy) {
   return dx;
 }
 
-Tensor add_to_bfloat16_values_forward(const Tensor& a, const Tensor& b) {
+Tensor add_to_bfloat16_values_forward(const Tensor& a, const Tensor& b, bool round_inputs) {
   const char* op = "add_to_bfloat16_values";
   check_float32(a, op, "a");
   check_float32(b, op, "b");
   LOCKSTEP_CHECK(a.shape() == b.shape(), op, ": expected a and b of one shape. Received: a ",
                  a.describe(), ", b ", b.describe(), ".");
   Tensor y(a.shape(), DType::float32);
-  round_sum_f32(a.data<float>(), b.data<float>(), y.data<float>(), a.num_elements());
+  auto sum = round_inputs ? round_sum_of_rounded_f32 : round_sum_f32;
+  sum(a.data<float>(), b.data<float>(), y.data<float>(), a.num_elements());
   y.mark_bfloat16_values();
   return y;
 }

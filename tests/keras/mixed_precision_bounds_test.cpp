@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -231,6 +233,52 @@ TEST(MixedBfloat16Bounds, ALayerLeavesItsCallersTensorsAsTheyWere) {
     for (int64_t i = 0; i < t->num_elements(); ++i) {
       ASSERT_EQ(t->data<float>()[i], static_cast<float>(v[static_cast<size_t>(i)])) << i;
     }
+  }
+}
+
+// Inside a functional model, a layer whose output only Adds read leaves it unrounded (each Add
+// rounds what it reads): the model gives the bits of the same layers called one by one, each
+// rounding its own output (the isa label runs this in the float32 form, where that matters).
+TEST(MixedBfloat16Bounds, AModelsResidualAddsGiveTheBitsOfTheLayersCalledOneByOne) {
+  lockstep::testing::PolicyGuard guard("mixed_bfloat16");
+  auto dense = std::make_shared<layers::Dense>(layers::DenseOptions{.units = kIn});
+  auto mha = std::make_shared<layers::MultiHeadAttention>(
+      layers::MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 8});
+  auto add1 = std::make_shared<layers::Add>(), add2 = std::make_shared<layers::Add>();
+  auto pool = std::make_shared<layers::GlobalAveragePooling1D>();
+  const KerasTensor in = Input({5, kIn});
+  const KerasTensor r1 = (*add1)({in, (*dense)(in)});
+  const KerasTensor r2 = (*add2)({(*mha)(r1), r1});
+  Model model(in, (*pool)(r2));
+  const Tensor x = as_float32(random_values(3 * 5 * kIn, 10), {3, 5, kIn});
+  const Tensor w = as_float32(random_values(3 * kIn, 11), {3, kIn});
+  auto loss_of = [&w](const Tensor& y) { return reduce_sum(mul(cast(y, DType::float32), w)); };
+
+  GradientTape by_model;
+  by_model.watch(x);
+  const Tensor y_model = model(x, true);
+  const std::vector<Variable> vars = model.trainable_weights();
+  const std::vector<Tensor> g_model = by_model.gradient(loss_of(y_model), vars);
+
+  GradientTape by_layers;
+  by_layers.watch(x);
+  Tensor y_layers;
+  {
+    detail::LayerCallScope model_call;  // the layers' calls are inner ones, as in a model
+    const Tensor h1 = (*add1)(std::vector<Tensor>{x, (*dense)(x, true)}, true);
+    const Tensor h2 = (*add2)(std::vector<Tensor>{(*mha)(h1, true), h1}, true);
+    y_layers = (*pool)(h2, true);
+  }
+  y_layers = cast(y_layers, y_model.dtype());  // the model's outermost call narrows its output
+  const std::vector<Tensor> g_layers = by_layers.gradient(loss_of(y_layers), vars);
+
+  ASSERT_EQ(y_model.shape(), y_layers.shape());
+  EXPECT_EQ(0, std::memcmp(y_model.raw_data(), y_layers.raw_data(), y_model.nbytes()));
+  ASSERT_EQ(g_model.size(), g_layers.size());
+  for (size_t i = 0; i < g_model.size(); ++i) {
+    SCOPED_TRACE(vars[i].name());
+    ASSERT_EQ(g_model[i].nbytes(), g_layers[i].nbytes());
+    EXPECT_EQ(0, std::memcmp(g_model[i].raw_data(), g_layers[i].raw_data(), g_model[i].nbytes()));
   }
 }
 

@@ -69,12 +69,12 @@ Tensor round_to_bfloat16(const Tensor& x);
 // float32 rounded to bfloat16 values, kept float32 and marked (Tensor::holds_bfloat16_values);
 // gradient: rounded the same way, as a cast to bfloat16 and back would give it
 // (ops/bfloat16_values.h). relu_to_bfloat16_values is relu of it, add_to_bfloat16_values the sum
-// of two tensors of one shape, in one pass each way.
+// of two tensors of one shape, in one pass each way (round_inputs: of their roundings).
 // reuse_sole_handle: x is a fresh result nobody else may read; rounded in place if nothing saved
 // it.
 Tensor to_bfloat16_values(const Tensor& x, bool reuse_sole_handle = false);
 Tensor relu_to_bfloat16_values(const Tensor& x);
-Tensor add_to_bfloat16_values(const Tensor& a, const Tensor& b);
+Tensor add_to_bfloat16_values(const Tensor& a, const Tensor& b, bool round_inputs = false);
 Tensor concat(const std::vector<Tensor>& xs, int axis = 0);
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor transpose(const Tensor& x, const std::vector<int>& perm = {});

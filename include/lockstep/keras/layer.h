@@ -9,6 +9,7 @@
 // given. Weights are named "<layer>/<weight>" ("dense/kernel"), the paths used in weight files.
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -29,7 +30,10 @@ namespace detail {
 // call() invoked directly still makes its layers inner calls.
 class LayerCallScope {
  public:
-  LayerCallScope() : outer_float32_output_(float32_output_flag()), outermost_(depth() == 0) {
+  LayerCallScope()
+      : outer_float32_output_(float32_output_flag()),
+        outermost_(depth() == 0),
+        output_read_rounded_(std::exchange(read_rounded_flag(), false)) {
     ++depth();
     float32_output_flag() = false;
   }
@@ -44,6 +48,12 @@ class LayerCallScope {
   // Read after call() returned, before the scope ends.
   bool float32_output() const { return float32_output_flag(); }
   static void set_float32_output() { float32_output_flag() = true; }
+  // mixed_bfloat16's float32 form: a model says, just before calling a layer, that every reader
+  // of the layer's output rounds it as it reads it (layers::Add), so the call need not round it.
+  // The next scope opened on this thread takes the flag.
+  static void set_next_output_read_rounded() { read_rounded_flag() = true; }
+  static void clear_next_output_read_rounded() { read_rounded_flag() = false; }
+  bool output_read_rounded() const { return output_read_rounded_; }
 
  private:
   static int& depth() {
@@ -54,8 +64,13 @@ class LayerCallScope {
     thread_local bool f = false;
     return f;
   }
+  static bool& read_rounded_flag() {
+    thread_local bool f = false;
+    return f;
+  }
   bool outer_float32_output_;
   bool outermost_;
+  bool output_read_rounded_;
 };
 
 }  // namespace detail

@@ -11,6 +11,9 @@
 //   round    y = round(x)                       dx = round(dy)
 //   relu     y = relu(round(x))                 dx = round(dy) · [y > 0]
 //   add      y = round(a + b)  (one shape)      da = db = round(dy)
+//            or, round_inputs, y = round(round(a) + round(b)), the same gradients: a layer's
+//            sum of inputs its producers left unrounded (the rounding of a bfloat16 value is
+//            itself, so marked inputs need nothing)
 // round(v) is round_to_bfloat16_value: to nearest even, a NaN stays a quiet NaN. relu keeps NaN
 // (y = x < 0 ? 0 : x), as ops::linear's relu does. Same bits in every ISA build. Asked to
 // (reuse_sole_handle, for a layer's fresh output), the rounding forward rewrites x in place when
@@ -23,7 +26,7 @@ namespace lockstep::ops {
 
 Tensor to_bfloat16_values_forward(const Tensor& x, bool reuse_sole_handle = false);
 Tensor to_bfloat16_values_backward(const Tensor& dy);
-Tensor add_to_bfloat16_values_forward(const Tensor& a, const Tensor& b);
+Tensor add_to_bfloat16_values_forward(const Tensor& a, const Tensor& b, bool round_inputs = false);
 Tensor relu_to_bfloat16_values_forward(const Tensor& x);
 Tensor relu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& y);
 

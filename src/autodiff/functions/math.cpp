@@ -258,8 +258,8 @@ Tensor to_bfloat16_values(const Tensor& x, bool reuse_sole_handle) {
   return y;
 }
 
-Tensor add_to_bfloat16_values(const Tensor& a, const Tensor& b) {
-  Tensor y = ops::add_to_bfloat16_values_forward(a, b);
+Tensor add_to_bfloat16_values(const Tensor& a, const Tensor& b, bool round_inputs) {
+  Tensor y = ops::add_to_bfloat16_values_forward(a, b, round_inputs);
   if (autodiff::should_record({&a, &b})) {
     autodiff::record("add_to_bfloat16_values", {a, b}, {y}, [](const Grads& g) {
       Tensor d = ops::to_bfloat16_values_backward(g[0]);

@@ -105,7 +105,8 @@ Tensor Layer::finish_call(Tensor y, const detail::LayerCallScope& scope) const {
   if (!y.defined() || y.dtype() != DType::float32) return y;
   const bool outermost = scope.outermost(), float32_output = scope.float32_output();
   const bool float32_form = computes_bfloat16_in_float32();
-  if (float32_form && !contains_layers() && !float32_output && !y.holds_bfloat16_values()) {
+  if (float32_form && !contains_layers() && !float32_output && !scope.output_read_rounded() &&
+      !y.holds_bfloat16_values()) {
     // In place unless another handle sees it (an input returned as it is, a saved tensor).
     y = to_bfloat16_values(y, /*reuse_sole_handle=*/true);
   }

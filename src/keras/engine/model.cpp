@@ -11,6 +11,7 @@
 #include "lockstep/core/check.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras/layers/core.h"
+#include "lockstep/keras/layers/merge.h"
 #include "lockstep/keras/metrics.h"
 #include "lockstep/keras/optimizers.h"
 #include "lockstep/keras/saving/model_config.h"
@@ -26,9 +27,25 @@ struct Model::Graph {
   std::vector<KerasTensor> inputs;
   KerasTensor outputs;
   std::vector<std::shared_ptr<KerasNode>> order;  // topological, inputs first
+  // Per node of `order`: the layers that read its output (one entry per read).
+  std::vector<std::vector<const Layer*>> readers;
 };
 
-namespace {}  // namespace
+namespace {
+
+// mixed_bfloat16's float32 form: whether a node's output is read only by layers that round what
+// they read as they read it (an Add in the float32 form rounds both inputs of one shape in its
+// sum's pass), so the node's layer may leave it unrounded. Not the model's output.
+bool read_only_by_rounding_adds(const std::vector<const Layer*>& readers) {
+  if (readers.empty()) return false;
+  for (const Layer* r : readers) {
+    const auto* add = dynamic_cast<const layers::Add*>(r);
+    if (!add || !add->computes_bfloat16_in_float32()) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 OptimizerArg::OptimizerArg(const char* name) : ptr(optimizers::get(name)) {}
 MetricArg::MetricArg(const char* name)
@@ -77,6 +94,14 @@ void Model::set_graph(std::vector<KerasTensor> inputs, KerasTensor outputs) {
         "Model: the graph uses input '", n->layer->name(),
         "', which is not in the model's inputs.");
   }
+  std::unordered_map<const KerasNode*, size_t> index;
+  for (size_t i = 0; i < g->order.size(); ++i) index[g->order[i].get()] = i;
+  g->readers.resize(g->order.size());
+  for (const auto& n : g->order) {
+    for (const KerasTensor& t : n->inputs)
+      g->readers[index.at(t.node().get())].push_back(n->layer.get());
+  }
+  g->readers[index.at(outputs.node().get())].clear();  // the caller reads the model's output
   g->inputs = std::move(inputs);
   g->outputs = std::move(outputs);
   graph_ = std::move(g);
@@ -124,10 +149,18 @@ Tensor Model::call(const std::vector<Tensor>& inputs, bool training) {
     KerasNode* n = graph_->inputs[i].node().get();
     values[n] = n->layer->call(inputs[i], training);
   }
-  for (const auto& n : graph_->order) {
+  for (size_t i = 0; i < graph_->order.size(); ++i) {
+    const auto& n = graph_->order[i];
     if (n->inputs.empty()) continue;
     std::vector<Tensor> args;
     for (const KerasTensor& t : n->inputs) args.push_back(values.at(t.node().get()));
+    // Taken by the layer call's scope; cleared after it whatever happens in between.
+    struct ReadRounded {
+      explicit ReadRounded(bool on) {
+        if (on) detail::LayerCallScope::set_next_output_read_rounded();
+      }
+      ~ReadRounded() { detail::LayerCallScope::clear_next_output_read_rounded(); }
+    } read_rounded(read_only_by_rounding_adds(graph_->readers[i]));
     values[n.get()] =
         args.size() == 1 ? (*n->layer)(args[0], training) : (*n->layer)(args, training);
   }

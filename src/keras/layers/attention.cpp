@@ -129,11 +129,12 @@ Tensor MultiHeadAttention::call(const std::vector<Tensor>& inputs, bool training
   const Tensor key = inputs.size() > 2 ? inputs[2] : Tensor();
   AttentionCallOptions o{.training = training};
   if (inputs.size() == 4) o.attention_mask = inputs[3];
-  return attend(query, value, key, o).output;
+  // Layer::operator()'s scope and finish_call give the output the policy's form.
+  return attend_inner(query, value, key, o).output;
 }
 
 Tensor MultiHeadAttention::call(const Tensor& inputs, bool training) {
-  return attend(inputs, inputs, inputs, {.training = training}).output;
+  return attend_inner(inputs, inputs, inputs, {.training = training}).output;
 }
 
 // x [B, N, D] · kernel [D, H, X] (+ bias [H, X]) -> [B, N, H, X]: one matmul over the B·N rows.

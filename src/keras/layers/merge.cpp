@@ -58,7 +58,10 @@ Tensor Add::call(const std::vector<Tensor>& inputs, bool) {
   // Autocast: a float32 skip connection and a bfloat16 branch meet in the compute dtype.
   if (computes_bfloat16_in_float32() && inputs.size() == 2 &&
       inputs[0].shape() == inputs[1].shape()) {
-    return add_to_bfloat16_values(autocast(inputs[0]), autocast(inputs[1]));  // rounds as it adds
+    // Rounds float32 inputs as it reads them (the autocast) and the sum as it stores it: a
+    // producer whose only readers are Adds leaves its output unrounded (Model::call).
+    auto in = [this](const Tensor& t) { return t.dtype() == DType::float32 ? t : autocast(t); };
+    return add_to_bfloat16_values(in(inputs[0]), in(inputs[1]), /*round_inputs=*/true);
   }
   Tensor sum = add(autocast(inputs[0]), autocast(inputs[1]));
   for (size_t i = 2; i < inputs.size(); ++i) sum = add(sum, autocast(inputs[i]));
