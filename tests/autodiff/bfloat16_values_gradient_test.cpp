@@ -123,8 +123,9 @@ TEST(Bfloat16ValuesGradient, ASummedGradientIsRoundedOnceAfterTheLastContributio
     const Tensor x = to_bfloat16_values(ta);
     std::vector<Tensor> terms(3);
     for (int r : order) {
-      terms[static_cast<size_t>(r)] =
-          reduce_sum(r == 0 ? mul(x, tw1) : r == 1 ? mul(x, x) : mul(x, tw2));
+      terms[static_cast<size_t>(r)] = reduce_sum(r == 0   ? mul(x, tw1)
+                                                 : r == 1 ? mul(x, x)
+                                                          : mul(x, tw2));
     }
     const Tensor loss = add(add(terms[0], terms[1]), terms[2]);
     const Tensor g = tape.gradient(loss, std::vector<Tensor>{ta})[0];
