@@ -1,5 +1,4 @@
 #include "lockstep/ops/attention.h"
-#include "lockstep/ops/bfloat16_values.h"
 
 #include <algorithm>
 #include <atomic>
@@ -717,28 +716,31 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
   if (need_dkey) g.dkey = Tensor(key.shape(), key.dtype());
   if (need_dvalue) g.dvalue = Tensor(value.shape(), value.dtype());
   const Tensor &q = query, &k = key, &v = value;
-  // The gradient of an output of bfloat16 values is rounded as a bfloat16 tensor's would be.
-  const Tensor dout = p.round ? to_bfloat16_values_backward(doutput) : doutput;
+  // The gradient of an output of bfloat16 values is read rounded as a bfloat16 tensor's would be
+  // (block by block, as q, k and v are).
+  const Tensor& dout = doutput;
   const int64_t block = std::min(p.block, d.B), ld = padded(d.T);
   const int64_t block_elems = block * d.H * d.S * ld;
   Tensor probs = Tensor::zeros({block_elems}, p.acc), dprobs = Tensor::zeros({block_elems}, p.acc);
   Tensor low_p = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
   Tensor low_ds = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
   const Tensor sq = rounding_scratch(p, q, block, false), sk = rounding_scratch(p, k, block, false),
-               sv = rounding_scratch(p, v, block, false);
+               sv = rounding_scratch(p, v, block, false),
+               sdout = rounding_scratch(p, dout, block, false);
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
     const int64_t count = n * d.H * d.S * ld;
-    const BlockOperand bq = block_operand(q, sq, b0, n), bk = block_operand(k, sk, b0, n);
+    const BlockOperand bq = block_operand(q, sq, b0, n), bk = block_operand(k, sk, b0, n),
+                       bdout = block_operand(dout, sdout, b0, n);
     const Tensor pv =
         block_probabilities(p, bq, bk, b0, n, ld, probs, need_dvalue ? low_p : Tensor());
     if (need_dvalue) {  // dV = Pᵀ · dO
-      weighted_product(pv, false, dout, b0, n, d, ld, 1.0, g.dvalue, b0, p.round);
+      weighted_product(pv, false, bdout.t, bdout.first, n, d, ld, 1.0, g.dvalue, b0, p.round);
     }
     if (!need_dquery && !need_dkey) continue;
     // dPᵀ = V · dOᵀ
     const BlockOperand bv = block_operand(v, sv, b0, n);
-    scores_product(bv.t, bv.first, dout, b0, n, d, ld, 1.0, dprobs);
+    scores_product(bv.t, bv.first, bdout.t, bdout.first, n, d, ld, 1.0, dprobs);
     softmax_grad_columns(probs, dprobs, n * d.H, d.S, ld);
     if (masking(p)) {
       if (p.acc == DType::float64) {

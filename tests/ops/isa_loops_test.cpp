@@ -216,14 +216,13 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   EXPECT_TRUE(same_bits(tdout.data<float>(), dout.data(), dout.size()));
 
   // round_inputs_in_place: the same bits; q, k, v rounded where they are (one example per block:
-  // each block rounds its own rows) and marked by the forward pass, so the backward pass reads
-  // them as they are.
+  // each block rounds its own rows, and the backward pass its own rows of the output gradient)
+  // and marked by the forward pass, so the backward pass reads them as they are.
   ops::AttentionOptions in_place = bf16_values;
   in_place.round_inputs_in_place = true;
   const Tensor oq = tq.clone(), ok = tk.clone(), ov = tv.clone();
   ops::set_attention_block_examples(1);
   const Tensor iy = ops::dot_product_attention_forward(oq, ok, ov, in_place);
-  ops::set_attention_block_examples(0);
   EXPECT_TRUE(same_bits(iy.data<float>(), rounded(r.out).data(), out.size()));
   for (const auto& [t, x] : {std::pair{&oq, &q}, std::pair{&ok, &k}, std::pair{&ov, &v}}) {
     EXPECT_TRUE(t->holds_bfloat16_values());
@@ -231,6 +230,7 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   }
   const ops::AttentionGrads ig =
       ops::dot_product_attention_backward(tdout.clone(), oq, ok, ov, in_place);
+  ops::set_attention_block_examples(0);
   EXPECT_TRUE(same_bits(ig.dquery.data<float>(), rounded(r.dq).data(), dq.size()));
   EXPECT_TRUE(same_bits(ig.dkey.data<float>(), rounded(r.dk).data(), dk.size()));
   EXPECT_TRUE(same_bits(ig.dvalue.data<float>(), rounded(r.dv).data(), dv.size()));

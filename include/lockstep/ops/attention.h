@@ -35,13 +35,11 @@ struct AttentionOptions {
   bool is_causal = false;
   // 0 means 1 / sqrt(Dk).
   double scale = 0.0;
-  // mixed_bfloat16's float32 form (keras/layer.h), for float32 query, key and value: they are
-  // read as their bfloat16 roundings (block by block, unless already marked as holding bfloat16
-  // values), the output and the gradients of query, key and value are stored rounded to bfloat16
-  // values and marked (Tensor::holds_bfloat16_values), and the output's gradient is rounded
-  // before use (in place when the tape has handed it over, as to_bfloat16_values_backward rounds
-  // it): the bits of to_bfloat16_values on the inputs, the op, and to_bfloat16_values on its
-  // output.
+  // mixed_bfloat16's float32 form (keras/layer.h), for float32 query, key and value: they and
+  // the output's gradient are read as their bfloat16 roundings (block by block, unless already
+  // marked as holding bfloat16 values), the output and the gradients of query, key and value are
+  // stored rounded to bfloat16 values and marked (Tensor::holds_bfloat16_values): the bits of
+  // to_bfloat16_values on the inputs, the op, and to_bfloat16_values on its output.
   bool bfloat16_values = false;
   // With bfloat16_values: query, key and value are the caller's own fresh results that nothing
   // else reads as they are (MultiHeadAttention's projections). The forward pass rounds them in
