@@ -1,7 +1,12 @@
 #include "lockstep/ops/gelu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
+
+#include "lockstep/core/bfloat16.h"
+#include "lockstep/ops/activations.h"
 
 #include "gelu_kernels.h"
 #include "internal.h"
@@ -121,6 +126,88 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x, bool approximate) {
 }
 
 }  // namespace detail
+
+namespace {
+
+// Elements per chunk of the rounding forms: the chunk's input, output and rounded gradient stay
+// in the core's L2 between oneDNN's pass and the rounding.
+constexpr int64_t kRoundingChunk = 32 * 1024;
+
+// The exact gelu over n float32 elements, as ops::gelu_forward's eltwise primitive computes it.
+onednn::Primitive& exact_forward(int64_t n) {
+  onednn::Key key("gelu_inference");
+  key.add(n);
+  return onednn::cached<onednn::Primitive>(key, [&] {
+    auto md = onednn::plain_desc(dnnl::memory::dims{n}, DType::float32);
+    dnnl::eltwise_forward::primitive_desc pd(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
+                                    dnnl::algorithm::eltwise_gelu_erf, md, 0.0f, 0.0f),
+        onednn::engine());
+    return onednn::Primitive(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
+  });
+}
+
+onednn::Primitive& exact_backward(int64_t n) {
+  onednn::Key key("gelu_backward");
+  key.add(false).add(n).add(DType::float32);
+  return onednn::cached<onednn::Primitive>(key, [&] {
+    auto md = onednn::plain_desc(dnnl::memory::dims{n}, DType::float32);
+    dnnl::eltwise_backward::primitive_desc pd(
+        dnnl::eltwise_backward::desc(algorithm(false), md, md, 0.0f, 0.0f), onednn::engine(),
+        forward_pd(md, false));
+    return onednn::Primitive(
+        dnnl::eltwise_backward(pd),
+        {{DNNL_ARG_SRC, md}, {DNNL_ARG_DIFF_DST, md}, {DNNL_ARG_DIFF_SRC, md}});
+  });
+}
+
+void check_float32(const Tensor& t, const char* op, const char* name) {
+  detail::check_defined(t, op, name);
+  LOCKSTEP_CHECK(t.dtype() == DType::float32, op, ": expected a float32 ", name,
+                 ". Received: ", t.describe(), ".");
+}
+
+}  // namespace
+
+Tensor gelu_to_bfloat16_values_forward(const Tensor& x) {
+  check_float32(x, "gelu_to_bfloat16_values", "x");
+  Tensor y(x.shape(), DType::float32);
+  const int64_t n = x.num_elements();
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  for (int64_t i = 0; i < n; i += kRoundingChunk) {
+    const int64_t m = std::min(kRoundingChunk, n - i);
+    exact_forward(m).execute({{DNNL_ARG_SRC, in + i}, {DNNL_ARG_DST, out + i}});
+    round_to_bfloat16_values(out + i, out + i, static_cast<size_t>(m));
+  }
+  y.mark_bfloat16_values();
+  return y;
+}
+
+Tensor gelu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& x) {
+  const char* op = "gelu_to_bfloat16_values_backward";
+  check_float32(dy, op, "dy");
+  check_float32(x, op, "x");
+  detail::check_same_shape(dy, x, op);
+  Tensor dx(x.shape(), DType::float32);
+  const int64_t n = x.num_elements();
+  const bool rounded = dy.holds_bfloat16_values();
+  thread_local std::vector<float> chunk;
+  if (!rounded) chunk.resize(static_cast<size_t>(std::min(kRoundingChunk, n)));
+  const float* d = dy.data<float>();
+  for (int64_t i = 0; i < n; i += kRoundingChunk) {
+    const int64_t m = std::min(kRoundingChunk, n - i);
+    const float* upstream = d + i;
+    if (!rounded) {
+      round_to_bfloat16_values(upstream, chunk.data(), static_cast<size_t>(m));
+      upstream = chunk.data();
+    }
+    exact_backward(m).execute({{DNNL_ARG_SRC, x.data<float>() + i},
+                               {DNNL_ARG_DIFF_DST, upstream},
+                               {DNNL_ARG_DIFF_SRC, dx.data<float>() + i}});
+  }
+  return dx;
+}
 
 Tensor gelu_tanh_forward(const Tensor& x) {
   return detail::gelu_forward(x, true);

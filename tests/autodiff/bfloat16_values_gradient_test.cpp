@@ -97,6 +97,22 @@ TEST(Bfloat16ValuesGradient, AttentionRoundingAsItReadsAndStoresIsTheRoundingAro
       in);
 }
 
+TEST(Bfloat16ValuesGradient, GeluRoundingAsItStoresIsTheRoundingAfterIt) {
+  // 300 x 250 outputs: two whole chunks of the rounding gelu and a tail.
+  const std::vector<Tensor> in{to_bfloat16_values(random_f32({300, 16}, 9)),
+                               to_bfloat16_values(random_f32({16, 250}, 10)),
+                               to_bfloat16_values(random_f32({250}, 11))};
+  const auto gelu = ops::FusedActivation::gelu;
+  expect_same_bits(
+      [gelu](const std::vector<Tensor>& t) {
+        return linear(t[0], t[1], t[2], gelu, LinearOperands{}, DType::float32, true);
+      },
+      [gelu](const std::vector<Tensor>& t) {
+        return to_bfloat16_values(linear(t[0], t[1], t[2], gelu, LinearOperands{}, DType::float32));
+      },
+      in);
+}
+
 // A gradient read rounded (to_bfloat16_values' backward) that several ops contribute to: the tape
 // rounds the sum as it adds the last contribution in. Integer-valued terms below 2^24 make every
 // partial sum exact in float32 whatever the order, so the expected gradient is the rounding of

@@ -30,9 +30,12 @@ struct LinearOperands {
   Tensor kernel, bias;
 };
 // linear() multiplying `multiplied` instead of kernel / bias, into an output of dtype `out`
-// (x's dtype, or float32 for a bfloat16 x).
+// (x's dtype, or float32 for a bfloat16 x). gelu_to_bfloat16_values (float32 out, gelu):
+// mixed_bfloat16's float32 form, the output rounded as the gelu produces it and its gradient read
+// rounded (ops::gelu_to_bfloat16_values_*): the bits of linear() followed by to_bfloat16_values.
 Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
-              ops::FusedActivation activation, const LinearOperands& multiplied, DType out);
+              ops::FusedActivation activation, const LinearOperands& multiplied, DType out,
+              bool gelu_to_bfloat16_values = false);
 // x[..., j] + bias[j].
 Tensor bias_add(const Tensor& x, const Tensor& bias);
 

@@ -36,5 +36,11 @@ Tensor tanh_forward(const Tensor& x);
 Tensor tanh_backward(const Tensor& dy, const Tensor& y);
 Tensor gelu_forward(const Tensor& x);
 Tensor gelu_backward(const Tensor& dy, const Tensor& x);
+// mixed_bfloat16's float32 form (ops/bfloat16_values.h), float32 x: gelu's output rounded to
+// bfloat16 values as it is produced, a cache-sized chunk at a time (and marked), and the gradient
+// through it of dy read rounded the same way: the bits of gelu followed by to_bfloat16_values,
+// forward and backward, without a pass of their own over the output or its gradient.
+Tensor gelu_to_bfloat16_values_forward(const Tensor& x);
+Tensor gelu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& x);
 
 }  // namespace lockstep::ops

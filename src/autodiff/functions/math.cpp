@@ -27,7 +27,8 @@ namespace {
 // weights' gradients go straight into the tape's destinations when it has some of their dtype
 // (e.g. the packed buffer of the gradient all-reduce).
 void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& mk,
-                   const Tensor& y, const Tensor& z, ops::FusedActivation activation) {
+                   const Tensor& y, const Tensor& z, ops::FusedActivation activation,
+                   bool gelu_rounded = false) {
   if (!autodiff::should_record({&x, &kernel, &bias})) return;
   const bool need_dx = autodiff::should_record({&x});
   const bool has_bias = bias.defined();
@@ -39,8 +40,8 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
   const bool keeps_y =
       activation != ops::FusedActivation::none && activation != ops::FusedActivation::gelu;
   autodiff::record("linear", inputs, {y},
-                   [x, mk, y = keeps_y ? y : Tensor(), z, activation, need_dx, has_bias, wdt](
-                       const Grads& g, const Grads& sinks) {
+                   [x, mk, y = keeps_y ? y : Tensor(), z, activation, need_dx, has_bias, wdt,
+                    gelu_rounded](const Grads& g, const Grads& sinks) {
                      auto buffer = [wdt](const Tensor& sink, const Shape& shape) {
                        return sink.defined() && sink.dtype() == wdt ? sink : Tensor(shape, wdt);
                      };
@@ -50,10 +51,17 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
                        out[1] = buffer(sinks[1], mk.shape());
                        if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)});
                      }
+                     if (gelu_rounded) {  // gelu's gradient of dy read rounded, then the rest
+                       ops::linear_backward_into(ops::gelu_to_bfloat16_values_backward(g[0], z), x,
+                                                 mk, Tensor(), ops::FusedActivation::none, out[0],
+                                                 out[1], has_bias ? out[2] : Tensor());
+                       return out;
+                     }
                      ops::linear_backward_into(g[0], x, mk, y, activation, out[0], out[1],
                                                has_bias ? out[2] : Tensor(), z);
                      return out;
                    });
+  if (gelu_rounded) autodiff::note_rounds_output_gradient(y);
 }
 }  // namespace
 
@@ -68,7 +76,8 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
 }
 
 Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
-              ops::FusedActivation activation, const LinearOperands& multiplied, DType out) {
+              ops::FusedActivation activation, const LinearOperands& multiplied, DType out,
+              bool gelu_to_bfloat16_values) {
   const Tensor& mk = multiplied.kernel.defined() ? multiplied.kernel : kernel;
   const Tensor& mb = multiplied.bias.defined() || !bias.defined() ? multiplied.bias : bias;
   LOCKSTEP_CHECK(mk.shape() == kernel.shape() && mb.defined() == bias.defined() &&
@@ -80,16 +89,17 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                  mb.defined() ? mb.describe() : "none", ".");
   const Shape shape{x.dim(0), mk.dim(1)};
   const bool gelu = activation == ops::FusedActivation::gelu;
+  const bool gelu_rounded = gelu && gelu_to_bfloat16_values && out == DType::float32;
   Tensor z, y;
   if (gelu) {
     z = Tensor(shape, out);
     ops::linear_into(x, mk, mb, ops::FusedActivation::none, z);
-    y = ops::gelu_forward(z);
+    y = gelu_rounded ? ops::gelu_to_bfloat16_values_forward(z) : ops::gelu_forward(z);
   } else {
     y = Tensor(shape, out);
     ops::linear_into(x, mk, mb, activation, y);
   }
-  record_linear(x, kernel, bias, mk, y, z, activation);
+  record_linear(x, kernel, bias, mk, y, z, activation, gelu_rounded);
   return y;
 }
 

@@ -35,8 +35,8 @@ void Dense::build(const Shape& input_shape) {
 }
 
 // mixed_bfloat16's float32 form: the weights' bfloat16 values are the rounded copies the
-// optimizer keeps; relu rounds as it stores, so its output is what the next layer reads (the
-// other activations' outputs are rounded as the layer returns them).
+// optimizer keeps; relu and gelu round as they store, so their output is what the next layer
+// reads (the other activations' outputs are rounded as the layer returns them).
 Tensor Dense::float32_form_linear(const Tensor& inputs, ops::FusedActivation kind) {
   const Tensor x = autocast(inputs);
   const Tensor kernel = mixed_precision::rounded_weights(kernel_);
@@ -44,7 +44,7 @@ Tensor Dense::float32_form_linear(const Tensor& inputs, ops::FusedActivation kin
   const bool relu = kind == ops::FusedActivation::relu;
   Tensor y = linear(x, kernel_.value(), options_.use_bias ? bias_.value() : Tensor(),
                     relu ? ops::FusedActivation::none : kind, LinearOperands{kernel, bias},
-                    DType::float32);
+                    DType::float32, /*gelu_to_bfloat16_values=*/true);
   return relu ? relu_to_bfloat16_values(y) : y;
 }
 
