@@ -43,12 +43,6 @@ LOCKSTEP_DISPATCHED(void, round_relu_grad_f32,
   }
 }
 
-void check_float32(const Tensor& t, const char* op, const char* name) {
-  detail::check_defined(t, op, name);
-  LOCKSTEP_CHECK(t.dtype() == DType::float32, op, ": expected a float32 ", name,
-                 ". Received: ", t.describe(), ".");
-}
-
 Tensor rounded(const Tensor& x) {
   Tensor y(x.shape(), DType::float32);
   round_to_bfloat16_values(x.data<float>(), y.data<float>(), static_cast<size_t>(x.num_elements()));
@@ -58,7 +52,7 @@ Tensor rounded(const Tensor& x) {
 }  // namespace
 
 Tensor to_bfloat16_values_forward(const Tensor& x, bool reuse_sole_handle) {
-  check_float32(x, "to_bfloat16_values", "x");
+  detail::check_float32(x, "to_bfloat16_values", "x");
   if (reuse_sole_handle && x.sole_handle()) {
     // Nobody else can read x's values: round them where they are (one stream fewer than a new
     // tensor) and hand back a new handle on them.
@@ -75,7 +69,7 @@ Tensor to_bfloat16_values_forward(const Tensor& x, bool reuse_sole_handle) {
 // A gradient the tape has handed over and nobody else holds (Tensor::sole_handle) is rounded in
 // place: the tape drops an intermediate gradient before calling the backward that consumes it.
 Tensor to_bfloat16_values_backward(const Tensor& dy) {
-  check_float32(dy, "to_bfloat16_values_backward", "dy");
+  detail::check_float32(dy, "to_bfloat16_values_backward", "dy");
   if (dy.holds_bfloat16_values()) return dy;  // its producer rounded it as it stored it
   Tensor dx = dy.sole_handle() ? dy : Tensor(dy.shape(), DType::float32);
   round_to_bfloat16_values(dy.data<float>(), dx.data<float>(),
@@ -86,8 +80,8 @@ Tensor to_bfloat16_values_backward(const Tensor& dy) {
 
 Tensor add_to_bfloat16_values_forward(const Tensor& a, const Tensor& b, bool round_inputs) {
   const char* op = "add_to_bfloat16_values";
-  check_float32(a, op, "a");
-  check_float32(b, op, "b");
+  detail::check_float32(a, op, "a");
+  detail::check_float32(b, op, "b");
   LOCKSTEP_CHECK(a.shape() == b.shape(), op, ": expected a and b of one shape. Received: a ",
                  a.describe(), ", b ", b.describe(), ".");
   Tensor y(a.shape(), DType::float32);
@@ -98,7 +92,7 @@ Tensor add_to_bfloat16_values_forward(const Tensor& a, const Tensor& b, bool rou
 }
 
 Tensor relu_to_bfloat16_values_forward(const Tensor& x) {
-  check_float32(x, "relu_to_bfloat16_values", "x");
+  detail::check_float32(x, "relu_to_bfloat16_values", "x");
   Tensor y(x.shape(), DType::float32);
   round_relu_f32(x.data<float>(), y.data<float>(), x.num_elements());
   y.mark_bfloat16_values();
@@ -107,8 +101,8 @@ Tensor relu_to_bfloat16_values_forward(const Tensor& x) {
 
 Tensor relu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& y) {
   const char* op = "relu_to_bfloat16_values_backward";
-  check_float32(dy, op, "dy");
-  check_float32(y, op, "y");
+  detail::check_float32(dy, op, "dy");
+  detail::check_float32(y, op, "y");
   detail::check_same_shape(dy, y, op);
   Tensor dx = dy.sole_handle() ? dy : Tensor(dy.shape(), DType::float32);
   round_relu_grad_f32(dy.data<float>(), y.data<float>(), dx.data<float>(), dy.num_elements());

@@ -48,6 +48,21 @@ dnnl::eltwise_forward::primitive_desc forward_pd(const dnnl::memory::desc& md, b
       onednn::engine());
 }
 
+// dx from x and dy over n elements of one dtype.
+onednn::Primitive& backward_primitive(int64_t n, DType dtype, bool approximate) {
+  onednn::Key key("gelu_backward");
+  key.add(approximate).add(n).add(dtype);
+  return onednn::cached<onednn::Primitive>(key, [&] {
+    auto md = onednn::plain_desc(dnnl::memory::dims{n}, dtype);
+    dnnl::eltwise_backward::primitive_desc pd(
+        dnnl::eltwise_backward::desc(algorithm(approximate), md, md, 0.0f, 0.0f), onednn::engine(),
+        forward_pd(md, approximate));
+    return onednn::Primitive(
+        dnnl::eltwise_backward(pd),
+        {{DNNL_ARG_SRC, md}, {DNNL_ARG_DIFF_DST, md}, {DNNL_ARG_DIFF_SRC, md}});
+  });
+}
+
 }  // namespace
 
 namespace detail {
@@ -100,17 +115,7 @@ void gelu_backward_into(const Tensor& dy, const Tensor& x, const Tensor& dx, boo
     float_to_bfloat16(dx32.data<float>(), dx.data<bfloat16>(), static_cast<size_t>(n));
     return;
   }
-  onednn::Key key("gelu_backward");
-  key.add(approximate).add(n).add(dy.dtype());
-  auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
-    auto md = onednn::plain_desc(dnnl::memory::dims{n}, dy.dtype());
-    dnnl::eltwise_backward::primitive_desc pd(
-        dnnl::eltwise_backward::desc(algorithm(approximate), md, md, 0.0f, 0.0f), onednn::engine(),
-        forward_pd(md, approximate));
-    return onednn::Primitive(
-        dnnl::eltwise_backward(pd),
-        {{DNNL_ARG_SRC, md}, {DNNL_ARG_DIFF_DST, md}, {DNNL_ARG_DIFF_SRC, md}});
-  });
+  auto& prim = backward_primitive(n, dy.dtype(), approximate);
   // dx may alias dy (linear's backward passes one buffer): oneDNN then gets a copy of dy.
   const Tensor upstream = dx.raw_data() == dy.raw_data() ? dy.clone() : dy;
   prim.execute({{DNNL_ARG_SRC, x.raw_data()},
@@ -147,30 +152,10 @@ onednn::Primitive& exact_forward(int64_t n) {
   });
 }
 
-onednn::Primitive& exact_backward(int64_t n) {
-  onednn::Key key("gelu_backward");
-  key.add(false).add(n).add(DType::float32);
-  return onednn::cached<onednn::Primitive>(key, [&] {
-    auto md = onednn::plain_desc(dnnl::memory::dims{n}, DType::float32);
-    dnnl::eltwise_backward::primitive_desc pd(
-        dnnl::eltwise_backward::desc(algorithm(false), md, md, 0.0f, 0.0f), onednn::engine(),
-        forward_pd(md, false));
-    return onednn::Primitive(
-        dnnl::eltwise_backward(pd),
-        {{DNNL_ARG_SRC, md}, {DNNL_ARG_DIFF_DST, md}, {DNNL_ARG_DIFF_SRC, md}});
-  });
-}
-
-void check_float32(const Tensor& t, const char* op, const char* name) {
-  detail::check_defined(t, op, name);
-  LOCKSTEP_CHECK(t.dtype() == DType::float32, op, ": expected a float32 ", name,
-                 ". Received: ", t.describe(), ".");
-}
-
 }  // namespace
 
 Tensor gelu_to_bfloat16_values_forward(const Tensor& x) {
-  check_float32(x, "gelu_to_bfloat16_values", "x");
+  detail::check_float32(x, "gelu_to_bfloat16_values", "x");
   Tensor y(x.shape(), DType::float32);
   const int64_t n = x.num_elements();
   const float* in = x.data<float>();
@@ -186,8 +171,8 @@ Tensor gelu_to_bfloat16_values_forward(const Tensor& x) {
 
 Tensor gelu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& x) {
   const char* op = "gelu_to_bfloat16_values_backward";
-  check_float32(dy, op, "dy");
-  check_float32(x, op, "x");
+  detail::check_float32(dy, op, "dy");
+  detail::check_float32(x, op, "x");
   detail::check_same_shape(dy, x, op);
   Tensor dx(x.shape(), DType::float32);
   const int64_t n = x.num_elements();
@@ -202,9 +187,10 @@ Tensor gelu_to_bfloat16_values_backward(const Tensor& dy, const Tensor& x) {
       round_to_bfloat16_values(upstream, chunk.data(), static_cast<size_t>(m));
       upstream = chunk.data();
     }
-    exact_backward(m).execute({{DNNL_ARG_SRC, x.data<float>() + i},
-                               {DNNL_ARG_DIFF_DST, upstream},
-                               {DNNL_ARG_DIFF_SRC, dx.data<float>() + i}});
+    backward_primitive(m, DType::float32, false)
+        .execute({{DNNL_ARG_SRC, x.data<float>() + i},
+                  {DNNL_ARG_DIFF_DST, upstream},
+                  {DNNL_ARG_DIFF_SRC, dx.data<float>() + i}});
   }
   return dx;
 }

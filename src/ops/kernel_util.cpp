@@ -15,6 +15,12 @@ void check_floating(const Tensor& t, const char* op, const char* name) {
                  ".");
 }
 
+void check_float32(const Tensor& t, const char* op, const char* name) {
+  check_defined(t, op, name);
+  LOCKSTEP_CHECK(t.dtype() == DType::float32, op, ": expected a float32 ", name,
+                 ". Received: ", t.describe(), ".");
+}
+
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
   LOCKSTEP_CHECK(a.dtype() == b.dtype(), op,
                  ": expected operands of the same dtype. Received: ", a.describe(), " and ",

@@ -68,6 +68,8 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
 
 void check_defined(const Tensor& t, const char* op, const char* name);
 void check_floating(const Tensor& t, const char* op, const char* name);
+// A defined float32 tensor (the float32 form's bfloat16 values, ops/bfloat16_values.h).
+void check_float32(const Tensor& t, const char* op, const char* name);
 // Same dtype for both, else InvalidArgument naming both tensors.
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
