@@ -64,7 +64,6 @@ struct Plan {
   std::optional<detail::BroadcastMask> mask;  // against [B, H, T, S]
   int64_t block;                              // examples per block
   bool round;                                 // AttentionOptions::bfloat16_values
-  bool in_place;                              // AttentionOptions::round_inputs_in_place
 };
 
 Plan make_plan(const Dims& d, DType dtype, const AttentionOptions& o, const char* op) {
@@ -77,8 +76,7 @@ Plan make_plan(const Dims& d, DType dtype, const AttentionOptions& o, const char
          o.is_causal,
          std::nullopt,
          attention_block_examples(d.H, d.T, d.S),
-         o.bfloat16_values,
-         o.bfloat16_values && o.round_inputs_in_place};
+         o.bfloat16_values};
   LOCKSTEP_CHECK(!o.bfloat16_values || dtype == DType::float32, op,
                  ": bfloat16 values are kept in float32 tensors; expected float32 query, key and "
                  "value. Received: ",
@@ -602,8 +600,7 @@ void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t
 // A block's examples of q, k or v as the kernels read them: the tensor itself from example b0, or
 // (bfloat16_values, for a tensor not already holding them) those examples rounded to bfloat16
 // values into `scratch` ([block, rows, H, D], from example 0; a copy the block's products then
-// find in the core's cache) or, when the scratch is the tensor itself (round_inputs_in_place),
-// where they are.
+// find in the core's cache).
 struct BlockOperand {
   const Tensor& t;
   int64_t first;
@@ -611,23 +608,15 @@ struct BlockOperand {
 BlockOperand block_operand(const Tensor& t, const Tensor& scratch, int64_t b0, int64_t n) {
   if (!scratch.defined()) return {t, b0};
   const int64_t per_example = t.dim(1) * t.dim(2) * t.dim(3);
-  const bool in_place = scratch.raw_data() == t.raw_data();
-  float* dst = scratch.data<float>() + (in_place ? b0 * per_example : 0);
-  round_to_bfloat16_values(t.data<float>() + b0 * per_example, dst,
+  round_to_bfloat16_values(t.data<float>() + b0 * per_example, scratch.data<float>(),
                            static_cast<size_t>(n * per_example));
-  return in_place ? BlockOperand{t, b0} : BlockOperand{scratch, 0};
+  return {scratch, 0};
 }
-// Where block_operand rounds `t`: nowhere (no rounding, or t holds bfloat16 values already), t
-// itself (round_inputs_in_place, in the forward pass), or a scratch tensor of one block.
-Tensor rounding_scratch(const Plan& p, const Tensor& t, int64_t block, bool forward) {
+// Where block_operand rounds `t`: nowhere (no rounding, or t holds bfloat16 values already) or a
+// scratch tensor of one block.
+Tensor rounding_scratch(const Plan& p, const Tensor& t, int64_t block) {
   if (!p.round || t.holds_bfloat16_values()) return Tensor();
-  if (p.in_place && forward) return t;
   return Tensor({block, t.dim(1), t.dim(2), t.dim(3)}, DType::float32);
-}
-// After a forward pass that rounded its inputs in place: they hold bfloat16 values now.
-void mark_rounded_in_place(const Plan& p, std::initializer_list<const Tensor*> inputs) {
-  if (!p.in_place) return;
-  for (const Tensor* t : inputs) t->mark_bfloat16_values();
 }
 
 // Probabilities of examples [b0, b0 + n), transposed, into `probs` ([n, H, S, ld], acc dtype) and,
@@ -677,8 +666,8 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
   // Zeros: the padding columns then hold finite values through the softmax.
   Tensor probs = Tensor::zeros({block * d.H * d.S * ld}, p.acc);
   Tensor low = bf16 ? Tensor(probs.shape(), DType::float32) : Tensor();
-  const Tensor sq = rounding_scratch(p, q, block, true), sk = rounding_scratch(p, k, block, true),
-               sv = rounding_scratch(p, v, block, true);
+  const Tensor sq = rounding_scratch(p, q, block), sk = rounding_scratch(p, k, block),
+               sv = rounding_scratch(p, v, block);
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
     const BlockOperand bq = block_operand(q, sq, b0, n), bk = block_operand(k, sk, b0, n),
@@ -686,7 +675,6 @@ Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, con
     const Tensor pv = block_probabilities(p, bq, bk, b0, n, ld, probs, low);
     weighted_product(pv, true, bv.t, bv.first, n, d, ld, 1.0, out, b0, p.round);
   }
-  mark_rounded_in_place(p, {&q, &k, &v});
   if (p.round) out.mark_bfloat16_values();
   return out;
 }
@@ -724,9 +712,8 @@ AttentionGrads dot_product_attention_backward(const Tensor& doutput, const Tenso
   Tensor probs = Tensor::zeros({block_elems}, p.acc), dprobs = Tensor::zeros({block_elems}, p.acc);
   Tensor low_p = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
   Tensor low_ds = bf16 ? Tensor({block_elems}, DType::float32) : Tensor();
-  const Tensor sq = rounding_scratch(p, q, block, false), sk = rounding_scratch(p, k, block, false),
-               sv = rounding_scratch(p, v, block, false),
-               sdout = rounding_scratch(p, dout, block, false);
+  const Tensor sq = rounding_scratch(p, q, block), sk = rounding_scratch(p, k, block),
+               sv = rounding_scratch(p, v, block), sdout = rounding_scratch(p, dout, block);
   for (int64_t b0 = 0; b0 < d.B; b0 += block) {
     const int64_t n = std::min(block, d.B - b0);
     const int64_t count = n * d.H * d.S * ld;

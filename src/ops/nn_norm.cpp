@@ -266,8 +266,12 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
     T* py = y.data<T>();
     if constexpr (std::is_same_v<T, float>) {
       if (bfloat16_values) {
-        detail::layer_norm_rows_to_bfloat16_values(px, rows, features, g.data(), b.data(), epsilon,
-                                                   py, mean.data(), inv_std.data());
+        thread_local std::vector<float> gf, bf;
+        gf.assign(g.begin(), g.end());  // exact: gamma and beta are float32
+        bf.assign(b.begin(), b.end());
+        detail::layer_norm_rows_to_bfloat16_values(px, rows, features, gf.data(), bf.data(),
+                                                   static_cast<float>(epsilon), py, mean.data(),
+                                                   inv_std.data());
         return;
       }
     }
@@ -331,8 +335,10 @@ NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const 
     using C = detail::compute_t<T>;
     if constexpr (std::is_same_v<T, float>) {
       if (bfloat16_values) {
+        thread_local std::vector<float> gf;
+        gf.assign(g.begin(), g.end());  // exact: gamma is float32
         detail::layer_norm_rows_grad_of_bfloat16_values(grad_output.data<T>(), x.data<T>(), rows,
-                                                        features, g.data(), mu.data(), rstd.data(),
+                                                        features, gf.data(), mu.data(), rstd.data(),
                                                         dgamma.data(), dbeta.data(), dx.data<T>());
         return;
       }

@@ -141,23 +141,11 @@ template <int W, typename T>
   *p = bfloat16::from_bits(bits);
 }
 
-// A float stored as its bfloat16 rounding (kept in float32): mixed_bfloat16's float32 form.
-[[gnu::always_inline]] inline void store_rounded(float* p, double v) {
-  *p = round_to_bfloat16_value(static_cast<float>(v));
-}
-
-template <bool kRoundY = false, typename T>
+template <typename T>
 [[gnu::always_inline]] inline void normalize_row(const T* __restrict x, const double* __restrict g,
                                                  const double* __restrict b, int64_t n, double mu,
                                                  double s, T* __restrict y) {
-  for (int64_t d = 0; d < n; ++d) {
-    const double v = (scalar(x[d]) - mu) * s * g[d] + b[d];
-    if constexpr (kRoundY) {
-      store_rounded(y + d, v);
-    } else {
-      store_as(y + d, v);
-    }
-  }
+  for (int64_t d = 0; d < n; ++d) store_as(y + d, (scalar(x[d]) - mu) * s * g[d] + b[d]);
 }
 
 template <typename T>
@@ -174,7 +162,7 @@ template <typename T>
   }
 }
 
-template <int W, bool kRoundY = false, typename T>
+template <int W, typename T>
 [[gnu::always_inline]] inline void normalize_rows(const T* x, int64_t rows, int64_t n,
                                                   const double* g, const double* b, double epsilon,
                                                   T* y, double* mean, double* inv_std) {
@@ -185,31 +173,150 @@ template <int W, bool kRoundY = false, typename T>
     const double rstd = 1.0 / std::sqrt(centered_squares_of<W>(row, n, mu) / count + epsilon);
     mean[r] = mu;
     inv_std[r] = rstd;
-    normalize_row<kRoundY>(row, g, b, n, mu, rstd, y + r * n);
+    normalize_row(row, g, b, n, mu, rstd, y + r * n);
   }
 }
 
-template <int W, bool kRoundDy = false, typename T>
+template <int W, typename T>
 [[gnu::always_inline]] inline void normalize_rows_grad(const T* dy, const T* x, int64_t rows,
                                                        int64_t n, const double* g,
                                                        const double* mean, const double* inv_std,
                                                        double* dgamma, double* dbeta, T* dx) {
   const double count = static_cast<double>(n);
-  // kRoundDy: each row of dy is rounded into an L1-sized buffer first (a separate short loop keeps
-  // the row passes' registers as they are).
-  std::vector<T> rounded(kRoundDy ? static_cast<size_t>(n) : 0);
   for (int64_t r = 0; r < rows; ++r) {
     const T* pd = dy + r * n;
-    if constexpr (kRoundDy) {
-      static_assert(std::is_same_v<T, float>);
-      for (int64_t d = 0; d < n; ++d) rounded[d] = round_to_bfloat16_value(pd[d]);
-      pd = rounded.data();
-    }
     const T* px = x + r * n;
     double sum_g = 0, sum_gx = 0;
     gradient_sums_of<W>(pd, px, g, n, mean[r], inv_std[r], sum_g, sum_gx);
     normalize_row_grad(pd, px, g, n, mean[r], inv_std[r], sum_g / count, sum_gx / count, dgamma,
                        dbeta, dx + r * n);
+  }
+}
+
+// mixed_bfloat16's float32 form: float32 arithmetic, as a bfloat16 kernel accumulates. Eight float
+// lanes whatever the build (one 32-byte register in the v3 and v4 builds, two 16-byte ones in the
+// baseline); lane i holds the elements i mod 8 and lanes_sum adds them in one fixed tree, so the
+// sums have the same bits in every build.
+template <int W>
+struct Float8 {
+  static constexpr int kLanes = W >= 8 ? 8 : 4;
+  static constexpr int kParts = 8 / kLanes;
+  typedef float F __attribute__((vector_size(4 * kLanes)));
+  F part[kParts];
+};
+
+template <int W>
+[[gnu::always_inline]] inline void load8(Float8<W>& out, const float* p) {
+  for (int k = 0; k < Float8<W>::kParts; ++k) {
+    std::memcpy(&out.part[k], p + k * Float8<W>::kLanes, sizeof out.part[k]);
+  }
+}
+template <int W>
+[[gnu::always_inline]] inline float lanes_sum(const Float8<W>& v) {
+  auto lane = [&](int i) { return v.part[i / Float8<W>::kLanes][i % Float8<W>::kLanes]; };
+  return ((lane(0) + lane(1)) + (lane(2) + lane(3))) + ((lane(4) + lane(5)) + (lane(6) + lane(7)));
+}
+
+template <int W>
+[[gnu::always_inline]] inline float float_sum_of(const float* x, int64_t n) {
+  Float8<W> acc{}, v;
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    load8(v, x + d);
+    for (int k = 0; k < Float8<W>::kParts; ++k) acc.part[k] += v.part[k];
+  }
+  float sum = lanes_sum(acc);
+  for (; d < n; ++d) sum += x[d];
+  return sum;
+}
+
+template <int W>
+[[gnu::always_inline]] inline float float_centered_squares_of(const float* x, int64_t n, float mu) {
+  Float8<W> acc{}, v;
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    load8(v, x + d);
+    for (int k = 0; k < Float8<W>::kParts; ++k) {
+      const typename Float8<W>::F c = v.part[k] - mu;
+      acc.part[k] += c * c;
+    }
+  }
+  float sum = lanes_sum(acc);
+  for (; d < n; ++d) sum += (x[d] - mu) * (x[d] - mu);
+  return sum;
+}
+
+// sum_g = Σ dy·g and sum_gx = Σ dy·g·((x − mu)·s), in float.
+template <int W>
+[[gnu::always_inline]] inline void float_gradient_sums_of(const float* dy, const float* x,
+                                                          const float* g, int64_t n, float mu,
+                                                          float s, float& sum_g, float& sum_gx) {
+  Float8<W> ag{}, agx{}, vd, vx, vg;
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    load8(vd, dy + d);
+    load8(vx, x + d);
+    load8(vg, g + d);
+    for (int k = 0; k < Float8<W>::kParts; ++k) {
+      const typename Float8<W>::F dg = vd.part[k] * vg.part[k];
+      ag.part[k] += dg;
+      agx.part[k] += dg * ((vx.part[k] - mu) * s);
+    }
+  }
+  sum_g = lanes_sum(ag);
+  sum_gx = lanes_sum(agx);
+  for (; d < n; ++d) {
+    const float dg = dy[d] * g[d];
+    sum_g += dg;
+    sum_gx += dg * ((x[d] - mu) * s);
+  }
+}
+
+template <int W>
+[[gnu::always_inline]] inline void normalize_rows_in_float(const float* x, int64_t rows, int64_t n,
+                                                           const float* __restrict g,
+                                                           const float* __restrict b, float epsilon,
+                                                           float* __restrict y, double* mean,
+                                                           double* inv_std) {
+  const float count = static_cast<float>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict row = x + r * n;
+    const float mu = float_sum_of<W>(row, n) / count;
+    const float s = 1.0f / std::sqrt(float_centered_squares_of<W>(row, n, mu) / count + epsilon);
+    mean[r] = mu;
+    inv_std[r] = s;
+    float* __restrict out = y + r * n;
+    for (int64_t d = 0; d < n; ++d)
+      out[d] = round_to_bfloat16_value((row[d] - mu) * s * g[d] + b[d]);
+  }
+}
+
+template <int W>
+[[gnu::always_inline]] inline void normalize_rows_grad_in_float(
+    const float* dy, const float* x, int64_t rows, int64_t n, const float* __restrict g,
+    const double* mean, const double* inv_std, double* __restrict dgamma, double* __restrict dbeta,
+    float* dx) {
+  const float count = static_cast<float>(n);
+  // Each row of dy rounded into an L1-sized buffer first (a separate short loop keeps the row
+  // passes' registers as they are).
+  thread_local std::vector<float> rounded;
+  rounded.resize(static_cast<size_t>(n));
+  float* __restrict pd = rounded.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict in = dy + r * n;
+    for (int64_t d = 0; d < n; ++d) pd[d] = round_to_bfloat16_value(in[d]);
+    const float* __restrict px = x + r * n;
+    const float mu = static_cast<float>(mean[r]), s = static_cast<float>(inv_std[r]);
+    float sum_g = 0, sum_gx = 0;
+    float_gradient_sums_of<W>(pd, px, g, n, mu, s, sum_g, sum_gx);
+    const float mean_g = sum_g / count, mean_gx = sum_gx / count;
+    float* __restrict out = dx + r * n;
+    for (int64_t d = 0; d < n; ++d) {
+      const float xhat = (px[d] - mu) * s;
+      dgamma[d] += static_cast<double>(pd[d] * xhat);
+      dbeta[d] += static_cast<double>(pd[d]);
+      out[d] = s * (pd[d] * g[d] - mean_g - xhat * mean_gx);
+    }
   }
 }
 
@@ -245,18 +352,17 @@ LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
 }
 
 LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_to_bfloat16_values,
-                          (const float* x, int64_t rows, int64_t n, const double* g,
-                           const double* b, double epsilon, float* y, double* mean,
-                           double* inv_std),
+                          (const float* x, int64_t rows, int64_t n, const float* g, const float* b,
+                           float epsilon, float* y, double* mean, double* inv_std),
                           (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
-  normalize_rows<kFloatLanes, true>(x, rows, n, g, b, epsilon, y, mean, inv_std);
+  normalize_rows_in_float<kFloatLanes>(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
 LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad_of_bfloat16_values,
-                          (const float* dy, const float* x, int64_t rows, int64_t n,
-                           const double* g, const double* mean, const double* inv_std,
-                           double* dgamma, double* dbeta, float* dx),
+                          (const float* dy, const float* x, int64_t rows, int64_t n, const float* g,
+                           const double* mean, const double* inv_std, double* dgamma, double* dbeta,
+                           float* dx),
                           (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
-  normalize_rows_grad<kFloatLanes, true>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
+  normalize_rows_grad_in_float<kFloatLanes>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
 
 LOCKSTEP_DISPATCHED_LANES(double, row_sum, (const float* x, int64_t n), (x, n)) {

@@ -38,15 +38,16 @@ void layer_norm_rows_grad(const float* dy, const float* x, int64_t rows, int64_t
 void layer_norm_rows_grad(const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
                           const double* g, const double* mean, const double* inv_std,
                           double* dgamma, double* dbeta, bfloat16* dx);
-// mixed_bfloat16's float32 form (keras/layer.h): float32 tensors of bfloat16 values. The forward
-// stores y rounded to bfloat16 values, the backward reads dy so rounded (round_to_bfloat16_value):
-// the bits of layer_norm_rows followed by a rounding of y, and of a rounding of dy followed by
-// layer_norm_rows_grad, without the extra passes over the tensors.
-void layer_norm_rows_to_bfloat16_values(const float* x, int64_t rows, int64_t n, const double* g,
-                                        const double* b, double epsilon, float* y, double* mean,
+// mixed_bfloat16's float32 form (keras/layer.h): float32 tensors of bfloat16 values, normalized
+// in float32 arithmetic as a bfloat16 kernel computes (the formulas above with every intermediate
+// a float; the row sums in eight float lanes in the same fixed order; dgamma and dbeta still
+// accumulate over the rows in double). The forward stores y rounded to bfloat16 values, the
+// backward reads dy so rounded (round_to_bfloat16_value) and stores dx as a float.
+void layer_norm_rows_to_bfloat16_values(const float* x, int64_t rows, int64_t n, const float* g,
+                                        const float* b, float epsilon, float* y, double* mean,
                                         double* inv_std);
 void layer_norm_rows_grad_of_bfloat16_values(const float* dy, const float* x, int64_t rows,
-                                             int64_t n, const double* g, const double* mean,
+                                             int64_t n, const float* g, const double* mean,
                                              const double* inv_std, double* dgamma, double* dbeta,
                                              float* dx);
 

@@ -1,8 +1,9 @@
 // mixed_bfloat16's float32 form rounds some outputs (and their gradients) inside the kernels that
-// write them instead of in passes of their own (layer_norm, add_to_bfloat16_values,
-// dot_product_attention with bfloat16_values). Through the tape, each must give the bits of the
-// op followed by to_bfloat16_values, whose forward and backward rounding is checked against the
-// scalar rounding in tests/ops/bf16_round_test.cpp.
+// write them instead of in passes of their own (add_to_bfloat16_values, dot_product_attention
+// with bfloat16_values). Through the tape, each must give the bits of the op followed by
+// to_bfloat16_values, whose forward and backward rounding is checked against the scalar rounding
+// in tests/ops/bf16_round_test.cpp. layer_norm's float32-arithmetic form is checked against the
+// ops it records.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "lockstep/autodiff/nn_functions.h"
 #include "lockstep/autodiff/transformer_functions.h"
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/ops/nn_norm.h"
 
 namespace lockstep {
 namespace {
@@ -62,15 +64,25 @@ void expect_same_bits(const Fn& fused, const Fn& unfused, const std::vector<Tens
   }
 }
 
-TEST(Bfloat16ValuesGradient, LayerNormRoundingAsItStoresIsTheRoundingAfterIt) {
+// layer_norm with bfloat16_values computes in float32 (as a bfloat16 kernel does; its bounds
+// against float64 are in tests/ops/nn_norm_test.cpp), so it is not the double-precision op
+// followed by a rounding: through the tape it gives the bits of the ops' own forward and backward.
+TEST(Bfloat16ValuesGradient, LayerNormOfBfloat16ValuesRecordsTheOpsForwardAndBackward) {
   const std::vector<Tensor> in{to_bfloat16_values(random_f32({6, 37}, 1)), random_f32({37}, 2),
                                random_f32({37}, 3)};
-  expect_same_bits(
-      [](const std::vector<Tensor>& t) { return layer_norm(t[0], t[1], t[2], 1e-3, true); },
-      [](const std::vector<Tensor>& t) {
-        return to_bfloat16_values(layer_norm(t[0], t[1], t[2], 1e-3));
-      },
-      in);
+  const Fn fused = [](const std::vector<Tensor>& t) {
+    return layer_norm(t[0], t[1], t[2], 1e-3, true);
+  };
+  const lockstep::Run a = run(fused, in, 99);
+  const ops::LayerNormResult f = ops::layer_norm_forward(in[0], in[1], in[2], 1e-3, true);
+  const Tensor dy = random_f32(f.output.shape(), 99);  // the gradient of Σ y·w: w
+  const ops::NormGrads g = ops::layer_norm_backward(dy, in[0], in[1], f.mean, f.inv_std, true);
+  EXPECT_TRUE(a.y.holds_bfloat16_values());
+  EXPECT_TRUE(same_bits(a.y, f.output));
+  ASSERT_EQ(a.grads.size(), 3u);
+  EXPECT_TRUE(same_bits(a.grads[0], g.x));
+  EXPECT_TRUE(same_bits(a.grads[1], g.gamma));
+  EXPECT_TRUE(same_bits(a.grads[2], g.beta));
 }
 
 TEST(Bfloat16ValuesGradient, AddRoundingAsItStoresIsTheRoundingAfterIt) {

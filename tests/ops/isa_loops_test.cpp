@@ -214,26 +214,6 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   }
   EXPECT_TRUE(same_bits(tq.data<float>(), q.data(), q.size()));  // the caller's tensors as given
   EXPECT_TRUE(same_bits(tdout.data<float>(), dout.data(), dout.size()));
-
-  // round_inputs_in_place: the same bits; q, k, v rounded where they are (one example per block:
-  // each block rounds its own rows, and the backward pass its own rows of the output gradient)
-  // and marked by the forward pass, so the backward pass reads them as they are.
-  ops::AttentionOptions in_place = bf16_values;
-  in_place.round_inputs_in_place = true;
-  const Tensor oq = tq.clone(), ok = tk.clone(), ov = tv.clone();
-  ops::set_attention_block_examples(1);
-  const Tensor iy = ops::dot_product_attention_forward(oq, ok, ov, in_place);
-  EXPECT_TRUE(same_bits(iy.data<float>(), rounded(r.out).data(), out.size()));
-  for (const auto& [t, x] : {std::pair{&oq, &q}, std::pair{&ok, &k}, std::pair{&ov, &v}}) {
-    EXPECT_TRUE(t->holds_bfloat16_values());
-    EXPECT_TRUE(same_bits(t->data<float>(), rounded(*x).data(), x->size()));
-  }
-  const ops::AttentionGrads ig =
-      ops::dot_product_attention_backward(tdout.clone(), oq, ok, ov, in_place);
-  ops::set_attention_block_examples(0);
-  EXPECT_TRUE(same_bits(ig.dquery.data<float>(), rounded(r.dq).data(), dq.size()));
-  EXPECT_TRUE(same_bits(ig.dkey.data<float>(), rounded(r.dk).data(), dk.size()));
-  EXPECT_TRUE(same_bits(ig.dvalue.data<float>(), rounded(r.dv).data(), dv.size()));
 }
 
 // Layer normalization's row sums, by their scalar definition: float64 sums in eight lanes (lane i
@@ -276,18 +256,55 @@ TEST(IsaLoops, LayerNormGivesTheScalarBits) {
   const ops::LayerNormResult got = ops::layer_norm_forward(tx, tg, tb, epsilon);
   EXPECT_TRUE(same_bits(got.output.data<float>(), want.data(), want.size()));
   EXPECT_FALSE(got.output.holds_bfloat16_values());
-
-  // bfloat16_values: each output stored as the bfloat16 rounding of the float above, and marked.
-  const ops::LayerNormResult rounded = ops::layer_norm_forward(tx, tg, tb, epsilon, true);
-  for (float& e : want) e = round_to_bfloat16_value(e);
-  EXPECT_TRUE(same_bits(rounded.output.data<float>(), want.data(), want.size()));
-  EXPECT_TRUE(rounded.output.holds_bfloat16_values());
 }
 
-TEST(IsaLoops, LayerNormGradientOfBfloat16ValuesGivesTheScalarBits) {
+// The float32 form's layer normalization (bfloat16_values) by its scalar definition: the same
+// formulas with every intermediate a float, the sums in the same eight-lane order, each output
+// stored as the bfloat16 rounding of its float.
+float float_lanes_then_tail(const std::vector<float>& terms) {
+  float lane[8] = {};
+  const size_t whole = terms.size() / 8 * 8;
+  for (size_t d = 0; d < whole; ++d) lane[d % 8] += terms[d];
+  float sum =
+      ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (size_t d = whole; d < terms.size(); ++d) sum += terms[d];
+  return sum;
+}
+
+TEST(IsaLoops, LayerNormOfBfloat16ValuesGivesTheScalarFloatBits) {
+  constexpr int64_t rows = 5, n = 67;
+  constexpr double epsilon = 1e-3;
+  auto finite = [](std::vector<float> v) {
+    for (float& e : v) e = std::isfinite(e) ? e : 0.5f;
+    return v;
+  };
+  const std::vector<float> x = finite(values(rows * n, 9)), gamma = finite(values(n, 10)),
+                           beta = finite(values(n, 11));
+  std::vector<float> want(x.size());
+  const float count = static_cast<float>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> row(x.begin() + r * n, x.begin() + (r + 1) * n);
+    const float mu = float_lanes_then_tail(row) / count;
+    std::vector<float> squares(n);
+    for (int64_t d = 0; d < n; ++d) squares[d] = (row[d] - mu) * (row[d] - mu);
+    const float s =
+        1.0f / std::sqrt(float_lanes_then_tail(squares) / count + static_cast<float>(epsilon));
+    for (int64_t d = 0; d < n; ++d) {
+      want[r * n + d] = round_to_bfloat16_value((row[d] - mu) * s * gamma[d] + beta[d]);
+    }
+  }
+  const ops::LayerNormResult got =
+      ops::layer_norm_forward(Tensor::from_vector(x, {rows, n}), Tensor::from_vector(gamma, {n}),
+                              Tensor::from_vector(beta, {n}), epsilon, true);
+  EXPECT_TRUE(same_bits(got.output.data<float>(), want.data(), want.size()));
+  EXPECT_TRUE(got.output.holds_bfloat16_values());
+}
+
+TEST(IsaLoops, LayerNormGradientGivesTheScalarBits) {
   // The backward by its scalar definition (row_sums.h): xhat = (x - mean)·inv_std,
   // mean_g = Σ dy·g / n and mean_gx = Σ dy·g·xhat / n in the eight-lane order,
-  // dx = inv_std·(dy·g - mean_g - xhat·mean_gx); with bfloat16_values, dy is read rounded.
+  // dx = inv_std·(dy·g - mean_g - xhat·mean_gx), in double; with bfloat16_values (the float32
+  // form), in float with dy read rounded, dgamma and dbeta still summed over the rows in double.
   constexpr int64_t rows = 4, n = 67;
   auto finite = [](std::vector<float> v) {
     for (float& e : v) e = std::isfinite(e) ? e : 0.5f;
@@ -298,15 +315,32 @@ TEST(IsaLoops, LayerNormGradientOfBfloat16ValuesGivesTheScalarBits) {
   const Tensor tx = Tensor::from_vector(x, {rows, n}), tg = Tensor::from_vector(gamma, {n});
   const ops::LayerNormResult fwd = ops::layer_norm_forward(tx, tg, Tensor(), 1e-3);
   for (bool round : {false, true}) {
-    SCOPED_TRACE(round ? "dy rounded as read" : "dy as it is");
+    SCOPED_TRACE(round ? "bfloat16_values: in float, dy rounded as read" : "in double");
     std::vector<float> want(x.size());
     std::vector<double> dgamma(n, 0.0), dbeta(n, 0.0);
     for (int64_t r = 0; r < rows; ++r) {
+      if (round) {
+        const float mu = fwd.mean.data<float>()[r], s = fwd.inv_std.data<float>()[r];
+        std::vector<float> vdy(n), dg(n), dgx(n);
+        for (int64_t d = 0; d < n; ++d) {
+          vdy[d] = round_to_bfloat16_value(dy[r * n + d]);
+          dg[d] = vdy[d] * gamma[d];
+          dgx[d] = dg[d] * ((x[r * n + d] - mu) * s);
+        }
+        const float mean_g = float_lanes_then_tail(dg) / static_cast<float>(n),
+                    mean_gx = float_lanes_then_tail(dgx) / static_cast<float>(n);
+        for (int64_t d = 0; d < n; ++d) {
+          const float xhat = (x[r * n + d] - mu) * s;
+          dgamma[d] += static_cast<double>(vdy[d] * xhat);
+          dbeta[d] += static_cast<double>(vdy[d]);
+          want[r * n + d] = s * (vdy[d] * gamma[d] - mean_g - xhat * mean_gx);
+        }
+        continue;
+      }
       const double mu = fwd.mean.data<float>()[r], s = fwd.inv_std.data<float>()[r];
       std::vector<double> vdy(n), xhat(n), dg(n), dgx(n);
       for (int64_t d = 0; d < n; ++d) {
-        const float g_in = dy[r * n + d];
-        vdy[d] = round ? round_to_bfloat16_value(g_in) : g_in;
+        vdy[d] = dy[r * n + d];
         xhat[d] = (static_cast<double>(x[r * n + d]) - mu) * s;
         dg[d] = vdy[d] * static_cast<double>(gamma[d]);
         dgx[d] = dg[d] * ((static_cast<double>(x[r * n + d]) - mu) * s);

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
+#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/random.h"
 
 namespace lockstep::ops {
@@ -241,6 +243,122 @@ TEST(LayerNorm, RejectsBetaOfWrongShapeAndGradientOfWrongShape) {
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("float32[6, 4]"), HasSubstr("float32[4, 6]")));
+  }
+}
+
+// mixed_bfloat16's float32 form (bfloat16_values): float32 arithmetic on bfloat16 values, the
+// output rounded to bfloat16, dy read rounded. Against float64 loops on the same values, within
+// bounds built step by step beside each quantity (u = 2^-24, gamma_k = k u / (1 - k u); a float
+// sum of k terms is within gamma_(k-1) of the sum of their magnitudes, each further rounding adds
+// u of its result), and bfloat16's 2^-8 for the stored output. The rows have a mean well away from
+// zero, so x - mean cancels.
+double gamma32(int64_t k) {
+  const double ku = static_cast<double>(k) * std::ldexp(1.0, -24);
+  return ku / (1 - ku);
+}
+
+TEST(LayerNormOfBfloat16Values, ForwardAndBackwardStayWithinTheDerivedBounds) {
+  constexpr int64_t kRows = 29, kN = 67;
+  constexpr double kEps = 1e-3, u = 0x1p-24, kBf16 = 0x1p-8;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> dist(3.0f, 2.0f);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> x(kRows * kN), gamma(kN), beta(kN), dy(kRows * kN);
+  for (float& v : x) v = round_to_bfloat16_value(dist(rng));
+  for (float& v : gamma) v = round_to_bfloat16_value(1.0f + 0.5f * uni(rng));
+  for (float& v : beta) v = round_to_bfloat16_value(uni(rng));
+  for (float& v : dy) v = uni(rng);  // read rounded by the op
+  const Tensor tx = Tensor::from_vector(x, {kRows, kN}), tg = Tensor::from_vector(gamma, {kN}),
+               tb = Tensor::from_vector(beta, {kN}), tdy = Tensor::from_vector(dy, {kRows, kN});
+  const LayerNormResult r = layer_norm_forward(tx, tg, tb, kEps, true);
+  EXPECT_TRUE(r.output.holds_bfloat16_values());
+  const NormGrads g = layer_norm_backward(tdy, tx, tg, r.mean, r.inv_std, true);
+
+  std::vector<double> dgamma(kN, 0.0), dbeta(kN, 0.0), e_dgamma(kN, 0.0), abs_dbeta(kN, 0.0);
+  for (int64_t row = 0; row < kRows; ++row) {
+    const float* xr = x.data() + row * kN;
+    double sum = 0, abs_sum = 0;
+    for (int64_t d = 0; d < kN; ++d) sum += xr[d], abs_sum += std::fabs(xr[d]);
+    const double mu = sum / kN;
+    // mean: a float sum of n terms, then a division.
+    const double e_mu = gamma32(kN + 1) * abs_sum / kN;
+    std::vector<double> c(kN), e_c(kN);
+    double var = 0, e_squares = 0, squares_mag = 0;
+    for (int64_t d = 0; d < kN; ++d) {
+      c[d] = xr[d] - mu;
+      e_c[d] = e_mu + u * (std::fabs(c[d]) + e_mu);  // x - mean: the mean's error, one rounding
+      var += c[d] * c[d];
+      e_squares += e_c[d] * (2 * std::fabs(c[d]) + e_c[d]);
+      squares_mag += (std::fabs(c[d]) + e_c[d]) * (std::fabs(c[d]) + e_c[d]);
+    }
+    var /= kN;
+    // variance: the squares' carried error, then n roundings of squares, a sum and a division.
+    const double e_var = (e_squares + gamma32(kN + 1) * squares_mag) / kN;
+    const double w = var + kEps, e_w = e_var + u * (w + e_var);
+    const double s = 1 / std::sqrt(w);
+    // 1 / sqrt(w (1 + rho)) is within |rho| <= e_w / w (< 1/2) of 1 / sqrt(w); the square root and
+    // the division round once each.
+    const double rel_s = (1 + e_w / w) * (1 + u) * (1 + u) * (1 + u) - 1;
+    EXPECT_LE(std::fabs(r.mean.data<float>()[row] - mu), e_mu) << row;
+    EXPECT_LE(std::fabs(r.inv_std.data<float>()[row] - s), rel_s * s) << row;
+
+    std::vector<double> xhat(kN), e_xh(kN), dyr(kN), dg(kN);
+    double sum_g = 0, sum_gx = 0, abs_g = 0, e_sum_gx = 0, abs_gx = 0;
+    for (int64_t d = 0; d < kN; ++d) {
+      xhat[d] = c[d] * s;
+      // (x - mean) · inv_std: both operands' errors and one rounding.
+      e_xh[d] = s * (e_c[d] + (std::fabs(c[d]) + e_c[d]) * ((1 + rel_s) * (1 + u) - 1));
+      const double y = xhat[d] * gamma[d] + beta[d];
+      // · gamma + beta: the carried error and two roundings.
+      const double e_f =
+          std::fabs(gamma[d]) * e_xh[d] +
+          2 * u * (1 + u) *
+              (std::fabs(gamma[d]) * (std::fabs(xhat[d]) + e_xh[d]) + std::fabs(beta[d]));
+      // bound: the float32 result's error plus its bfloat16 rounding, 2^-8 of its magnitude.
+      const float got = r.output.data<float>()[row * kN + d];
+      EXPECT_LE(std::fabs(got - y), e_f + kBf16 * (std::fabs(y) + e_f))
+          << "y[" << row << "][" << d << "]";
+      EXPECT_EQ(round_to_bfloat16_value(got), got) << "y[" << row << "][" << d << "]";
+
+      dyr[d] = round_to_bfloat16_value(dy[row * kN + d]);
+      dg[d] = dyr[d] * gamma[d];
+      sum_g += dg[d];
+      abs_g += std::fabs(dg[d]);
+      sum_gx += dg[d] * xhat[d];
+      // dy·gamma (one rounding) times xhat (carried error, one rounding).
+      const double e_dgx =
+          std::fabs(dg[d]) * e_xh[d] + 3 * u * std::fabs(dg[d]) * (std::fabs(xhat[d]) + e_xh[d]);
+      e_sum_gx += e_dgx;
+      abs_gx += std::fabs(dg[d] * xhat[d]) + e_dgx;
+      dgamma[d] += dyr[d] * xhat[d];
+      dbeta[d] += dyr[d];
+      // a float product carried into a double sum, then one float rounding of the total.
+      e_dgamma[d] +=
+          std::fabs(dyr[d]) * e_xh[d] + 3 * u * std::fabs(dyr[d]) * (std::fabs(xhat[d]) + e_xh[d]);
+      abs_dbeta[d] += std::fabs(dyr[d]);
+    }
+    const double mean_g = sum_g / kN, mean_gx = sum_gx / kN;
+    // the means: the terms' errors, then a float sum of n terms and a division.
+    const double e_mg = (u + gamma32(kN + 1) * (1 + u)) * abs_g / kN;
+    const double e_mgx = (e_sum_gx + gamma32(kN + 1) * abs_gx) / kN;
+    for (int64_t d = 0; d < kN; ++d) {
+      const double term = dg[d] - mean_g - xhat[d] * mean_gx;
+      const double carried = u * std::fabs(dg[d]) + e_mg + e_xh[d] * (std::fabs(mean_gx) + e_mgx) +
+                             std::fabs(xhat[d]) * e_mgx;
+      const double magnitude = std::fabs(dg[d]) + std::fabs(mean_g) + e_mg +
+                               (std::fabs(xhat[d]) + e_xh[d]) * (std::fabs(mean_gx) + e_mgx);
+      // dy·gamma - mean_g - xhat·mean_gx: the carried errors and three roundings.
+      const double e_term = carried + 3 * u * (1 + u) * magnitude;
+      // bound: inv_std's error and one more rounding on top.
+      const double e_dx = s * (e_term + (std::fabs(term) + e_term) * ((1 + rel_s) * (1 + u) - 1));
+      EXPECT_LE(std::fabs(g.x.data<float>()[row * kN + d] - s * term), e_dx)
+          << "dx[" << row << "][" << d << "]";
+    }
+  }
+  for (int64_t d = 0; d < kN; ++d) {
+    EXPECT_LE(std::fabs(g.gamma.data<float>()[d] - dgamma[d]), e_dgamma[d]) << "dgamma " << d;
+    // bound: bfloat16 values summed in double, then one float rounding.
+    EXPECT_LE(std::fabs(g.beta.data<float>()[d] - dbeta[d]), 2 * u * abs_dbeta[d]) << "dbeta " << d;
   }
 }
 

@@ -44,9 +44,9 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
                             const Tensor& moving_mean, const Tensor& moving_variance,
                             double epsilon = ops::kKerasNormEpsilon);
 
-// Normalizes over the last axis; gamma, beta [D] or undefined. bfloat16_values: the output and
-// its gradient are rounded to bfloat16 values as the kernels store and read them (float32 x;
-// ops::layer_norm_forward), as to_bfloat16_values(layer_norm(...)) would round them.
+// Normalizes over the last axis; gamma, beta [D] or undefined. bfloat16_values (float32 x;
+// ops::layer_norm_forward): mixed_bfloat16's float32 form — float32 arithmetic, the output and
+// its gradient rounded to bfloat16 values as the kernels store and read them.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   double epsilon = ops::kKerasNormEpsilon, bool bfloat16_values = false);
 

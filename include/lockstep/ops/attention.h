@@ -41,11 +41,6 @@ struct AttentionOptions {
   // stored rounded to bfloat16 values and marked (Tensor::holds_bfloat16_values): the bits of
   // to_bfloat16_values on the inputs, the op, and to_bfloat16_values on its output.
   bool bfloat16_values = false;
-  // With bfloat16_values: query, key and value are the caller's own fresh results that nothing
-  // else reads as they are (MultiHeadAttention's projections). The forward pass rounds them in
-  // place, block by block as it reads them, and marks them, so the backward pass (which keeps
-  // handles on them) reads them without rounding them again.
-  bool round_inputs_in_place = false;
 };
 
 Tensor dot_product_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,

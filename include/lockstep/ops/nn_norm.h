@@ -65,10 +65,12 @@ struct LayerNormResult {
   Tensor inv_std;
 };
 
-// bfloat16_values (float32 x only; mixed_bfloat16's float32 form, keras/layer.h): the output is
-// stored rounded to bfloat16 values and marked as holding them (Tensor::holds_bfloat16_values),
-// and the backward pass, given the same flag, reads grad_output rounded to bfloat16 values: the
-// bits of rounding the output after the op and the gradient before its backward pass.
+// float32 and bfloat16 rows are normalized in double. bfloat16_values (float32 x only;
+// mixed_bfloat16's float32 form, keras/layer.h) computes in float32 instead, as a bfloat16 kernel
+// does (the bfloat16 rounding of the output dwarfs the difference; the weight gradients still sum
+// the rows in double): the output is stored rounded to bfloat16 values and marked as holding them
+// (Tensor::holds_bfloat16_values), and the backward pass, given the same flag, reads grad_output
+// rounded to bfloat16 values.
 LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    double epsilon = kKerasNormEpsilon,
                                    bool bfloat16_values = false);

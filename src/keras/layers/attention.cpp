@@ -138,16 +138,16 @@ Tensor MultiHeadAttention::call(const Tensor& inputs, bool training) {
 }
 
 // x [B, N, D] · kernel [D, H, X] (+ bias [H, X]) -> [B, N, H, X]: one matmul over the B·N rows.
-Tensor MultiHeadAttention::project(const Tensor& x, const Variable& kernel, const Variable& bias,
-                                   bool round) const {
+Tensor MultiHeadAttention::project(const Tensor& x, const Variable& kernel,
+                                   const Variable& bias) const {
   const int64_t B = x.dim(0), N = x.dim(1), D = x.dim(2);
   const int64_t H = kernel.shape()[1], X = kernel.shape()[2];
   Tensor k = reshape(autocast(kernel), {D, H * X});
   Tensor b = options_.use_bias ? reshape(autocast(bias), {H * X}) : Tensor();
-  // Stored as a bfloat16 op would store it (in the float32 form, rounded; the fused attention
-  // kernel rounds it as it reads it instead).
+  // Stored as a bfloat16 op would store it (in the float32 form, rounded in place while much of
+  // it is still in the core's cache: cheaper than the attention's rounding it block by block).
   Tensor y = linear(reshape(x, {B * N, D}), k, b);
-  return reshape(round ? round_like_bfloat16(y) : y, {B, N, H, X});
+  return reshape(round_like_bfloat16(y), {B, N, H, X});
 }
 
 AttentionOutput MultiHeadAttention::attend(const Tensor& query_in, const Tensor& value_in,
@@ -187,21 +187,19 @@ AttentionOutput MultiHeadAttention::attend_inner(const Tensor& query_in, const T
 
   const bool use_dropout = dropout_ && o.training;
   const bool fused = !(use_dropout || o.return_attention_scores);
-  const Tensor q = project(autocast(query_in), query_kernel_, query_bias_, !fused);
-  const Tensor k = project(autocast(key_or_value), key_kernel_, key_bias_, !fused);
-  const Tensor v = project(autocast(value_in), value_kernel_, value_bias_, !fused);
+  const Tensor q = project(autocast(query_in), query_kernel_, query_bias_);
+  const Tensor k = project(autocast(key_or_value), key_kernel_, key_bias_);
+  const Tensor v = project(autocast(value_in), value_kernel_, value_bias_);
   AttentionOutput result;
   Tensor attended;  // [B, T, H, value_dim]
   if (!fused) {
     attended = unfused_attention(q, k, v, mask, o.use_causal_mask, o.training,
                                  o.return_attention_scores ? &result.scores : nullptr);
   } else {
-    // The float32 form's kernel rounds the output and the gradients of q, k, v as it stores them,
-    // and q, k, v (the projections' fresh results, read by nothing else) in place as it reads them.
+    // The float32 form's kernel rounds the output and the gradients of q, k, v as it stores them.
     ops::AttentionOptions fused{.is_causal = o.use_causal_mask,
                                 .scale = 1.0 / std::sqrt(static_cast<double>(options_.key_dim)),
-                                .bfloat16_values = computes_bfloat16_in_float32(),
-                                .round_inputs_in_place = true};
+                                .bfloat16_values = computes_bfloat16_in_float32()};
     // Keras expands a [B, T, S] mask over the heads; a [T, S] one broadcasts as it is.
     if (mask.defined()) fused.mask = mask.rank() == 3 ? mask.reshape({B, 1, T, S}) : mask;
     attended = dot_product_attention(q, k, v, fused);

@@ -115,9 +115,8 @@ class MultiHeadAttention : public LayerImpl<MultiHeadAttention> {
   AttentionOutput attend_inner(const Tensor& query_in, const Tensor& value_in, const Tensor& key_in,
                                const AttentionCallOptions& o);
   Shapes split_shapes(const std::vector<Shape>& input_shapes) const;
-  // round: in mixed_bfloat16's float32 form, round the projection to bfloat16 values (not when
-  // the fused attention kernel reads it rounded).
-  Tensor project(const Tensor& x, const Variable& kernel, const Variable& bias, bool round) const;
+  // In mixed_bfloat16's float32 form, the projection rounded to bfloat16 values.
+  Tensor project(const Tensor& x, const Variable& kernel, const Variable& bias) const;
   Tensor unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                            bool causal, bool training, Tensor* scores);
   MultiHeadAttentionOptions options_;
