@@ -1,12 +1,14 @@
 #include "lockstep/ops/linear.h"
 #include "core/cpu_dispatch.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
 
+#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/random.h"
 #include "lockstep/core/task_cancellation.h"
@@ -128,39 +130,82 @@ int64_t fine_block_begin(int64_t rows, int block) {
   return (rows * block / kFineBlocks) & ~int64_t{15};
 }
 
-void gemm_in_row_blocks(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& y,
-                        bool check) {
-  const int64_t rows = x.dim(0);
+// f(r0, r1) over row ranges: `block` rows each, or (block 0) the kFineBlocks ranges above.
+template <typename F>
+void for_row_blocks(int64_t rows, int64_t block, F f) {
+  if (block > 0) {
+    for (int64_t r0 = 0; r0 < rows; r0 += block) f(r0, std::min(rows, r0 + block));
+    return;
+  }
   for (int b = 0; b < kFineBlocks; ++b) {
     const int64_t r0 = fine_block_begin(rows, b), r1 = fine_block_begin(rows, b + 1);
-    if (r1 == r0) continue;
-    if (check) check_task_cancelled();
-    detail::gemm_into(x.slice(r0, r1), kernel, bias, false, false, FusedActivation::none,
-                      y.slice(r0, r1));
+    if (r1 > r0) f(r0, r1);
   }
 }
 
-}  // namespace
+// a · op(b) + bias into y, one oneDNN call per block of rows.
+void gemm_in_row_blocks(const Tensor& a, const Tensor& b, const Tensor& bias, bool transpose_b,
+                        int64_t block, const Tensor& y) {
+  for_row_blocks(a.dim(0), block, [&](int64_t r0, int64_t r1) {
+    detail::gemm_into(a.slice(r0, r1), b, bias, false, transpose_b, FusedActivation::none,
+                      y.slice(r0, r1));
+  });
+}
 
-bool detail::row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias) {
+// Whether a float32 a [m, k] · op(b) (+ bias) computed in row blocks gives the bits of the whole
+// call. Each shape is checked once, on random operands: oneDNN may pick its kernel by the row
+// count.
+bool row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias,
+                                   bool transpose_b, int64_t block) {
   static std::mutex mu;
-  static std::map<std::tuple<int64_t, int64_t, int64_t, bool>, bool> known;
-  const auto key = std::make_tuple(m, k, n, with_bias);
+  static std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t>, bool> known;
+  const auto key = std::make_tuple(m, k, n, with_bias, transpose_b, block);
   {
     std::lock_guard lock(mu);
     if (auto it = known.find(key); it != known.end()) return it->second;
   }
   Generator g(/*seed=*/1);
-  const Tensor x = g.uniform({m, k}, -1.0, 1.0), w = g.uniform({k, n}, -1.0, 1.0);
+  const Tensor a = g.uniform({m, k}, -1.0, 1.0);
+  const Tensor b = transpose_b ? g.uniform({n, k}, -1.0, 1.0) : g.uniform({k, n}, -1.0, 1.0);
   const Tensor bias = with_bias ? g.uniform({n}, -1.0, 1.0) : Tensor();
   Tensor whole({m, n}, DType::float32), blocks({m, n}, DType::float32);
-  detail::gemm_into(x, w, bias, false, false, FusedActivation::none, whole);
-  gemm_in_row_blocks(x, w, bias, blocks, /*check=*/false);
+  detail::gemm_into(a, b, bias, false, transpose_b, FusedActivation::none, whole);
+  gemm_in_row_blocks(a, b, bias, transpose_b, block, blocks);
   const bool same = std::memcmp(whole.data<float>(), blocks.data<float>(),
                                 static_cast<size_t>(m * n) * sizeof(float)) == 0;
   std::lock_guard lock(mu);
   known.emplace(key, same);
   return same;
+}
+
+// Rows per block of a matmul whose output is rounded a block at a time: about 64K float32 outputs
+// (256 KiB), which stay in the core's L2 from oneDNN's stores to the rounding's loads.
+int64_t rounding_block_rows(int64_t n) {
+  return std::max<int64_t>(16, ((int64_t{64} * 1024) / std::max<int64_t>(1, n)) & ~int64_t{15});
+}
+
+}  // namespace
+
+bool detail::row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias) {
+  return ::lockstep::ops::row_blocks_give_the_same_bits(m, k, n, with_bias, false, 0);
+}
+
+void detail::gemm_to_bfloat16_values(const Tensor& a, const Tensor& b, const Tensor& bias,
+                                     bool transpose_b, const Tensor& y) {
+  const int64_t m = y.dim(0), n = y.dim(1), block = rounding_block_rows(n);
+  float* out = y.data<float>();
+  if (block < m &&
+      ops::row_blocks_give_the_same_bits(m, a.dim(1), n, bias.defined(), transpose_b, block)) {
+    for_row_blocks(m, block, [&](int64_t r0, int64_t r1) {
+      detail::gemm_into(a.slice(r0, r1), b, bias, false, transpose_b, FusedActivation::none,
+                        y.slice(r0, r1));
+      round_to_bfloat16_values(out + r0 * n, out + r0 * n, static_cast<size_t>((r1 - r0) * n));
+    });
+  } else {
+    detail::gemm_into(a, b, bias, false, transpose_b, FusedActivation::none, y);
+    round_to_bfloat16_values(out, out, static_cast<size_t>(m * n));
+  }
+  y.mark_bfloat16_values();
 }
 
 namespace {
@@ -177,7 +222,11 @@ void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& b
                           FusedActivation activation, const Tensor& y) {
   if (wants_row_blocks(x, kernel, activation, y) &&
       detail::row_blocks_give_the_same_bits(x.dim(0), x.dim(1), kernel.dim(1), bias.defined())) {
-    gemm_in_row_blocks(x, kernel, bias, y, /*check=*/true);
+    for_row_blocks(x.dim(0), 0, [&](int64_t r0, int64_t r1) {
+      check_task_cancelled();
+      detail::gemm_into(x.slice(r0, r1), kernel, bias, false, false, FusedActivation::none,
+                        y.slice(r0, r1));
+    });
     if (activation == FusedActivation::relu) relu_keeping_nan(y.data<float>(), y.num_elements());
     return;
   }
@@ -220,9 +269,21 @@ void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias,
   gemm_with_activation(x, kernel, bias, activation, y);
 }
 
+Tensor linear_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel,
+                                         const Tensor& bias) {
+  const char* op = "linear_to_bfloat16_values";
+  detail::check_float32(x, op, "x");
+  detail::check_float32(kernel, op, "kernel");
+  check_linear(x, kernel, bias, op);
+  Tensor y({x.dim(0), kernel.dim(1)}, DType::float32);
+  detail::gemm_to_bfloat16_values(x, kernel, bias, false, y);
+  return y;
+}
+
 void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,
                           FusedActivation activation, const Tensor& dx, const Tensor& dkernel,
-                          const Tensor& dbias, const Tensor& pre_activation) {
+                          const Tensor& dbias, const Tensor& pre_activation,
+                          bool dx_to_bfloat16_values) {
   const char* op = "linear_backward";
   check_linear(x, kernel, Tensor(), op);
   Shape out_shape{x.dim(0), kernel.dim(1)};
@@ -278,7 +339,10 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
     detail::gemm_into(x, dz, Tensor(), true, false, FusedActivation::none, dkernel);  // xᵀ·dz
   }
   if (dbias.defined() && !dbias_done) detail::column_sums_into(dz, dbias);
-  if (dx.defined()) {
+  if (dx.defined() && dx_to_bfloat16_values && dz.dtype() == DType::float32 &&
+      kernel.dtype() == DType::float32 && dx.dtype() == DType::float32) {
+    detail::gemm_to_bfloat16_values(dz, kernel, Tensor(), true, dx);
+  } else if (dx.defined()) {
     detail::gemm_into(dz, kernel, Tensor(), false, true, FusedActivation::none, dx);  // dz·kernelᵀ
   }
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "lockstep/core/bfloat16.h"
@@ -378,6 +379,62 @@ TEST(Bfloat16Values, OtherDtypesAndMismatchedShapesAreRejectedNamingThem) {
     EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("[3]"));
     EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("[4]"));
   }
+}
+
+// linear_to_bfloat16_values rounds its output a block of rows at a time as the matmul writes it,
+// and linear_backward_into(dx_to_bfloat16_values) its dx: the bits of the plain op followed by
+// the scalar rounding, marked. Shapes whose rows split into blocks (unevenly), and ones too small.
+TEST(Bfloat16Values, LinearRoundingAsTheMatmulWritesIsTheRoundingAfterIt) {
+  struct Case {
+    int64_t m, k, n;
+    bool bias;
+  };
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  auto random = [&](const Shape& shape) {
+    std::vector<float> v(static_cast<size_t>(shape.num_elements()));
+    for (float& e : v) e = dist(rng);
+    return Tensor::from_vector(v, shape);
+  };
+  auto rounded = [](const Tensor& t) {
+    std::vector<float> v = t.to_vector<float>();
+    for (float& e : v) e = round_to_bfloat16_value(e);
+    return v;
+  };
+  auto same_bits = [](const Tensor& t, const std::vector<float>& want) {
+    return t.num_elements() == static_cast<int64_t>(want.size()) &&
+           std::memcmp(t.data<float>(), want.data(), want.size() * sizeof(float)) == 0;
+  };
+  for (const Case& c : {Case{2100, 64, 64, true}, Case{1030, 40, 192, false},
+                        Case{300, 37, 5, true}, Case{3, 8, 2, false}}) {
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.k) + "x" + std::to_string(c.n));
+    const Tensor x = random({c.m, c.k}), w = random({c.k, c.n});
+    const Tensor b = c.bias ? random({c.n}) : Tensor();
+    const Tensor y = ops::linear_to_bfloat16_values_forward(x, w, b);
+    EXPECT_TRUE(same_bits(y, rounded(ops::linear_forward(x, w, b))));
+    EXPECT_TRUE(y.holds_bfloat16_values());
+
+    const Tensor dy = random({c.m, c.n});
+    Tensor plain(x.shape(), DType::float32), fused(x.shape(), DType::float32);
+    ops::linear_backward_into(dy, x, w, Tensor(), ops::FusedActivation::none, plain, Tensor(),
+                              Tensor());
+    ops::linear_backward_into(dy, x, w, Tensor(), ops::FusedActivation::none, fused, Tensor(),
+                              Tensor(), Tensor(), /*dx_to_bfloat16_values=*/true);
+    EXPECT_TRUE(same_bits(fused, rounded(plain)));
+    EXPECT_TRUE(fused.holds_bfloat16_values());
+    EXPECT_FALSE(plain.holds_bfloat16_values());
+  }
+  try {
+    ops::linear_to_bfloat16_values_forward(Tensor({4, 3}, DType::bfloat16),
+                                           Tensor({3, 2}, DType::float32), Tensor());
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("linear_to_bfloat16_values"));
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("bfloat16[4, 3]"));
+  }
+  EXPECT_THROW(ops::linear_to_bfloat16_values_forward(Tensor({4, 3}, DType::float32),
+                                                      Tensor({5, 2}, DType::float32), Tensor()),
+               InvalidArgument);
 }
 
 }  // namespace

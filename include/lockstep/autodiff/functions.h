@@ -36,6 +36,11 @@ struct LinearOperands {
 Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
               ops::FusedActivation activation, const LinearOperands& multiplied, DType out,
               bool gelu_to_bfloat16_values = false);
+// mixed_bfloat16's float32 form: linear() of float32 x, kernel and bias, its output rounded to
+// bfloat16 values as the matmul writes it and its gradient read rounded
+// (ops::linear_to_bfloat16_values_forward): the bits of linear() followed by to_bfloat16_values.
+Tensor linear_to_bfloat16_values(const Tensor& x, const Tensor& kernel,
+                                 const Tensor& bias = Tensor());
 // x[..., j] + bias[j].
 Tensor bias_add(const Tensor& x, const Tensor& bias);
 

@@ -28,6 +28,12 @@ Tensor linear_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias,
 void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                  FusedActivation activation, const Tensor& y);
 
+// mixed_bfloat16's float32 form (keras/layer.h): float32 x · kernel + bias rounded to bfloat16
+// values and marked (Tensor::holds_bfloat16_values), a cache-sized block of rows at a time right
+// after the matmul writes it: the bits of linear_forward followed by to_bfloat16_values, without a
+// pass of its own over the output.
+Tensor linear_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias);
+
 struct LinearGrads {
   Tensor dx, dkernel, dbias;
 };
@@ -39,9 +45,12 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& ker
                             const Tensor& pre_activation = Tensor());
 // Writes into the caller's buffers; an undefined output is skipped. dkernel has kernel's shape
 // and dtype (float32 allowed for bfloat16 operands), dbias [out], dx x's shape. dy has y's dtype:
-// x's, or float32 for a bfloat16 x with a float32 kernel and a float32 y.
+// x's, or float32 for a bfloat16 x with a float32 kernel and a float32 y. dx_to_bfloat16_values
+// (a float32 dx; mixed_bfloat16's float32 form, for a dx its reader reads rounded): dx is rounded
+// to bfloat16 values and marked as linear_to_bfloat16_values_forward rounds its output.
 void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,
                           FusedActivation activation, const Tensor& dx, const Tensor& dkernel,
-                          const Tensor& dbias, const Tensor& pre_activation = Tensor());
+                          const Tensor& dbias, const Tensor& pre_activation = Tensor(),
+                          bool dx_to_bfloat16_values = false);
 
 }  // namespace lockstep::ops

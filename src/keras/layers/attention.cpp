@@ -144,9 +144,13 @@ Tensor MultiHeadAttention::project(const Tensor& x, const Variable& kernel,
   const int64_t H = kernel.shape()[1], X = kernel.shape()[2];
   Tensor k = reshape(autocast(kernel), {D, H * X});
   Tensor b = options_.use_bias ? reshape(autocast(bias), {H * X}) : Tensor();
-  // Stored as a bfloat16 op would store it (in the float32 form, rounded in place while much of
-  // it is still in the core's cache: cheaper than the attention's rounding it block by block).
-  Tensor y = linear(reshape(x, {B * N, D}), k, b);
+  // Stored as a bfloat16 op would store it (in the float32 form, rounded a block of rows at a
+  // time as the matmul writes it: cheaper than a pass of its own, or the attention's rounding).
+  const Tensor rows = reshape(x, {B * N, D});
+  Tensor y = computes_bfloat16_in_float32() && rows.dtype() == DType::float32 &&
+                     k.dtype() == DType::float32
+                 ? linear_to_bfloat16_values(rows, k, b)
+                 : linear(rows, k, b);
   return reshape(round_like_bfloat16(y), {B, N, H, X});
 }
 
