@@ -53,22 +53,6 @@ namespace {
 
 thread_local std::vector<GradientTape::Impl*> tape_stack;
 
-// The backward function being called: which of its inputs' gradients it may round
-// (backward_may_round_input_gradient).
-thread_local const std::vector<char>* may_round_inputs = nullptr;
-class MayRoundScope {
- public:
-  explicit MayRoundScope(const std::vector<char>* flags) : saved_(may_round_inputs) {
-    may_round_inputs = flags;
-  }
-  ~MayRoundScope() { may_round_inputs = saved_; }
-  MayRoundScope(const MayRoundScope&) = delete;
-  MayRoundScope& operator=(const MayRoundScope&) = delete;
-
- private:
-  const std::vector<char>* saved_;
-};
-
 GradientTape::Impl::TensorInfo info(const Tensor& t) {
   return {t.id(), t.shape(), t.dtype()};
 }
@@ -183,7 +167,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   }
   // Gradients the producing op reads rounded to bfloat16 values (note_rounds_output_gradient):
   // the record whose contribution completes each (the earliest reader; records run in reverse).
-  std::unordered_map<uint64_t, size_t> rounded_sum_at, rounded_readers;
+  std::unordered_map<uint64_t, size_t> rounded_sum_at;
   for (const auto& r : t.records) {
     for (uint64_t id : r.rounds_gradient_of) rounded_sum_at.emplace(id, no_record);
   }
@@ -191,26 +175,10 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     for (size_t k = 0; k < t.records.size(); ++k) {
       for (const auto& in : t.records[k].inputs) {
         auto it = rounded_sum_at.find(in.id);
-        if (it == rounded_sum_at.end()) continue;
-        if (it->second == no_record) it->second = k;
-        ++rounded_readers[in.id];
+        if (it != rounded_sum_at.end() && it->second == no_record) it->second = k;
       }
     }
   }
-  // backward_may_round_input_gradient for record k: its inputs whose gradient is read rounded,
-  // that no other op (nor another input of this one, nor the seed) contributes to, and that are
-  // not sources.
-  std::vector<char> may_round;
-  auto set_may_round = [&](size_t k, const std::vector<Impl::TensorInfo>& inputs) {
-    may_round.assign(inputs.size(), 0);
-    if (rounded_sum_at.empty()) return;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      auto it = rounded_sum_at.find(inputs[i].id);
-      may_round[i] = it != rounded_sum_at.end() && it->second == k &&
-                     rounded_readers[inputs[i].id] == 1 && source_index(inputs[i].id) < 0 &&
-                     inputs[i].id != target.id();
-    }
-  };
   // True when input i of record k adds the last contribution to a gradient read rounded.
   auto completes_rounded_sum = [&](size_t k, const std::vector<Impl::TensorInfo>& inputs,
                                    size_t i) {
@@ -267,8 +235,6 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       }
     }
     std::vector<Tensor> grad_inputs;
-    set_may_round(k, rec->inputs);
-    MayRoundScope may_round_scope(&may_round);
     if (rec->backward_into) {
       sinks.assign(rec->inputs.size(), Tensor());
       for (size_t i = 0; i < rec->inputs.size(); ++i) {
@@ -383,10 +349,6 @@ void record_impl(std::string_view op_name, const std::vector<Tensor>& inputs,
   }
 }
 }  // namespace
-
-bool backward_may_round_input_gradient(size_t i) {
-  return may_round_inputs && i < may_round_inputs->size() && (*may_round_inputs)[i];
-}
 
 void note_rounds_output_gradient(const Tensor& output) {
   for (GradientTape::Impl* t : tape_stack) {

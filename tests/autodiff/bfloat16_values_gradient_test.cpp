@@ -182,58 +182,5 @@ TEST(Bfloat16ValuesGradient, LinearRoundingAsTheMatmulWritesIsTheRoundingAfterIt
       in);
 }
 
-// A linear layer reading a gelu layer's output (its gradient read rounded by the gelu's backward)
-// rounds that gradient as its matmul writes it: the bits of the rounding in the gelu's backward.
-// (The outputs are rounded for the comparison's sake.)
-TEST(Bfloat16ValuesGradient, ALinearRoundsTheGradientItsInputsProducerReadsRounded) {
-  const std::vector<Tensor> in{to_bfloat16_values(random_f32({1100, 16}, 15)),
-                               to_bfloat16_values(random_f32({16, 48}, 16)),
-                               to_bfloat16_values(random_f32({48, 24}, 17))};
-  const auto gelu = ops::FusedActivation::gelu;
-  expect_same_bits(
-      [gelu](const std::vector<Tensor>& t) {
-        return to_bfloat16_values(linear(
-            linear(t[0], t[1], Tensor(), gelu, LinearOperands{}, DType::float32, true), t[2]));
-      },
-      [gelu](const std::vector<Tensor>& t) {
-        return to_bfloat16_values(
-            linear(to_bfloat16_values(
-                       linear(t[0], t[1], Tensor(), gelu, LinearOperands{}, DType::float32)),
-                   t[2]));
-      },
-      in);
-}
-
-// backward_may_round_input_gradient, seen by a probe op's backward: true only for the sole reader
-// of a gradient its producer reads rounded, and not for a source the caller asked for.
-TEST(Bfloat16ValuesGradient, OnlyTheSoleReaderOfAGradientReadRoundedMayRoundIt) {
-  std::vector<int> seen;
-  auto probe = [&seen](const Tensor& x) {
-    Tensor y = x.clone();
-    autodiff::record("probe", {x}, {y}, [&seen](const std::vector<Tensor>& g) {
-      seen.push_back(autodiff::backward_may_round_input_gradient(0));
-      return std::vector<Tensor>{g[0]};
-    });
-    return y;
-  };
-  const Tensor a = random_f32({5}, 18);
-  auto gradients = [&](bool rounded_producer, int readers, bool x_is_source) {
-    seen.clear();
-    GradientTape tape;
-    tape.watch(a);
-    const Tensor x = rounded_producer ? to_bfloat16_values(a) : mul(a, Tensor::scalar(2.0f));
-    Tensor loss = reduce_sum(probe(x));
-    if (readers == 2) loss = add(loss, reduce_sum(probe(x)));
-    x_is_source ? tape.gradient(loss, std::vector<Tensor>{a, x})
-                : tape.gradient(loss, std::vector<Tensor>{a});
-    return seen;
-  };
-  EXPECT_EQ(gradients(true, 1, false), std::vector<int>{1});
-  EXPECT_EQ(gradients(true, 2, false), (std::vector<int>{0, 0}));
-  EXPECT_EQ(gradients(true, 1, true), std::vector<int>{0});
-  EXPECT_EQ(gradients(false, 1, false), std::vector<int>{0});
-  EXPECT_FALSE(autodiff::backward_may_round_input_gradient(0));
-}
-
 }  // namespace
 }  // namespace lockstep

@@ -108,13 +108,6 @@ void record(std::string_view op_name, const std::vector<Tensor>& inputs,
 // contributions, the tape then rounds the sum as it adds the last one in and marks it: one pass
 // over the gradient instead of two, the same bits.
 void note_rounds_output_gradient(const Tensor& output);
-// Inside a backward function the tape is calling: true when the gradient it returns for its input
-// i is that input's whole gradient (no other op, nor another input of this op, adds to it, and it
-// is not a source the caller asked for) and the op that produced the input reads it rounded
-// (note_rounds_output_gradient). The backward function may then round it as it writes it, while
-// it is in cache, and mark it: the reader takes a marked gradient as it is, so the bits are the
-// same. False outside a backward call.
-bool backward_may_round_input_gradient(size_t i);
 
 // Adds `b` into `a` elementwise (same shape and dtype), returning the sum; used to accumulate
 // gradients where a tensor feeds several ops.

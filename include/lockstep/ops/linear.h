@@ -45,12 +45,9 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& ker
                             const Tensor& pre_activation = Tensor());
 // Writes into the caller's buffers; an undefined output is skipped. dkernel has kernel's shape
 // and dtype (float32 allowed for bfloat16 operands), dbias [out], dx x's shape. dy has y's dtype:
-// x's, or float32 for a bfloat16 x with a float32 kernel and a float32 y. dx_to_bfloat16_values
-// (a float32 dx; mixed_bfloat16's float32 form, for a dx its reader reads rounded): dx is rounded
-// to bfloat16 values and marked as linear_to_bfloat16_values_forward rounds its output.
+// x's, or float32 for a bfloat16 x with a float32 kernel and a float32 y.
 void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,
                           FusedActivation activation, const Tensor& dx, const Tensor& dkernel,
-                          const Tensor& dbias, const Tensor& pre_activation = Tensor(),
-                          bool dx_to_bfloat16_values = false);
+                          const Tensor& dbias, const Tensor& pre_activation = Tensor());
 
 }  // namespace lockstep::ops

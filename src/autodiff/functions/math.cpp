@@ -27,8 +27,7 @@ namespace {
 // weights' gradients go straight into the tape's destinations when it has some of their dtype
 // (e.g. the packed buffer of the gradient all-reduce).
 // gelu_rounded: gelu_to_bfloat16_values; reads_rounded_dy: linear_to_bfloat16_values. Either reads
-// the output's gradient rounded. Where the tape allows (backward_may_round_input_gradient), dx
-// is rounded as the matmul writes it, for a reader that reads it rounded.
+// the output's gradient rounded.
 void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& mk,
                    const Tensor& y, const Tensor& z, ops::FusedActivation activation,
                    bool gelu_rounded = false, bool reads_rounded_dy = false) {
@@ -42,31 +41,30 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
   // z): a linear layer's output is otherwise free as soon as its consumers are done.
   const bool keeps_y =
       activation != ops::FusedActivation::none && activation != ops::FusedActivation::gelu;
-  autodiff::record(
-      "linear", inputs, {y},
-      [x, mk, y = keeps_y ? y : Tensor(), z, activation, need_dx, has_bias, wdt, gelu_rounded,
-       reads_rounded_dy](const Grads& g, const Grads& sinks) {
-        auto buffer = [wdt](const Tensor& sink, const Shape& shape) {
-          return sink.defined() && sink.dtype() == wdt ? sink : Tensor(shape, wdt);
-        };
-        Grads out(has_bias ? 3 : 2);
-        if (x.rank() == 2 && mk.rank() == 2) {
-          if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
-          out[1] = buffer(sinks[1], mk.shape());
-          if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)});
-        }
-        const bool round_dx = autodiff::backward_may_round_input_gradient(0);
-        if (gelu_rounded) {  // gelu's gradient of dy read rounded, then the rest
-          ops::linear_backward_into(ops::gelu_to_bfloat16_values_backward(g[0], z), x, mk, Tensor(),
-                                    ops::FusedActivation::none, out[0], out[1],
-                                    has_bias ? out[2] : Tensor(), Tensor(), round_dx);
-          return out;
-        }
-        const Tensor dy = reads_rounded_dy ? ops::to_bfloat16_values_backward(g[0]) : g[0];
-        ops::linear_backward_into(dy, x, mk, y, activation, out[0], out[1],
-                                  has_bias ? out[2] : Tensor(), z, round_dx);
-        return out;
-      });
+  autodiff::record("linear", inputs, {y},
+                   [x, mk, y = keeps_y ? y : Tensor(), z, activation, need_dx, has_bias, wdt,
+                    gelu_rounded, reads_rounded_dy](const Grads& g, const Grads& sinks) {
+                     auto buffer = [wdt](const Tensor& sink, const Shape& shape) {
+                       return sink.defined() && sink.dtype() == wdt ? sink : Tensor(shape, wdt);
+                     };
+                     Grads out(has_bias ? 3 : 2);
+                     if (x.rank() == 2 && mk.rank() == 2) {
+                       if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
+                       out[1] = buffer(sinks[1], mk.shape());
+                       if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)});
+                     }
+                     if (gelu_rounded) {  // gelu's gradient of dy read rounded, then the rest
+                       ops::linear_backward_into(ops::gelu_to_bfloat16_values_backward(g[0], z), x,
+                                                 mk, Tensor(), ops::FusedActivation::none, out[0],
+                                                 out[1], has_bias ? out[2] : Tensor());
+                       return out;
+                     }
+                     const Tensor dy =
+                         reads_rounded_dy ? ops::to_bfloat16_values_backward(g[0]) : g[0];
+                     ops::linear_backward_into(dy, x, mk, y, activation, out[0], out[1],
+                                               has_bias ? out[2] : Tensor(), z);
+                     return out;
+                   });
   if (gelu_rounded || reads_rounded_dy) autodiff::note_rounds_output_gradient(y);
 }
 }  // namespace
