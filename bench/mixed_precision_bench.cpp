@@ -142,9 +142,12 @@ void run(const std::string& name, Kind kind, int64_t batch, int steps, int round
   // Wall time, and this thread's CPU time: on a shared machine another process taking the core
   // inflates the first but not (much) the second.
   std::vector<double> t[2], c[2], ratios, cpu_ratios;
+  // The order alternates round by round, so that neither policy always runs in the caches (and
+  // the core's state) the other left.
   for (int r = 0; r < rounds; ++r) {
     double us[2], cpu[2];
-    for (int p = 0; p < 2; ++p) {
+    for (int q = 0; q < 2; ++q) {
+      const int p = r % 2 == 0 ? q : 1 - q;
       const double c0 = thread_cpu_us();
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < steps; ++i) step(setups[p], x, y, loss);
@@ -161,11 +164,13 @@ void run(const std::string& name, Kind kind, int64_t batch, int steps, int round
   }
   std::printf(
       "  wall us/step (median of %d rounds x %d steps): float32 %.1f  mixed_bfloat16 %.1f  "
-      "ratio %.3f  per round:",
-      rounds, steps, median(t[0]), median(t[1]), median(t[1]) / median(t[0]));
+      "ratio %.3f  median of the per-round ratios %.3f  per round:",
+      rounds, steps, median(t[0]), median(t[1]), median(t[1]) / median(t[0]), median(ratios));
   for (double q : ratios) std::printf(" %.3f", q);
-  std::printf("\n  cpu us/step: float32 %.1f  mixed_bfloat16 %.1f  ratio %.3f  per round:",
-              median(c[0]), median(c[1]), median(c[1]) / median(c[0]));
+  std::printf(
+      "\n  cpu us/step: float32 %.1f  mixed_bfloat16 %.1f  ratio %.3f  median of the per-round "
+      "ratios %.3f  per round:",
+      median(c[0]), median(c[1]), median(c[1]) / median(c[0]), median(cpu_ratios));
   for (double q : cpu_ratios) std::printf(" %.3f", q);
   std::printf("\n");
 }

@@ -154,17 +154,18 @@ onednn::Primitive& exact_forward(int64_t n) {
 
 }  // namespace
 
+void detail::gelu_to_bfloat16_values_into(const float* z, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kRoundingChunk) {
+    const int64_t m = std::min(kRoundingChunk, n - i);
+    exact_forward(m).execute({{DNNL_ARG_SRC, z + i}, {DNNL_ARG_DST, y + i}});
+    round_to_bfloat16_values(y + i, y + i, static_cast<size_t>(m));
+  }
+}
+
 Tensor gelu_to_bfloat16_values_forward(const Tensor& x) {
   detail::check_float32(x, "gelu_to_bfloat16_values", "x");
   Tensor y(x.shape(), DType::float32);
-  const int64_t n = x.num_elements();
-  const float* in = x.data<float>();
-  float* out = y.data<float>();
-  for (int64_t i = 0; i < n; i += kRoundingChunk) {
-    const int64_t m = std::min(kRoundingChunk, n - i);
-    exact_forward(m).execute({{DNNL_ARG_SRC, in + i}, {DNNL_ARG_DST, out + i}});
-    round_to_bfloat16_values(out + i, out + i, static_cast<size_t>(m));
-  }
+  detail::gelu_to_bfloat16_values_into(x.data<float>(), y.data<float>(), x.num_elements());
   y.mark_bfloat16_values();
   return y;
 }

@@ -15,6 +15,7 @@
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
 
+#include "gelu_kernels.h"
 #include "internal.h"
 #include "kernel_util.h"
 
@@ -276,6 +277,33 @@ Tensor linear_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel,
   Tensor y({x.dim(0), kernel.dim(1)}, DType::float32);
   detail::linear_to_bfloat16_values_into(x, kernel, bias, y);
   return y;
+}
+
+LinearGeluResult linear_gelu_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel,
+                                                        const Tensor& bias) {
+  const char* op = "linear_gelu_to_bfloat16_values";
+  detail::check_float32(x, op, "x");
+  detail::check_float32(kernel, op, "kernel");
+  check_linear(x, kernel, bias, op);
+  const int64_t m = x.dim(0), n = kernel.dim(1);
+  LinearGeluResult r{Tensor({m, n}, DType::float32), Tensor({m, n}, DType::float32)};
+  const float* z = r.z.data<float>();
+  float* y = r.y.data<float>();
+  // Blocks of about 32K outputs: a block of z and of y together stay within even a small L2.
+  const int64_t block =
+      std::max<int64_t>(16, ((int64_t{32} * 1024) / std::max<int64_t>(1, n)) & ~int64_t{15});
+  if (block < m && row_blocks_give_the_same_bits(m, x.dim(1), n, bias.defined(), block)) {
+    for_row_blocks(m, block, [&](int64_t r0, int64_t r1) {
+      detail::gemm_into(x.slice(r0, r1), kernel, bias, false, false, FusedActivation::none,
+                        r.z.slice(r0, r1));
+      detail::gelu_to_bfloat16_values_into(z + r0 * n, y + r0 * n, (r1 - r0) * n);
+    });
+  } else {
+    detail::gemm_into(x, kernel, bias, false, false, FusedActivation::none, r.z);
+    detail::gelu_to_bfloat16_values_into(z, y, m * n);
+  }
+  r.y.mark_bfloat16_values();
+  return r;
 }
 
 void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Tensor& y,

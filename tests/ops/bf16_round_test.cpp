@@ -381,8 +381,9 @@ TEST(Bfloat16Values, OtherDtypesAndMismatchedShapesAreRejectedNamingThem) {
   }
 }
 
-// linear_to_bfloat16_values rounds its output a block of rows at a time as the matmul writes it:
-// the bits of the plain op followed by the scalar rounding, marked. Shapes whose rows split into
+// linear_to_bfloat16_values rounds its output a block of rows at a time as the matmul writes it,
+// and linear_gelu_to_bfloat16_values applies gelu and the rounding the same way: the bits of the
+// plain ops followed by the scalar rounding, marked. Shapes whose rows split into
 // blocks (unevenly), and ones too small.
 TEST(Bfloat16Values, LinearRoundingAsTheMatmulWritesIsTheRoundingAfterIt) {
   struct Case {
@@ -411,8 +412,14 @@ TEST(Bfloat16Values, LinearRoundingAsTheMatmulWritesIsTheRoundingAfterIt) {
     const Tensor x = random({c.m, c.k}), w = random({c.k, c.n});
     const Tensor b = c.bias ? random({c.n}) : Tensor();
     const Tensor y = ops::linear_to_bfloat16_values_forward(x, w, b);
-    EXPECT_TRUE(same_bits(y, rounded(ops::linear_forward(x, w, b))));
+    const Tensor z = ops::linear_forward(x, w, b);
+    EXPECT_TRUE(same_bits(y, rounded(z)));
     EXPECT_TRUE(y.holds_bfloat16_values());
+    // With gelu: z as linear_forward computes it, y the rounding of gelu_forward(z).
+    const ops::LinearGeluResult g = ops::linear_gelu_to_bfloat16_values_forward(x, w, b);
+    EXPECT_TRUE(same_bits(g.z, z.to_vector<float>()));
+    EXPECT_TRUE(same_bits(g.y, rounded(ops::gelu_forward(z))));
+    EXPECT_TRUE(g.y.holds_bfloat16_values());
   }
   try {
     ops::linear_to_bfloat16_values_forward(Tensor({4, 3}, DType::bfloat16),
@@ -424,6 +431,9 @@ TEST(Bfloat16Values, LinearRoundingAsTheMatmulWritesIsTheRoundingAfterIt) {
   }
   EXPECT_THROW(ops::linear_to_bfloat16_values_forward(Tensor({4, 3}, DType::float32),
                                                       Tensor({5, 2}, DType::float32), Tensor()),
+               InvalidArgument);
+  EXPECT_THROW(ops::linear_gelu_to_bfloat16_values_forward(
+                   Tensor({4, 3}, DType::float64), Tensor({3, 2}, DType::float64), Tensor()),
                InvalidArgument);
 }
 

@@ -33,6 +33,15 @@ void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias,
 // after the matmul writes it: the bits of linear_forward followed by to_bfloat16_values, without a
 // pass of its own over the output.
 Tensor linear_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias);
+// The same for a gelu layer: z = x · kernel + bias (float32, which gelu's gradient reads) and
+// y = gelu(z) (exact form) rounded to bfloat16 values and marked, a block of rows at a time, the
+// gelu and the rounding while the block of z is in the core's L2: the bits of linear_forward,
+// gelu_forward and to_bfloat16_values.
+struct LinearGeluResult {
+  Tensor z, y;
+};
+LinearGeluResult linear_gelu_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel,
+                                                        const Tensor& bias);
 
 struct LinearGrads {
   Tensor dx, dkernel, dbias;

@@ -95,7 +95,13 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
   const bool gelu = activation == ops::FusedActivation::gelu;
   const bool gelu_rounded = gelu && gelu_to_bfloat16_values && out == DType::float32;
   Tensor z, y;
-  if (gelu) {
+  const bool all_float32 = x.dtype() == DType::float32 && mk.dtype() == DType::float32 &&
+                           (!mb.defined() || mb.dtype() == DType::float32);
+  if (gelu_rounded && all_float32) {
+    ops::LinearGeluResult r = ops::linear_gelu_to_bfloat16_values_forward(x, mk, mb);
+    z = r.z;
+    y = r.y;
+  } else if (gelu) {
     z = Tensor(shape, out);
     ops::linear_into(x, mk, mb, ops::FusedActivation::none, z);
     y = gelu_rounded ? ops::gelu_to_bfloat16_values_forward(z) : ops::gelu_forward(z);
