@@ -15,13 +15,6 @@ void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool transp
 // cancellation check between them, only where it does.
 bool row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias);
 
-// mixed_bfloat16's float32 form: y = x · kernel + bias (float32) rounded to bfloat16 values and
-// marked, in blocks of rows each rounded right after oneDNN writes it, while it is in the core's
-// L2 — where the blocks give the bits of the whole call (checked once per shape); else the whole
-// call and one rounding pass. The bits of gemm_into and a rounding.
-void linear_to_bfloat16_values_into(const Tensor& x, const Tensor& kernel, const Tensor& bias,
-                                    const Tensor& y);
-
 // float32 copy of a bfloat16 tensor (exact), or t itself when it is float32.
 Tensor widen_to_f32(const Tensor& t);
 // bfloat16 copy of a float32 tensor (round to nearest even).

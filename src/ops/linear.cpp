@@ -178,33 +178,36 @@ bool row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bi
   return same;
 }
 
-// Rows per block of a matmul whose output is rounded a block at a time: about 64K float32 outputs
-// (256 KiB), which stay in the core's L2 from oneDNN's stores to the rounding's loads.
-int64_t rounding_block_rows(int64_t n) {
-  return std::max<int64_t>(16, ((int64_t{64} * 1024) / std::max<int64_t>(1, n)) & ~int64_t{15});
+// Rows per block of a matmul whose blocks are finished while they are in the core's L2: about
+// `outputs` float32 outputs of n columns.
+int64_t block_rows(int64_t outputs, int64_t n) {
+  return std::max<int64_t>(16, (outputs / std::max<int64_t>(1, n)) & ~int64_t{15});
+}
+
+// x · kernel + bias into y a block of `block` rows at a time, each followed by finish(r0, r1)
+// while it is in the core's L2 — where the blocks give the bits of the whole call; else the whole
+// call and finish(0, m).
+template <typename F>
+void gemm_finishing_blocks(const Tensor& x, const Tensor& kernel, const Tensor& bias, int64_t block,
+                           const Tensor& y, F finish) {
+  const int64_t m = x.dim(0);
+  if (block < m &&
+      row_blocks_give_the_same_bits(m, x.dim(1), kernel.dim(1), bias.defined(), block)) {
+    for_row_blocks(m, block, [&](int64_t r0, int64_t r1) {
+      detail::gemm_into(x.slice(r0, r1), kernel, bias, false, false, FusedActivation::none,
+                        y.slice(r0, r1));
+      finish(r0, r1);
+    });
+    return;
+  }
+  detail::gemm_into(x, kernel, bias, false, false, FusedActivation::none, y);
+  finish(0, m);
 }
 
 }  // namespace
 
 bool detail::row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias) {
   return ::lockstep::ops::row_blocks_give_the_same_bits(m, k, n, with_bias, 0);
-}
-
-void detail::linear_to_bfloat16_values_into(const Tensor& x, const Tensor& kernel,
-                                            const Tensor& bias, const Tensor& y) {
-  const int64_t m = y.dim(0), n = y.dim(1), block = rounding_block_rows(n);
-  float* out = y.data<float>();
-  if (block < m && ops::row_blocks_give_the_same_bits(m, x.dim(1), n, bias.defined(), block)) {
-    for_row_blocks(m, block, [&](int64_t r0, int64_t r1) {
-      detail::gemm_into(x.slice(r0, r1), kernel, bias, false, false, FusedActivation::none,
-                        y.slice(r0, r1));
-      round_to_bfloat16_values(out + r0 * n, out + r0 * n, static_cast<size_t>((r1 - r0) * n));
-    });
-  } else {
-    detail::gemm_into(x, kernel, bias, false, false, FusedActivation::none, y);
-    round_to_bfloat16_values(out, out, static_cast<size_t>(m * n));
-  }
-  y.mark_bfloat16_values();
 }
 
 namespace {
@@ -274,8 +277,13 @@ Tensor linear_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel,
   detail::check_float32(x, op, "x");
   detail::check_float32(kernel, op, "kernel");
   check_linear(x, kernel, bias, op);
-  Tensor y({x.dim(0), kernel.dim(1)}, DType::float32);
-  detail::linear_to_bfloat16_values_into(x, kernel, bias, y);
+  const int64_t n = kernel.dim(1);
+  Tensor y({x.dim(0), n}, DType::float32);
+  float* out = y.data<float>();
+  gemm_finishing_blocks(x, kernel, bias, block_rows(64 * 1024, n), y, [&](int64_t r0, int64_t r1) {
+    round_to_bfloat16_values(out + r0 * n, out + r0 * n, static_cast<size_t>((r1 - r0) * n));
+  });
+  y.mark_bfloat16_values();
   return y;
 }
 
@@ -289,19 +297,11 @@ LinearGeluResult linear_gelu_to_bfloat16_values_forward(const Tensor& x, const T
   LinearGeluResult r{Tensor({m, n}, DType::float32), Tensor({m, n}, DType::float32)};
   const float* z = r.z.data<float>();
   float* y = r.y.data<float>();
-  // Blocks of about 32K outputs: a block of z and of y together stay within even a small L2.
-  const int64_t block =
-      std::max<int64_t>(16, ((int64_t{32} * 1024) / std::max<int64_t>(1, n)) & ~int64_t{15});
-  if (block < m && row_blocks_give_the_same_bits(m, x.dim(1), n, bias.defined(), block)) {
-    for_row_blocks(m, block, [&](int64_t r0, int64_t r1) {
-      detail::gemm_into(x.slice(r0, r1), kernel, bias, false, false, FusedActivation::none,
-                        r.z.slice(r0, r1));
-      detail::gelu_to_bfloat16_values_into(z + r0 * n, y + r0 * n, (r1 - r0) * n);
-    });
-  } else {
-    detail::gemm_into(x, kernel, bias, false, false, FusedActivation::none, r.z);
-    detail::gelu_to_bfloat16_values_into(z, y, m * n);
-  }
+  // Smaller blocks: a block of z and of y together stay within even a small L2.
+  gemm_finishing_blocks(
+      x, kernel, bias, block_rows(32 * 1024, n), r.z, [&](int64_t r0, int64_t r1) {
+        detail::gelu_to_bfloat16_values_into(z + r0 * n, y + r0 * n, (r1 - r0) * n);
+      });
   r.y.mark_bfloat16_values();
   return r;
 }
