@@ -44,6 +44,14 @@ void check_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, con
   }
 }
 
+// The float32 form's operands: float32 x and kernel (and bias).
+void check_float32_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                          const char* op) {
+  detail::check_float32(x, op, "x");
+  detail::check_float32(kernel, op, "kernel");
+  check_linear(x, kernel, bias, op);
+}
+
 void check_buffer(const Tensor& t, const Shape& shape, DType dtype, const char* op,
                   const char* name) {
   bool dtype_ok = t.dtype() == dtype || (dtype == DType::bfloat16 && t.dtype() == DType::float32);
@@ -273,10 +281,7 @@ void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias,
 
 Tensor linear_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel,
                                          const Tensor& bias) {
-  const char* op = "linear_to_bfloat16_values";
-  detail::check_float32(x, op, "x");
-  detail::check_float32(kernel, op, "kernel");
-  check_linear(x, kernel, bias, op);
+  check_float32_linear(x, kernel, bias, "linear_to_bfloat16_values");
   const int64_t n = kernel.dim(1);
   Tensor y({x.dim(0), n}, DType::float32);
   float* out = y.data<float>();
@@ -289,10 +294,7 @@ Tensor linear_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel,
 
 LinearGeluResult linear_gelu_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel,
                                                         const Tensor& bias) {
-  const char* op = "linear_gelu_to_bfloat16_values";
-  detail::check_float32(x, op, "x");
-  detail::check_float32(kernel, op, "kernel");
-  check_linear(x, kernel, bias, op);
+  check_float32_linear(x, kernel, bias, "linear_gelu_to_bfloat16_values");
   const int64_t m = x.dim(0), n = kernel.dim(1);
   LinearGeluResult r{Tensor({m, n}, DType::float32), Tensor({m, n}, DType::float32)};
   const float* z = r.z.data<float>();

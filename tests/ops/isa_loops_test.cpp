@@ -36,6 +36,14 @@ std::vector<float> values(size_t n, uint32_t seed) {
   return v;
 }
 
+// values() with the non-finite ones replaced (a NaN or infinity would make a whole attention head
+// or layer-normalization row NaN).
+std::vector<float> finite_values(size_t n, uint32_t seed) {
+  std::vector<float> v = values(n, seed);
+  for (float& e : v) e = std::isfinite(e) ? e : 0.5f;
+  return v;
+}
+
 bool same_bits(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
@@ -108,14 +116,9 @@ float exp_nonpositive_scalar(float x) {
 
 TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   constexpr int64_t B = 2, T = 37, H = 2, D = 19;
-  auto finite = [](std::vector<float> x) {  // a NaN or infinity would make whole heads NaN
-    for (float& e : x) e = std::isfinite(e) ? e : 0.5f;
-    return x;
-  };
-  const std::vector<float> q = finite(values(B * T * H * D, 5)),
-                           k = finite(values(B * T * H * D, 6)),
-                           v = finite(values(B * T * H * D, 7)),
-                           dout = finite(values(B * T * H * D, 8));
+  const std::vector<float> q = finite_values(B * T * H * D, 5), k = finite_values(B * T * H * D, 6),
+                           v = finite_values(B * T * H * D, 7),
+                           dout = finite_values(B * T * H * D, 8);
   auto at = [](int64_t b, int64_t t, int64_t h, int64_t d) {
     return ((b * T + t) * H + h) * D + d;
   };
@@ -216,15 +219,16 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   EXPECT_TRUE(same_bits(tdout.data<float>(), dout.data(), dout.size()));
 }
 
-// Layer normalization's row sums, by their scalar definition: float64 sums in eight lanes (lane i
-// takes the elements i mod 8 of the whole blocks of eight), added in the tree
-// ((0+1)+(2+3))+((4+5)+(6+7)), then the remainder in order. 67 features: eight blocks and a tail.
-double lanes_then_tail(const std::vector<double>& terms) {
-  double lane[8] = {};
+// Layer normalization's row sums, by their scalar definition: sums in eight lanes (lane i takes
+// the elements i mod 8 of the whole blocks of eight), added in the tree
+// ((0+1)+(2+3))+((4+5)+(6+7)), then the remainder in order; in double, or in float for the
+// float32 form (bfloat16_values). 67 features: eight blocks and a tail.
+template <typename T>
+T lanes_then_tail(const std::vector<T>& terms) {
+  T lane[8] = {};
   const size_t whole = terms.size() / 8 * 8;
   for (size_t d = 0; d < whole; ++d) lane[d % 8] += terms[d];
-  double sum =
-      ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  T sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
   for (size_t d = whole; d < terms.size(); ++d) sum += terms[d];
   return sum;
 }
@@ -232,12 +236,8 @@ double lanes_then_tail(const std::vector<double>& terms) {
 TEST(IsaLoops, LayerNormGivesTheScalarBits) {
   constexpr int64_t rows = 5, n = 67;
   constexpr double epsilon = 1e-3;
-  auto finite = [](std::vector<float> v) {
-    for (float& e : v) e = std::isfinite(e) ? e : 0.5f;
-    return v;
-  };
-  const std::vector<float> x = finite(values(rows * n, 9)), gamma = finite(values(n, 10)),
-                           beta = finite(values(n, 11));
+  const std::vector<float> x = finite_values(rows * n, 9), gamma = finite_values(n, 10),
+                           beta = finite_values(n, 11);
   std::vector<float> want(x.size());
   for (int64_t r = 0; r < rows; ++r) {
     const std::vector<double> row(x.begin() + r * n, x.begin() + (r + 1) * n);
@@ -261,34 +261,21 @@ TEST(IsaLoops, LayerNormGivesTheScalarBits) {
 // The float32 form's layer normalization (bfloat16_values) by its scalar definition: the same
 // formulas with every intermediate a float, the sums in the same eight-lane order, each output
 // stored as the bfloat16 rounding of its float.
-float float_lanes_then_tail(const std::vector<float>& terms) {
-  float lane[8] = {};
-  const size_t whole = terms.size() / 8 * 8;
-  for (size_t d = 0; d < whole; ++d) lane[d % 8] += terms[d];
-  float sum =
-      ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-  for (size_t d = whole; d < terms.size(); ++d) sum += terms[d];
-  return sum;
-}
 
 TEST(IsaLoops, LayerNormOfBfloat16ValuesGivesTheScalarFloatBits) {
   constexpr int64_t rows = 5, n = 67;
   constexpr double epsilon = 1e-3;
-  auto finite = [](std::vector<float> v) {
-    for (float& e : v) e = std::isfinite(e) ? e : 0.5f;
-    return v;
-  };
-  const std::vector<float> x = finite(values(rows * n, 9)), gamma = finite(values(n, 10)),
-                           beta = finite(values(n, 11));
+  const std::vector<float> x = finite_values(rows * n, 9), gamma = finite_values(n, 10),
+                           beta = finite_values(n, 11);
   std::vector<float> want(x.size());
   const float count = static_cast<float>(n);
   for (int64_t r = 0; r < rows; ++r) {
     const std::vector<float> row(x.begin() + r * n, x.begin() + (r + 1) * n);
-    const float mu = float_lanes_then_tail(row) / count;
+    const float mu = lanes_then_tail(row) / count;
     std::vector<float> squares(n);
     for (int64_t d = 0; d < n; ++d) squares[d] = (row[d] - mu) * (row[d] - mu);
     const float s =
-        1.0f / std::sqrt(float_lanes_then_tail(squares) / count + static_cast<float>(epsilon));
+        1.0f / std::sqrt(lanes_then_tail(squares) / count + static_cast<float>(epsilon));
     for (int64_t d = 0; d < n; ++d) {
       want[r * n + d] = round_to_bfloat16_value((row[d] - mu) * s * gamma[d] + beta[d]);
     }
@@ -306,12 +293,8 @@ TEST(IsaLoops, LayerNormGradientGivesTheScalarBits) {
   // dx = inv_std·(dy·g - mean_g - xhat·mean_gx), in double; with bfloat16_values (the float32
   // form), in float with dy read rounded, dgamma and dbeta still summed over the rows in double.
   constexpr int64_t rows = 4, n = 67;
-  auto finite = [](std::vector<float> v) {
-    for (float& e : v) e = std::isfinite(e) ? e : 0.5f;
-    return v;
-  };
-  const std::vector<float> x = finite(values(rows * n, 12)), gamma = finite(values(n, 13)),
-                           dy = finite(values(rows * n, 14));
+  const std::vector<float> x = finite_values(rows * n, 12), gamma = finite_values(n, 13),
+                           dy = finite_values(rows * n, 14);
   const Tensor tx = Tensor::from_vector(x, {rows, n}), tg = Tensor::from_vector(gamma, {n});
   const ops::LayerNormResult fwd = ops::layer_norm_forward(tx, tg, Tensor(), 1e-3);
   for (bool round : {false, true}) {
@@ -327,8 +310,8 @@ TEST(IsaLoops, LayerNormGradientGivesTheScalarBits) {
           dg[d] = vdy[d] * gamma[d];
           dgx[d] = dg[d] * ((x[r * n + d] - mu) * s);
         }
-        const float mean_g = float_lanes_then_tail(dg) / static_cast<float>(n),
-                    mean_gx = float_lanes_then_tail(dgx) / static_cast<float>(n);
+        const float mean_g = lanes_then_tail(dg) / static_cast<float>(n),
+                    mean_gx = lanes_then_tail(dgx) / static_cast<float>(n);
         for (int64_t d = 0; d < n; ++d) {
           const float xhat = (x[r * n + d] - mu) * s;
           dgamma[d] += static_cast<double>(vdy[d] * xhat);
