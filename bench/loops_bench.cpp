@@ -14,6 +14,7 @@
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/cpu_isa.h"
 #include "lockstep/core/random.h"
+#include "lockstep/keras/layers/preprocessing.h"
 #include "lockstep/keras/optimizers.h"
 #include "lockstep/ops/activations.h"
 #include "lockstep/ops/attention.h"
@@ -70,7 +71,21 @@ void BM_ReluBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_ReluBackward);
 
-// One Adam step through the training step's path (ElementwiseUpdate::apply), in place.
+// The seed model's Rescaling(1/255) of a replica's batch (128 examples of 784 uint8 pixels), into
+// the layer's compute dtype: argument 0 float32, 1 bfloat16 (bytes: the uint8 read, the output).
+void BM_RescalingUint8(benchmark::State& state) {
+  const bool bf16 = state.range(0) == 1;
+  keras::layers::Rescaling rescale(
+      {.scale = 1.0 / 255, .dtype = bf16 ? "mixed_bfloat16" : "float32"});
+  constexpr int64_t kRows = 128, kPixels = 784;
+  Tensor x = Generator(6).uniform({kRows, kPixels}, 0, 255).to(DType::uint8);
+  for (auto _ : state) benchmark::DoNotOptimize(rescale(x));
+  label(state, bf16 ? 3 : 5, kRows * kPixels);
+}
+BENCHMARK(BM_RescalingUint8)->Arg(0)->Arg(1);
+
+// One Adam step through the training step's path (ElementwiseUpdate::apply), in place; argument 1
+// also writes the new weights' bfloat16 copy (mixed_bfloat16's, mixed_precision::bfloat16_weights).
 void BM_AdamUpdate(benchmark::State& state) {
   Generator gen(4);
   Variable w(gen.uniform({kSeedParameters}, -0.1, 0.1), "w");
@@ -82,15 +97,17 @@ void BM_AdamUpdate(benchmark::State& state) {
                                slots[1].raw_value().data<float>()};
   std::vector<float*> out{slots[0].raw_value().data<float>(), slots[1].raw_value().data<float>()};
   float* wp = w.raw_value().data<float>();
+  std::vector<bfloat16> copy(state.range(0) == 1 ? kSeedParameters : 0);
+  const distribute::RoundedOut rounded{.bf16 = copy.empty() ? nullptr : copy.data()};
   for (auto _ : state) {
     adam.begin_update({});
-    adam.apply(0, 0, wp, g.data<float>(), in, wp, out, kSeedParameters, nullptr);
+    adam.apply(0, 0, wp, g.data<float>(), in, wp, out, kSeedParameters, rounded);
     adam.end_update();
     benchmark::DoNotOptimize(wp);
   }
-  label(state, 28, kSeedParameters);  // reads w, g, m, v; writes w, m, v
+  label(state, state.range(0) == 1 ? 30 : 28, kSeedParameters);  // w, g, m, v in; w, m, v out
 }
-BENCHMARK(BM_AdamUpdate);
+BENCHMARK(BM_AdamUpdate)->Arg(0)->Arg(1);
 
 // The ViT's attention (apps/models: 49 patches, 4 heads of 16) over 32 examples: the scores, the
 // column softmax and the weighted rows, forward and backward. Counted as the flop of its four

@@ -16,7 +16,9 @@ StepMemory measure_step_memory(Model& model, const Tensor& x, const Tensor& y,
   }
   StepMemory m;
   for (const Variable& v : vars) {
-    if (rounded_weights_data(v) != nullptr) m.rounded_weight_copies += v.raw_value().nbytes();
+    const distribute::RoundedOut r = rounded_weights_out(v);
+    if (r.values != nullptr) m.rounded_weight_copies += v.raw_value().nbytes();
+    if (r.bf16 != nullptr) m.rounded_weight_copies += v.raw_value().nbytes() / 2;
   }
   const size_t start = storage_pool_stats().live_bytes;
   storage_pool_reset_peak();

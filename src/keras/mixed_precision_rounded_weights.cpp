@@ -11,24 +11,32 @@ namespace lockstep::keras::mixed_precision {
 
 namespace {
 
-// The rounded copies of one variable, one per buffer. `current` is read without the lock on every
-// forward pass; the lock only serialises the (re)computation when several replicas find it stale
-// and the allocation of the next buffer's copy.
+// The two kinds of copy: float32 holding bfloat16 values, and bfloat16.
+constexpr int kValues = 0, kBfloat16 = 1;
+
+// The rounded copies of one variable, one per kind and buffer. `current` is read without the lock
+// on every forward pass; the lock only serialises the (re)computation when several replicas find
+// it stale and the allocation of the next buffer's copy.
 class RoundedWeights final : public Variable::Companion {
  public:
   std::mutex mu;
-  std::atomic<bool> current[2] = {false, false};
-  Tensor copies[2];
-  // next_rounded_weights_data() handed out the copy of buffer `next_promised` since the last
-  // flip (-1: not), whose writer fills it before the flip.
+  std::atomic<bool> current[2][2] = {{false, false}, {false, false}};  // [kind][buffer]
+  Tensor copies[2][2];
+  // next_rounded_weights_out() handed out the copy of kind `next_kind`, buffer `next_promised`,
+  // since the last flip (-1: not); its writer fills it before the flip.
   std::atomic<int> next_promised{-1};
+  std::atomic<int> next_kind{-1};
 
   void value_assigned(int buffer) override {
-    current[buffer].store(false, std::memory_order_release);
+    for (auto& kind : current) kind[buffer].store(false, std::memory_order_release);
   }
   void buffers_flipped(int buffer) override {
     const bool written = next_promised.exchange(-1, std::memory_order_acq_rel) == buffer;
-    current[buffer].store(written && copies[buffer].defined(), std::memory_order_release);
+    const int kind = next_kind.load(std::memory_order_acquire);
+    for (int k = 0; k < 2; ++k) {
+      current[k][buffer].store(written && k == kind && copies[k][buffer].defined(),
+                               std::memory_order_release);
+    }
   }
 };
 
@@ -47,50 +55,82 @@ RoundedWeights& companion_of(const Variable& v) {
   return *existing(v);
 }
 
-}  // namespace
-
-Tensor rounded_weights(const Variable& variable) {
+Tensor current_copy(const Variable& variable, int kind, const char* what) {
   const Tensor& v = variable.raw_value();
-  LOCKSTEP_CHECK(v.dtype() == DType::float32,
-                 "rounded_weights: expected a float32 variable. "
+  LOCKSTEP_CHECK(v.dtype() == DType::float32, what,
+                 ": expected a float32 variable. "
                  "Received: variable '",
                  variable.name(), "' ", v.describe(), ".");
   RoundedWeights& r = companion_of(variable);
   const int c = variable.current_buffer();
-  if (!r.current[c].load(std::memory_order_acquire)) {
+  if (!r.current[kind][c].load(std::memory_order_acquire)) {
     std::lock_guard lock(r.mu);
-    if (!r.current[c].load(std::memory_order_relaxed)) {
-      if (!r.copies[c].defined()) r.copies[c] = Tensor(v.shape(), DType::float32);
-      round_to_bfloat16_values(v.data<float>(), r.copies[c].data<float>(),
-                               static_cast<size_t>(v.num_elements()));
-      r.current[c].store(true, std::memory_order_release);
+    if (!r.current[kind][c].load(std::memory_order_relaxed)) {
+      Tensor& copy = r.copies[kind][c];
+      const size_t n = static_cast<size_t>(v.num_elements());
+      if (kind == kValues) {
+        if (!copy.defined()) copy = Tensor(v.shape(), DType::float32);
+        round_to_bfloat16_values(v.data<float>(), copy.data<float>(), n);
+      } else {
+        if (!copy.defined()) copy = Tensor(v.shape(), DType::bfloat16);
+        float_to_bfloat16(v.data<float>(), copy.data<bfloat16>(), n);
+      }
+      r.current[kind][c].store(true, std::memory_order_release);
     }
   }
-  return r.copies[c];
+  return r.copies[kind][c];
 }
 
-float* rounded_weights_data(const Variable& variable) {
+}  // namespace
+
+Tensor rounded_weights(const Variable& variable) {
+  return current_copy(variable, kValues, "rounded_weights");
+}
+
+Tensor bfloat16_weights(const Variable& variable) {
+  return current_copy(variable, kBfloat16, "bfloat16_weights");
+}
+
+distribute::RoundedOut rounded_weights_out(const Variable& variable) {
   RoundedWeights* r = existing(variable);
-  if (r == nullptr) return nullptr;
+  if (r == nullptr) return {};
   const int c = variable.current_buffer();
-  if (!r->current[c].load(std::memory_order_acquire)) return nullptr;
-  return r->copies[c].data<float>();
+  const bool values = r->current[kValues][c].load(std::memory_order_acquire);
+  const bool bf16 = r->current[kBfloat16][c].load(std::memory_order_acquire);
+  // One writer keeps one kind current; with both in use the bfloat16 copy goes stale and is
+  // recomputed on its next read.
+  if (values && bf16) r->current[kBfloat16][c].store(false, std::memory_order_release);
+  if (values) return {.values = r->copies[kValues][c].data<float>()};
+  if (bf16) return {.bf16 = r->copies[kBfloat16][c].data<bfloat16>()};
+  return {};
 }
 
-float* next_rounded_weights_data(const Variable& variable) {
+distribute::RoundedOut next_rounded_weights_out(const Variable& variable) {
   const Tensor& next = variable.next_value();
   RoundedWeights* r = existing(variable);
-  if (r == nullptr) return nullptr;
+  if (r == nullptr) return {};
   const int c = variable.current_buffer();
-  if (!r->current[c].load(std::memory_order_acquire)) {
+  // The kind the layers read now (the bfloat16 copy when both are: the other is recomputed).
+  int kind = -1;
+  if (r->current[kBfloat16][c].load(std::memory_order_acquire)) {
+    kind = kBfloat16;
+  } else if (r->current[kValues][c].load(std::memory_order_acquire)) {
+    kind = kValues;
+  }
+  if (kind < 0) {
     // Every update asks: a promise left by an update that never flipped must not outlive it.
     r->next_promised.store(-1, std::memory_order_release);
-    return nullptr;
+    return {};
   }
   std::lock_guard lock(r->mu);
-  if (!r->copies[1 - c].defined()) r->copies[1 - c] = Tensor(next.shape(), DType::float32);
+  Tensor& copy = r->copies[kind][1 - c];
+  if (!copy.defined()) {
+    copy = Tensor(next.shape(), kind == kValues ? DType::float32 : DType::bfloat16);
+  }
+  r->next_kind.store(kind, std::memory_order_release);
   r->next_promised.store(1 - c, std::memory_order_release);
-  return r->copies[1 - c].data<float>();
+  if (kind == kValues) return {.values = copy.data<float>()};
+  return {.bf16 = copy.data<bfloat16>()};
 }
 
 }  // namespace lockstep::keras::mixed_precision

@@ -44,7 +44,7 @@ void expect_updated(const std::vector<Variable>& vars, const std::vector<Variabl
       ASSERT_EQ(w[j], w0[j] - gj * 0.5f) << "var " << v << "[" << j << "]";
       ASSERT_EQ(m[j], gj) << "var " << v << "[" << j << "]";
       if (rounding) {
-        ASSERT_EQ(rule.rounded(v)[static_cast<size_t>(j)], static_cast<float>(bfloat16(w[j])));
+        ASSERT_EQ(rule.rounded(v, static_cast<size_t>(j)), static_cast<float>(bfloat16(w[j])));
       }
     }
   }
@@ -74,30 +74,33 @@ TEST(BufferedUpdate, UpdatesOutOfPlaceAndFlipsOnAnyNumberOfThreads) {
 }
 
 TEST(BufferedUpdate, StreamingStoresWriteTheSameBits) {
-  const size_t saved = BufferedUpdate::streaming_threshold();
-  BufferedUpdate::set_streaming_threshold(0);
-  auto strategy = make_strategy(1, 2);
-  std::vector<Variable> vars = make_variables(kSizes);
-  const std::vector<Variable> initial = make_variables(kSizes);
-  FakeUpdate rule(/*rounding=*/true);
-  ChunkLayout layout(vars, 2);
-  BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
-  BufferedUpdate::set_streaming_threshold(saved);
-  std::vector<float> g = flat_sum(layout);
-  update.begin_update();
-  strategy->task_pool().run(update.phase_from_sum(g.data()));
-  update.end_update();
-  expect_updated(vars, initial, rule, layout, g, /*rounding=*/true);
-  EXPECT_EQ(update.backup_publishes(), 0u) << "streaming writes through scratch, not spares";
-  strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+  for (bool bfloat16_copy : {false, true}) {
+    SCOPED_TRACE(bfloat16_copy ? "bfloat16 copy" : "float32 copy");
+    const size_t saved = BufferedUpdate::streaming_threshold();
+    BufferedUpdate::set_streaming_threshold(0);
+    auto strategy = make_strategy(1, 2);
+    std::vector<Variable> vars = make_variables(kSizes);
+    const std::vector<Variable> initial = make_variables(kSizes);
+    FakeUpdate rule(/*rounding=*/true, bfloat16_copy);
+    ChunkLayout layout(vars, 2);
+    BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
+    BufferedUpdate::set_streaming_threshold(saved);
+    std::vector<float> g = flat_sum(layout);
+    update.begin_update();
+    strategy->task_pool().run(update.phase_from_sum(g.data()));
+    update.end_update();
+    expect_updated(vars, initial, rule, layout, g, /*rounding=*/true);
+    EXPECT_EQ(update.backup_publishes(), 0u) << "streaming writes through scratch, not spares";
+    strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+  }
 }
 
 // Chunk 1's first run never writes (it stands for a run still going when its backup won); the
 // backup's result reaches the weights, slots and rounding through the spares.
-TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
+void backup_published_through_the_spares(bool bfloat16_copy) {
   std::vector<Variable> vars = make_variables(kSizes);
   const std::vector<Variable> initial = make_variables(kSizes);
-  FakeUpdate rule(/*rounding=*/true);
+  FakeUpdate rule(/*rounding=*/true, bfloat16_copy);
   ChunkLayout layout(vars, 1);
   BufferedUpdate update(layout, vars, rule, 2);
   std::vector<float> g = flat_sum(layout);
@@ -122,6 +125,13 @@ TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
       ASSERT_EQ(vars[v].raw_value().data<float>()[j], w1 - gj * 0.5f);
       ASSERT_EQ(rule.slot(v).raw_value().data<float>()[j], gj + gj);
     }
+  }
+}
+
+TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
+  for (bool bfloat16_copy : {false, true}) {
+    SCOPED_TRACE(bfloat16_copy ? "bfloat16 copy" : "float32 copy");
+    backup_published_through_the_spares(bfloat16_copy);
   }
 }
 

@@ -20,14 +20,17 @@
 namespace lockstep::distribute::testing {
 
 // w' = w - g / 2, m' = m + g (one slot, m); with `rounding`, the bfloat16 rounding of w' goes to
-// a buffer kept beside each variable. Counts its begin/end calls.
+// a buffer kept beside each variable, as float32 values or (`bfloat16_copy`) as bfloat16. Counts
+// its begin/end calls.
 class FakeUpdate : public ElementwiseUpdate {
  public:
-  explicit FakeUpdate(bool rounding = false) : rounding_(rounding) {}
+  explicit FakeUpdate(bool rounding = false, bool bfloat16_copy = false)
+      : rounding_(rounding), bfloat16_copy_(bfloat16_copy) {}
   void bind(const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) {
       slots_.push_back(Variable(Tensor::zeros(v.shape(), DType::float32), v.name() + "/m", false));
       rounded_.emplace_back(static_cast<size_t>(v.num_elements()), 0.0f);
+      rounded_bf16_.emplace_back(static_cast<size_t>(v.num_elements()));
     }
   }
   std::vector<Variable> slot_variables(size_t i) const override { return {slots_[i]}; }
@@ -38,27 +41,34 @@ class FakeUpdate : public ElementwiseUpdate {
   }
   void apply(size_t, int64_t, const float* w, float* g, std::span<const float* const> slots,
              float* w_out, std::span<float* const> slots_out, size_t n,
-             float* rounded) const override {
+             RoundedOut rounded) const override {
     for (size_t j = 0; j < n; ++j) {
       w_out[j] = w[j] - g[j] * 0.5f;
       slots_out[0][j] = slots[0][j] + g[j];
-      if (rounded != nullptr) rounded[j] = static_cast<float>(bfloat16(w_out[j]));
+      if (rounded.values != nullptr) rounded.values[j] = static_cast<float>(bfloat16(w_out[j]));
+      if (rounded.bf16 != nullptr) rounded.bf16[j] = bfloat16(w_out[j]);
     }
   }
   void end_update() override { ++ends; }
-  float* rounded_output(size_t i) const override {
-    return rounding_ ? const_cast<float*>(rounded_[i].data()) : nullptr;
+  RoundedOut rounded_output(size_t i) const override {
+    if (!rounding_) return {};
+    if (bfloat16_copy_) return {.bf16 = const_cast<bfloat16*>(rounded_bf16_[i].data())};
+    return {.values = const_cast<float*>(rounded_[i].data())};
   }
 
   const Variable& slot(size_t i) const { return slots_[i]; }
-  const std::vector<float>& rounded(size_t i) const { return rounded_[i]; }
+  // The kept rounding of variable i's element j, as a float.
+  float rounded(size_t i, size_t j) const {
+    return bfloat16_copy_ ? static_cast<float>(rounded_bf16_[i][j]) : rounded_[i][j];
+  }
   std::vector<double> norms_;
   int begins = 0, ends = 0;
 
  private:
-  bool rounding_;
+  bool rounding_, bfloat16_copy_;
   std::vector<Variable> slots_;
   std::vector<std::vector<float>> rounded_;
+  std::vector<std::vector<bfloat16>> rounded_bf16_;
 };
 
 // The cross-worker communicator of one worker of two whose other worker offers the same values:

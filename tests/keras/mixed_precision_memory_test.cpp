@@ -84,18 +84,17 @@ TEST(StepMemory, MixedBfloat16HalvesTheActivations) {
   }
 }
 
-// oneDNN's bfloat16 kernels: each layer casts its weights to bfloat16 in the step (Keras'
-// autocast), and the tape keeps those copies next to the bfloat16 activations; no persistent
-// rounded copies. Where oneDNN has no bfloat16 kernels (below AVX512_CORE, or under
-// ONEDNN_MAX_CPU_ISA=AVX2) the forced mode computes in float32 and the step holds what the
-// "store bfloat16, compute float32" step holds.
+// oneDNN's bfloat16 kernels: each layer multiplies by the persistent bfloat16 copies of its
+// weights (kept by the optimizer, two bytes a parameter), not by casts made in the step, so the
+// tape holds the bfloat16 activations only. Where oneDNN has no bfloat16 kernels (below
+// AVX512_CORE, or under ONEDNN_MAX_CPU_ISA=AVX2) the forced mode computes in float32 and the step
+// holds what the "store bfloat16, compute float32" step holds.
 TEST(StepMemory, MixedBfloat16WithBfloat16KernelsHalvesTheActivations) {
   lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
   const mixed_precision::StepMemory mp = measure("mixed_bfloat16");
-  const size_t kernels = kIn * kHidden + kHidden * kHidden + kHidden * kClasses;
   const bool native = ops::has_native_bfloat16_math();
-  EXPECT_EQ(mp.saved_for_backward, native ? expected_saved(2) + kernels * 2 : expected_saved(4));
-  EXPECT_EQ(mp.rounded_weight_copies, native ? 0u : kParams * 4);
+  EXPECT_EQ(mp.saved_for_backward, native ? expected_saved(2) : expected_saved(4));
+  EXPECT_EQ(mp.rounded_weight_copies, native ? kParams * 2 : kParams * 4);
 }
 
 // The CLI's models keep the output layer float32 (Keras' idiom for softmax): it takes the last
@@ -110,14 +109,14 @@ TEST(StepMemory, Float32OutputLayerKeepsNoFloat32CopyOfTheHiddenActivations) {
               ops::has_native_bfloat16_math() ? expected_saved(2) : expected_saved(4));
   }
   {
-    // The two bfloat16 layers' kernels, cast in the step; the float32 output layer uses its own.
+    // The two bfloat16 layers multiply by their persistent bfloat16 copies; the float32 output
+    // layer uses its own weights.
     lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
     const mixed_precision::StepMemory mp = measure("mixed_bfloat16", true);
-    const size_t hidden_kernels = kIn * kHidden + kHidden * kHidden;
-    const size_t cast_kernels = ops::has_native_bfloat16_math() ? hidden_kernels * 2 : 0;
-    EXPECT_EQ(mp.saved_for_backward, ops::has_native_bfloat16_math()
-                                         ? expected_saved(2) + cast_kernels
-                                         : expected_saved(4));
+    const bool native = ops::has_native_bfloat16_math();
+    const size_t hidden_params = kIn * kHidden + kHidden + kHidden * kHidden + kHidden;
+    EXPECT_EQ(mp.saved_for_backward, native ? expected_saved(2) : expected_saved(4));
+    EXPECT_EQ(mp.rounded_weight_copies, native ? hidden_params * 2 : hidden_params * 4);
   }
 }
 

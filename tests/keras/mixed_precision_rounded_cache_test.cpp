@@ -1,6 +1,7 @@
-// mixed_precision::rounded_weights: the policy's copy of a float32 variable rounded to bfloat16
-// values (used by mixed_bfloat16 Dense), checked against a rounding written here; its
-// invalidation by writes, and its double buffering with the variable's buffers.
+// mixed_precision::rounded_weights and bfloat16_weights: the policy's copies of a float32 variable
+// rounded to bfloat16 (as float32 values or as bfloat16; used by mixed_bfloat16 Dense), checked
+// against a rounding written here; their invalidation by writes, and their double buffering with
+// the variable's buffers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +33,11 @@ Tensor sample_values(int64_t n, float shift) {
   return t;
 }
 
+// The float32 copy in use, or nullptr.
+const float* rounded_values(const Variable& v) {
+  return rounded_weights_out(v).values;
+}
+
 void expect_rounded(const Variable& v, const Tensor& rounded) {
   ASSERT_EQ(rounded.shape(), v.shape());
   ASSERT_EQ(rounded.dtype(), DType::float32);
@@ -45,27 +51,27 @@ void expect_rounded(const Variable& v, const Tensor& rounded) {
 
 TEST(RoundedWeights, IsTheRoundingOfTheValueBitForBit) {
   Variable v(sample_values(1000, 0.25f).reshape({25, 40}), "w");
-  EXPECT_EQ(rounded_weights_data(v), nullptr);  // nothing cached until first use
+  EXPECT_EQ(rounded_values(v), nullptr);  // nothing cached until first use
   Tensor r = rounded_weights(v);
   expect_rounded(v, r);
   EXPECT_FALSE(r.shares_storage_with(v.raw_value()));
-  EXPECT_EQ(rounded_weights_data(v), r.data<float>());
+  EXPECT_EQ(rounded_values(v), r.data<float>());
 }
 
 TEST(RoundedWeights, AssignmentsInvalidateItAndTheNextReadRecomputes) {
   Variable v(sample_values(300, 0.0f), "w");
   const float* cached = rounded_weights(v).data<float>();
   v.assign(sample_values(300, 1.5f));
-  EXPECT_EQ(rounded_weights_data(v), nullptr);
+  EXPECT_EQ(rounded_values(v), nullptr);
   expect_rounded(v, rounded_weights(v));
   EXPECT_EQ(rounded_weights(v).data<float>(), cached);  // the same buffer, rewritten
 
   v.assign_add(Tensor::full({300}, 0.001, DType::float32));
-  EXPECT_EQ(rounded_weights_data(v), nullptr);
+  EXPECT_EQ(rounded_values(v), nullptr);
   expect_rounded(v, rounded_weights(v));
 
   v.assign_sub(Tensor::full({300}, 0.3, DType::float32));
-  EXPECT_EQ(rounded_weights_data(v), nullptr);
+  EXPECT_EQ(rounded_values(v), nullptr);
   expect_rounded(v, rounded_weights(v));
 }
 
@@ -73,9 +79,9 @@ TEST(RoundedWeights, CopiesOfTheHandleShareTheCache) {
   Variable v(sample_values(64, 0.0f), "w");
   Variable alias = v;
   Tensor r = rounded_weights(v);
-  EXPECT_EQ(rounded_weights_data(alias), r.data<float>());
+  EXPECT_EQ(rounded_values(alias), r.data<float>());
   alias.assign(sample_values(64, 2.0f));
-  EXPECT_EQ(rounded_weights_data(v), nullptr);
+  EXPECT_EQ(rounded_values(v), nullptr);
   expect_rounded(v, rounded_weights(v));
 }
 
@@ -94,7 +100,7 @@ TEST(RoundedWeights, ConcurrentFirstReadsAgree) {
 TEST(RoundedWeights, OnlyFloat32Variables) {
   Variable d(Tensor::zeros({3}, DType::float64), "d");
   EXPECT_THROW(rounded_weights(d), InvalidArgument);
-  EXPECT_EQ(rounded_weights_data(d), nullptr);
+  EXPECT_EQ(rounded_values(d), nullptr);
 }
 
 // The replicated step's protocol: the update writes the next buffer's rounding while the current
@@ -103,26 +109,83 @@ TEST(RoundedWeights, OnlyFloat32Variables) {
 TEST(RoundedWeights, FollowTheVariablesBuffers) {
   Variable v(sample_values(500, 0.0f), "w");
   v.enable_next_buffer();
-  EXPECT_EQ(next_rounded_weights_data(v), nullptr);  // no copy in use: nothing to keep current
+  EXPECT_EQ(next_rounded_weights_out(v).values,
+            nullptr);  // no copy in use: nothing to keep current
   const float* first = rounded_weights(v).data<float>();
 
   // An update into the next buffer that writes the rounding too.
   const Tensor next_values = sample_values(500, 0.75f);
   v.next_value().copy_from(next_values);
-  float* next = next_rounded_weights_data(v);
+  float* next = next_rounded_weights_out(v).values;
   ASSERT_NE(next, nullptr);
   ASSERT_NE(next, first);
   const float* src = next_values.data<float>();
   for (int64_t i = 0; i < 500; ++i) next[i] = reference_round_to_bfloat16(src[i]);
   v.flip_buffers();
-  EXPECT_EQ(rounded_weights_data(v), next);  // current without a recomputation
+  EXPECT_EQ(rounded_values(v), next);  // current without a recomputation
   expect_rounded(v, rounded_weights(v));
 
   // An update that does not write it: the flipped-in copy is stale and recomputed on use.
   v.next_value().copy_from(sample_values(500, -2.0f));
   v.flip_buffers();
-  EXPECT_EQ(rounded_weights_data(v), nullptr);
+  EXPECT_EQ(rounded_values(v), nullptr);
   expect_rounded(v, rounded_weights(v));
+}
+
+void expect_bfloat16(const Variable& v, const Tensor& copy) {
+  ASSERT_EQ(copy.shape(), v.shape());
+  ASSERT_EQ(copy.dtype(), DType::bfloat16);
+  const float* w = v.raw_value().data<float>();
+  const bfloat16* b = copy.data<bfloat16>();
+  for (int64_t i = 0; i < v.num_elements(); ++i) {
+    // A bfloat16 holds the upper half of the float it rounds to.
+    ASSERT_EQ(uint32_t{b[i].bits} << 16, float_bits(reference_round_to_bfloat16(w[i])))
+        << "element " << i << " of " << w[i];
+  }
+}
+
+TEST(Bfloat16Weights, IsTheCastOfTheValueBitForBitAndFollowsAssignments) {
+  Variable v(sample_values(1000, 0.25f).reshape({25, 40}), "w");
+  EXPECT_FALSE(rounded_weights_out(v));
+  Tensor b = bfloat16_weights(v);
+  expect_bfloat16(v, b);
+  EXPECT_EQ(rounded_weights_out(v).bf16, b.data<bfloat16>());
+  EXPECT_EQ(rounded_weights_out(v).values, nullptr);
+  v.assign(sample_values(1000, -1.5f).reshape({25, 40}));
+  EXPECT_FALSE(rounded_weights_out(v));
+  expect_bfloat16(v, bfloat16_weights(v));
+  Variable d(Tensor::zeros({3}, DType::float64), "d");
+  EXPECT_THROW(bfloat16_weights(d), InvalidArgument);
+}
+
+// The replicated step's protocol with the bfloat16 copy: the update writes the next buffer's
+// copy and the flip makes it current; with both kinds in use the update keeps the bfloat16 one
+// and the float32 one is recomputed on its next read.
+TEST(Bfloat16Weights, FollowTheVariablesBuffers) {
+  Variable v(sample_values(500, 0.0f), "w");
+  v.enable_next_buffer();
+  const bfloat16* first = bfloat16_weights(v).data<bfloat16>();
+  const Tensor next_values = sample_values(500, 0.75f);
+  v.next_value().copy_from(next_values);
+  const distribute::RoundedOut next = next_rounded_weights_out(v);
+  ASSERT_NE(next.bf16, nullptr);
+  ASSERT_EQ(next.values, nullptr);
+  ASSERT_NE(next.bf16, first);
+  const float* src = next_values.data<float>();
+  for (int64_t i = 0; i < 500; ++i) next.bf16[i] = bfloat16(src[i]);
+  v.flip_buffers();
+  EXPECT_EQ(rounded_weights_out(v).bf16, next.bf16);  // current without a recomputation
+  expect_bfloat16(v, bfloat16_weights(v));
+
+  rounded_weights(v);  // both kinds in use now
+  v.next_value().copy_from(sample_values(500, -2.0f));
+  const distribute::RoundedOut both = next_rounded_weights_out(v);
+  ASSERT_NE(both.bf16, nullptr);
+  for (int64_t i = 0; i < 500; ++i) both.bf16[i] = bfloat16(v.next_value().data<float>()[i]);
+  v.flip_buffers();
+  EXPECT_EQ(rounded_weights_out(v).values, nullptr) << "the float32 copy was not written";
+  expect_rounded(v, rounded_weights(v));
+  expect_bfloat16(v, bfloat16_weights(v));
 }
 
 }  // namespace

@@ -123,7 +123,7 @@ TEST(MixedPrecisionRoundedWeights, AfterFitTheCachedCopyIsTheRoundedKernel) {
                  .loss = losses::CategoricalCrossentropy()});
   model.fit(x, y, {.epochs = 2, .verbose = 0, .batch_size = 16});
   for (const Variable& v : model.trainable_weights()) {
-    const float* r = mixed_precision::rounded_weights_data(v);
+    const float* r = mixed_precision::rounded_weights_out(v).values;
     ASSERT_NE(r, nullptr) << v.name() << ": the optimizer let the copy go stale";
     const float* w = v.raw_value().data<float>();
     for (int64_t i = 0; i < v.num_elements(); ++i) {

@@ -82,7 +82,7 @@ Outputs run_update(const Case& c, size_t n, bool fused, bool with_rounded) {
     out_ptrs.push_back(out.slots[k].data());
   }
   std::vector<float> g(n);
-  float* rounded = with_rounded ? out.rounded.data() : nullptr;
+  const distribute::RoundedOut rounded{.values = with_rounded ? out.rounded.data() : nullptr};
   if (fused) {
     opt->apply_sum_of_two(0, 0, w.data(), a.data(), b.data(), g.data(), in_ptrs, out.w.data(),
                           out_ptrs, n, rounded);

@@ -42,9 +42,8 @@ inline void update_in_ranges(Optimizer& opt, const std::vector<Tensor>& grads,
       }
       const std::vector<const float*> slots_in(slots.begin(), slots.end());
       float* w = vars[i].raw_value().data<float>() + offset;
-      float* rounded = mixed_precision::rounded_weights_data(vars[i]);
       opt.apply(i, offset, w, g.data(), slots_in, w, slots, count,
-                rounded == nullptr ? nullptr : rounded + offset);
+                mixed_precision::rounded_weights_out(vars[i]).at(static_cast<size_t>(offset)));
     }
   };
   std::vector<std::thread> threads;

@@ -1,6 +1,7 @@
-// Optimizers keep a variable's bfloat16-rounded copy (mixed_precision::rounded_weights, used by
-// mixed_bfloat16 Dense) current as they update the weights: after every step the copy is the
-// rounding of the new weights, and the weights are those of the same optimizer without a copy.
+// Optimizers keep a variable's bfloat16-rounded copy (mixed_precision::rounded_weights or
+// bfloat16_weights, used by mixed_bfloat16 Dense) current as they update the weights: after every
+// step the copy is the rounding of the new weights, and the weights are those of the same
+// optimizer without a copy.
 #include <gtest/gtest.h>
 
 #include "lockstep/keras/mixed_precision.h"
@@ -42,11 +43,18 @@ std::vector<Tensor> grads_for_step(int step) {
 
 using Factory = std::function<std::unique_ptr<Optimizer>()>;
 
-// Runs `steps` steps with and without the rounded copies and compares; `split` applies each step
-// as three ranges on three threads, as replicas do.
-void check_keeps_copies_current(const Factory& make, bool split) {
+// Runs `steps` steps with and without the rounded copies (float32 values, or `bfloat16_copy`) and
+// compares; `split` applies each step as three ranges on three threads, as replicas do.
+void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_copy = false) {
+  SCOPED_TRACE(bfloat16_copy ? "bfloat16 copy" : "float32 copy");
   std::vector<Variable> plain = make_vars(), cached = make_vars();
-  for (const Variable& v : cached) mixed_precision::rounded_weights(v);
+  for (const Variable& v : cached) {
+    if (bfloat16_copy) {
+      mixed_precision::bfloat16_weights(v);
+    } else {
+      mixed_precision::rounded_weights(v);
+    }
+  }
   auto opt_plain = make(), opt_cached = make();
   opt_plain->build(plain);
   opt_cached->build(cached);
@@ -63,13 +71,16 @@ void check_keeps_copies_current(const Factory& make, bool split) {
     for (size_t i = 0; i < cached.size(); ++i) {
       const float* w = cached[i].raw_value().data<float>();
       const float* ref = plain[i].raw_value().data<float>();
-      const float* r = mixed_precision::rounded_weights_data(cached[i]);
-      ASSERT_NE(r, nullptr) << "step " << step << ": the copy of " << cached[i].name()
-                            << " went stale";
+      const distribute::RoundedOut r = mixed_precision::rounded_weights_out(cached[i]);
+      ASSERT_TRUE(bfloat16_copy ? r.bf16 != nullptr : r.values != nullptr)
+          << "step " << step << ": the copy of " << cached[i].name() << " went stale";
       for (int64_t j = 0; j < cached[i].num_elements(); ++j) {
         ASSERT_EQ(float_bits(w[j]), float_bits(ref[j]))
             << cached[i].name() << "[" << j << "] step " << step;
-        ASSERT_EQ(float_bits(r[j]), float_bits(reference_round_to_bfloat16(w[j])))
+        // A bfloat16 holds the upper half of the float it rounds to.
+        const uint32_t got =
+            bfloat16_copy ? uint32_t{r.bf16[j].bits} << 16 : float_bits(r.values[j]);
+        ASSERT_EQ(got, float_bits(reference_round_to_bfloat16(w[j])))
             << cached[i].name() << "[" << j << "] step " << step;
       }
     }
@@ -95,12 +106,20 @@ TEST(OptimizerBfloat16Rounded, RangesOnSeveralThreadsUpdateTheCopy) {
   check_keeps_copies_current([] { return std::make_unique<RMSprop>(RMSpropOptions{}); }, true);
 }
 
+TEST(OptimizerBfloat16Rounded, TheBfloat16CopyIsKeptCurrentInEveryPath) {
+  check_keeps_copies_current([] { return std::make_unique<Adam>(AdamOptions{}); }, false, true);
+  check_keeps_copies_current(
+      [] { return std::make_unique<SGD>(SGDOptions{.momentum = 0.9, .base = {.clipvalue = 0.5}}); },
+      false, true);
+  check_keeps_copies_current([] { return std::make_unique<AdamW>(AdamWOptions{}); }, false, true);
+  check_keeps_copies_current([] { return std::make_unique<Adam>(AdamOptions{}); }, true, true);
+}
+
 TEST(OptimizerBfloat16Rounded, AVariableWithoutACopyGetsNone) {
   std::vector<Variable> vars = make_vars();
   Adam opt;
   opt.apply_gradients(grads_for_step(0), vars);
-  for (const Variable& v : vars)
-    EXPECT_EQ(mixed_precision::rounded_weights_data(v), nullptr) << v.name();
+  for (const Variable& v : vars) EXPECT_FALSE(mixed_precision::rounded_weights_out(v)) << v.name();
 }
 
 }  // namespace

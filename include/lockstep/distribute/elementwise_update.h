@@ -10,8 +10,25 @@
 #include <vector>
 
 #include "lockstep/autodiff/variable.h"
+#include "lockstep/core/bfloat16.h"
 
 namespace lockstep::distribute {
+
+// Where an update writes the bfloat16 rounding of each new weight for the layers that multiply by
+// it: as float32 holding bfloat16 values (round_to_bfloat16_value; the mixed_bfloat16 policy's
+// float32 form) or as bfloat16 (what oneDNN's bfloat16 kernels read). At most one is set; neither:
+// nothing to write.
+struct RoundedOut {
+  float* values = nullptr;
+  bfloat16* bf16 = nullptr;
+
+  explicit operator bool() const { return values != nullptr || bf16 != nullptr; }
+  // The same destination from element `offset` on.
+  RoundedOut at(size_t offset) const {
+    return {values != nullptr ? values + offset : nullptr,
+            bf16 != nullptr ? bf16 + offset : nullptr};
+  }
+};
 
 class ElementwiseUpdate {
  public:
@@ -32,13 +49,13 @@ class ElementwiseUpdate {
   virtual void begin_update(std::span<const double> squared_norms) = 0;
   // The rule on elements [offset, offset + n) of variable i, out of place: reads w (the
   // variable), g (the summed gradient, which it may overwrite) and slots (slot_variables(i)'s
-  // elements); writes the new values to w_out and slots_out and, when rounded is not nullptr,
-  // round_to_bfloat16_values of the new w to rounded. Inputs and outputs do not overlap. Called
+  // elements); writes the new values to w_out and slots_out and, when rounded is set, the
+  // bfloat16 rounding of the new w to it (RoundedOut). Inputs and outputs do not overlap. Called
   // concurrently for disjoint or identical ranges; must depend on nothing but these elements
   // and what begin_update() computed.
   virtual void apply(size_t i, int64_t offset, const float* w, float* g,
                      std::span<const float* const> slots, float* w_out,
-                     std::span<float* const> slots_out, size_t n, float* rounded) const = 0;
+                     std::span<float* const> slots_out, size_t n, RoundedOut rounded) const = 0;
   // apply() on the sum of two gradients, g = a + b element by element in float32 (the step's
   // common case: two local replicas), for rules that can add as they read instead of summing into
   // a buffer first. The same bits as writing a + b into g and calling apply(); g is n floats of
@@ -46,15 +63,15 @@ class ElementwiseUpdate {
   virtual void apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a,
                                 const float* b, float* g, std::span<const float* const> slots,
                                 float* w_out, std::span<float* const> slots_out, size_t n,
-                                float* rounded) const;
+                                RoundedOut rounded) const;
   // Once per update, after every apply() and after the step has made the variables' next buffers
   // current, on one thread (e.g. iterations += 1).
   virtual void end_update() = 0;
-  // Where apply() writes round_to_bfloat16_values of variable i's next values, or nullptr: a copy
-  // the update's owner keeps current beside the variable (Keras' mixed precision keeps the
-  // weights' bfloat16 rounding this way). Asked once per variable before each update, on one
-  // thread; a pointer handed out is written in full before the step flips the variable's buffers.
-  virtual float* rounded_output(size_t /*i*/) const { return nullptr; }
+  // Where apply() writes the bfloat16 rounding of variable i's next values, or nothing: a copy the
+  // update's owner keeps current beside the variable (Keras' mixed precision keeps the weights'
+  // bfloat16 rounding this way). Asked once per variable before each update, on one thread; a
+  // destination handed out is written in full before the step flips the variable's buffers.
+  virtual RoundedOut rounded_output(size_t /*i*/) const { return {}; }
 };
 
 }  // namespace lockstep::distribute

@@ -2,16 +2,16 @@
 // Keras' mixed precision policies (keras.mixed_precision):
 //   "float32"         compute and variables in float32 (the default);
 //   "mixed_bfloat16"  variables in float32, layers compute in bfloat16 (inputs and weights are cast
-//                     at each call; gradients reach the float32 variables as float32). On
-//                     machines whose bfloat16 matmuls compute in float32 (no AMX), Dense
-//                     multiplies by its weights' bfloat16 values kept in float32 instead (a copy
-//                     kept by this policy beside each variable and rewritten by the optimizer as
-//                     it updates the weights, rounded_weights() below; same values, identity
-//                     gradient; see
-//                     docs/performance.md "Mixed precision"). A float32 layer (e.g. the output
-//                     layer) fed bfloat16 activations multiplies them as they are, in float32.
-//                     Where oneDNN has no bfloat16 math at all the policy takes its float32 form
-//                     (Layer::computes_bfloat16_in_float32): float32 tensors of bfloat16 values;
+//                     at each call; gradients reach the float32 variables as float32). Dense
+//                     multiplies by a bfloat16 copy of its weights kept by this policy beside each
+//                     variable and rewritten by the optimizer as it updates the weights
+//                     (bfloat16_weights() below), or, where bfloat16 matmuls compute in float32
+//                     (no AMX), by their bfloat16 values kept in float32 (rounded_weights(); same
+//                     values, identity gradient; see docs/performance.md "Mixed precision"). A
+//                     float32 layer (e.g. the output layer) fed bfloat16 activations multiplies
+//                     them as they are, in float32. Where oneDNN has no bfloat16 math at all the
+//                     policy takes its float32 form (Layer::computes_bfloat16_in_float32): float32
+//                     tensors of bfloat16 values;
 //   "bfloat16"        compute and variables in bfloat16;
 //   "float64"         compute and variables in float64 (Keras accepts any dtype name as a policy;
 //                     this one exists so every layer can be gradient-checked in float64).
@@ -24,6 +24,7 @@
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/core/dtype.h"
 #include "lockstep/core/tensor.h"
+#include "lockstep/distribute/elementwise_update.h"
 
 namespace lockstep::keras {
 class Model;
@@ -62,16 +63,20 @@ Policy global_policy();
 // of a step). The handle shares the copy's storage: it changes when the variable does. Throws
 // InvalidArgument for a variable that is not float32.
 Tensor rounded_weights(const Variable& variable);
-// For code that updates the value in place through raw_value()'s data (optimizers): the copy's
-// data when it is current, else nullptr. Whoever writes element i of the value must then write
-// round(value[i]) to element i of this copy before the next read; with nullptr there is nothing
-// to do (the next rounded_weights() recomputes it).
-float* rounded_weights_data(const Variable& variable);
+// The same copy as bfloat16 (what oneDNN's bfloat16 kernels read): bfloat16(value) element by
+// element, bit for bit the cast to bfloat16, kept and invalidated as rounded_weights() is.
+Tensor bfloat16_weights(const Variable& variable);
+// For code that updates the value in place through raw_value()'s data (optimizers): the copy in
+// use when it is current, else nothing. Whoever writes element i of the value must then write its
+// rounding to element i of that copy before the next read; with nothing there is nothing to do
+// (the next rounded_weights() or bfloat16_weights() recomputes it). With both kinds in use, the
+// float32 one is handed out and the bfloat16 one goes stale.
+distribute::RoundedOut rounded_weights_out(const Variable& variable);
 // For an update written out of place into the variable's next buffer (the replicated step): where
-// the rounding of the next values goes when the copy of the current ones is in use, else nullptr.
-// Whoever gets a pointer must write it in full before Variable::flip_buffers(), which then makes
-// it the current copy.
-float* next_rounded_weights_data(const Variable& variable);
+// the rounding of the next values goes when a copy of the current ones is in use (the bfloat16 one
+// when both are), else nothing. Whoever gets a destination must write it in full before
+// Variable::flip_buffers(), which then makes it the current copy (and leaves the other kind stale).
+distribute::RoundedOut next_rounded_weights_out(const Variable& variable);
 
 // The memory of one training step of `model` on (x, y), measured from the storage pool's live
 // bytes (StoragePoolStats::live_bytes), not computed from shapes: after a warm-up step (layers
@@ -83,8 +88,8 @@ float* next_rounded_weights_data(const Variable& variable);
 struct StepMemory {
   size_t saved_for_backward = 0;  // bytes the tape holds at the end of the forward pass
   size_t step_peak = 0;           // the most allocated above the starting point, forward + backward
-  // Persistent bfloat16-rounded copies of the weights (rounded_weights(); mixed_bfloat16 without
-  // AMX), not part of the above: allocated once, not per step.
+  // Persistent bfloat16-rounded copies of the weights (bfloat16_weights() or rounded_weights()),
+  // not part of the above: allocated once, not per step.
   size_t rounded_weight_copies = 0;
 };
 StepMemory measure_step_memory(Model& model, const Tensor& x, const Tensor& y,

@@ -47,11 +47,11 @@ constexpr int64_t kBackupSlice = 2048;
 
 struct BufferedUpdate::Scratch {
   std::vector<float> g, w, rounded;
+  std::vector<bfloat16> rounded_bf16;
   std::vector<std::vector<float>> slots;
   std::vector<float*> slot_ptrs;
   std::vector<const float*> slot_in;
   const Chunk* chunk = nullptr;
-  bool has_rounded = false;
   bool direct = false;  // this run wrote the weights and slots straight to the next buffers
 };
 
@@ -108,6 +108,7 @@ BufferedUpdate::BufferedUpdate(const ChunkLayout& layout, std::vector<Variable> 
     sc->g.resize(chunk);
     sc->w.resize(chunk);
     sc->rounded.resize(chunk);
+    sc->rounded_bf16.resize(chunk);
     sc->slots.assign(max_slots_, std::vector<float>(chunk));
     sc->slot_ptrs.assign(max_slots_, nullptr);
     sc->slot_in.assign(max_slots_, nullptr);
@@ -196,7 +197,6 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
     sc.slot_in[k] = cur_slots[k] + c.offset;
     sc.slot_ptrs[k] = sc.slots[k].data() + base;
   }
-  sc.has_rounded = next_r_[i] != nullptr;
   // Out of place: the current values stay as they were, so a second run of this chunk computes
   // the same bits. A task's first run writes the weights and slots straight to their next
   // buffers; a backup run writes them to this thread's scratch, and if it wins, commit_chunk()
@@ -211,7 +211,9 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   const float* w = cur_w_[i] + c.offset;
   const std::span<const float* const> slots_in(sc.slot_in.data(), cur_slots.size());
   const std::span<float* const> slots_out(sc.slot_ptrs.data(), cur_slots.size());
-  float* rounded = sc.has_rounded ? sc.rounded.data() + base : nullptr;
+  RoundedOut rounded;
+  if (next_r_[i].values != nullptr) rounded.values = sc.rounded.data() + base;
+  if (next_r_[i].bf16 != nullptr) rounded.bf16 = sc.rounded_bf16.data() + base;
   if (sum_ == nullptr) {
     const float* terms[2];
     const int count = GradientReducer::chunk_terms(c, terms_, terms);
@@ -240,7 +242,10 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
   const Chunk& c = *sc.chunk;
   const size_t i = c.var;
   const size_t n = static_cast<size_t>(c.n);
-  if (sc.has_rounded) std::memcpy(next_r_[i] + c.offset, sc.rounded.data(), n * sizeof(float));
+  const RoundedOut& r = next_r_[i];
+  if (r.values != nullptr) std::memcpy(r.values + c.offset, sc.rounded.data(), n * sizeof(float));
+  if (r.bf16 != nullptr)
+    std::memcpy(r.bf16 + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16));
   if (sc.direct) return;  // the weights and slots are in place already
   // Without streaming only a backup writes scratch, and it won: the chunk's first run may still
   // be writing the next buffers, so the result goes to the spares.

@@ -86,7 +86,8 @@ class BufferedUpdate {
   // Per variable, set by begin_update: the current and next data of the variable and its
   // slots, and where its next bfloat16 rounding goes (nullptr: not in use).
   std::vector<const float*> cur_w_;
-  std::vector<float*> next_w_, next_r_;
+  std::vector<float*> next_w_;
+  std::vector<RoundedOut> next_r_;
   std::vector<std::vector<const float*>> cur_s_;
   std::vector<std::vector<float*>> next_s_;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // per pool thread

@@ -55,18 +55,19 @@ Tensor Dense::bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation k
   if (x.dtype() == DType::bfloat16 && f32_weights && kind != ops::FusedActivation::gelu &&
       (compute == DType::float32 || compute == DType::bfloat16)) {
     // bfloat16 activations, float32 variables. A float32 layer keeps its
-    // weights. Under mixed_bfloat16 the weights are multiplied as bfloat16 values: their cached
-    // rounded float32 copies when this shape computes in float32, else bfloat16 casts for
-    // oneDNN's bfloat16 kernels (ops::bf16_matmul_computes_in_f32 picks the faster). Either way
-    // the activations stay bfloat16 and the gradients reach the variables in float32.
+    // weights. Under mixed_bfloat16 the weights are multiplied as bfloat16 values: the policy's
+    // copies, which the optimizer rewrites as it updates the weights — rounded float32 ones when
+    // this shape computes in float32, else bfloat16 ones for oneDNN's bfloat16 kernels
+    // (ops::bf16_matmul_computes_in_f32 picks the faster). Either way the activations stay
+    // bfloat16 and the gradients reach the variables in float32.
     Tensor kernel = kernel_.raw_value(), bias = options_.use_bias ? bias_.raw_value() : Tensor();
     if (compute == DType::bfloat16) {
       if (ops::bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), options_.units)) {
         kernel = mixed_precision::rounded_weights(kernel_);
         if (bias.defined()) bias = mixed_precision::rounded_weights(bias_);
       } else {
-        kernel = ops::cast_forward(kernel, DType::bfloat16);
-        if (bias.defined()) bias = ops::cast_forward(bias, DType::bfloat16);
+        kernel = mixed_precision::bfloat16_weights(kernel_);
+        if (bias.defined()) bias = mixed_precision::bfloat16_weights(bias_);
       }
     }
     // Recorded on the variables' values (which notes the reads for the tapes): their gradients

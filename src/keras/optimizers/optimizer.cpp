@@ -164,7 +164,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
     float* w = vars[i].raw_value().data<float>();
     const float* g = grads[i].data<float>();
     const std::vector<Variable>& slots = slots_[static_cast<size_t>(bound_[i])];
-    float* rounded = mixed_precision::rounded_weights_data(vars[i]);
+    const distribute::RoundedOut rounded = mixed_precision::rounded_weights_out(vars[i]);
     const size_t n = static_cast<size_t>(vars[i].num_elements());
     const size_t chunk = rewrites || decay_[static_cast<size_t>(bound_[i])] != 0 ? kChunk : n;
     alignas(64) float scratch[kChunk];
@@ -181,7 +181,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
         gc = scratch;
       }
       apply(i, static_cast<int64_t>(c0), w + c0, gc, {slot_ptr, slots.size()}, w + c0,
-            {slot_ptr, slots.size()}, m, rounded == nullptr ? nullptr : rounded + c0);
+            {slot_ptr, slots.size()}, m, rounded.at(c0));
     }
   }
   end_update();
@@ -245,8 +245,8 @@ void Optimizer::bind(const std::vector<Variable>& vars) {
   }
 }
 
-float* Optimizer::rounded_output(size_t i) const {
-  return mixed_precision::next_rounded_weights_data(vars_[static_cast<size_t>(bound_.at(i))]);
+distribute::RoundedOut Optimizer::rounded_output(size_t i) const {
+  return mixed_precision::next_rounded_weights_out(vars_[static_cast<size_t>(bound_.at(i))]);
 }
 
 std::vector<Variable> Optimizer::slot_variables(size_t i) const {
@@ -287,7 +287,7 @@ void Optimizer::begin_update(std::span<const double> squared_norms) {
 void Optimizer::apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a,
                                  const float* b, float* g, std::span<const float* const> slots,
                                  float* w_out, std::span<float* const> slots_out, size_t n,
-                                 float* rounded) const {
+                                 distribute::RoundedOut rounded) const {
   // Clipping, scaling and weight decay act on the summed gradient or the weights before the rule:
   // those take the sum-then-apply path.
   if (options_.base.clipvalue || bound_scale_[i] != 1.0f ||
@@ -300,7 +300,8 @@ void Optimizer::apply_sum_of_two(size_t i, int64_t offset, const float* w, const
 
 void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
                       std::span<const float* const> slots, float* w_out,
-                      std::span<float* const> slots_out, size_t n, float* rounded) const {
+                      std::span<float* const> slots_out, size_t n,
+                      distribute::RoundedOut rounded) const {
   const float scale = bound_scale_[i];
   if (options_.base.clipvalue) {
     const float clip = static_cast<float>(*options_.base.clipvalue);

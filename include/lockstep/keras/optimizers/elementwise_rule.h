@@ -11,16 +11,19 @@
 // so a loop makes no call per element, and the same rule gives the same bits in every loop.
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/distribute/elementwise_update.h"
 
 namespace lockstep::keras::optimizers {
 
 // n elements of one variable: reads w, the gradient (g[i], or g[i] + g2[i] in float32 when g2 is
 // set: two replicas' gradients summed as they are read) and the slots; writes w_out, slots_out
-// and, when rounded is set, round_to_bfloat16_value of each new weight. An output may be the very
-// array of its input (an update in place) but overlaps no other array.
+// and, when rounded is set, the bfloat16 rounding of each new weight (as float32 or bfloat16). An
+// output may be the very array of its input (an update in place) but overlaps no other array.
 struct UpdateSpan {
   const float* w = nullptr;
   const float* g = nullptr;
@@ -28,13 +31,16 @@ struct UpdateSpan {
   std::span<const float* const> slots{};
   float* w_out = nullptr;
   std::span<float* const> slots_out{};
-  float* rounded = nullptr;
+  distribute::RoundedOut rounded{};
   size_t n = 0;
 };
 
 namespace detail {
 
-template <bool kSum, bool kRounded, typename Rule>
+// What rule_loop writes beside the new weights.
+enum class Rounded { none, float32_values, bfloat16 };
+
+template <bool kSum, Rounded kRounded, typename Rule>
 [[gnu::always_inline]] inline void rule_loop(const Rule& rule, const UpdateSpan& s) {
   constexpr size_t kSlots = Rule::kSlots;
   std::array<const float*, kSlots> in{};
@@ -47,7 +53,8 @@ template <bool kSum, bool kRounded, typename Rule>
   const float* g = s.g;
   const float* g2 = s.g2;
   float* w_out = s.w_out;
-  float* rounded = s.rounded;
+  float* rounded = s.rounded.values;
+  uint16_t* rounded_bits = reinterpret_cast<uint16_t*>(s.rounded.bf16);
   const size_t n = s.n;
   // Element i reads only index i of its inputs before writing index i of its outputs: no
   // dependence crosses iterations, even in place, so the loop needs no alias checks.
@@ -64,7 +71,14 @@ template <bool kSum, bool kRounded, typename Rule>
     const float wi = rule(w[i], gi, slot);
     for (size_t k = 0; k < kSlots; ++k) out[k][i] = slot[k];
     w_out[i] = wi;
-    if constexpr (kRounded) rounded[i] = round_to_bfloat16_value(wi);
+    if constexpr (kRounded == Rounded::float32_values) rounded[i] = round_to_bfloat16_value(wi);
+    if constexpr (kRounded == Rounded::bfloat16) {
+      // The upper half of the rounded float: bfloat16(wi)'s bits, NaN included, branch-free.
+      uint32_t u;
+      const float r = round_to_bfloat16_value(wi);
+      std::memcpy(&u, &r, sizeof u);
+      rounded_bits[i] = static_cast<uint16_t>(u >> 16);
+    }
   }
 }
 
@@ -74,12 +88,16 @@ template <bool kSum, bool kRounded, typename Rule>
 // that no element tests either.
 template <typename Rule>
 [[gnu::always_inline]] inline void expand_rule(const Rule& rule, const UpdateSpan& s) {
+  using detail::Rounded;
   if (s.g2 == nullptr) {
-    if (s.rounded == nullptr) return detail::rule_loop<false, false>(rule, s);
-    return detail::rule_loop<false, true>(rule, s);
+    if (s.rounded.values != nullptr)
+      return detail::rule_loop<false, Rounded::float32_values>(rule, s);
+    if (s.rounded.bf16 != nullptr) return detail::rule_loop<false, Rounded::bfloat16>(rule, s);
+    return detail::rule_loop<false, Rounded::none>(rule, s);
   }
-  if (s.rounded == nullptr) return detail::rule_loop<true, false>(rule, s);
-  detail::rule_loop<true, true>(rule, s);
+  if (s.rounded.values != nullptr) return detail::rule_loop<true, Rounded::float32_values>(rule, s);
+  if (s.rounded.bf16 != nullptr) return detail::rule_loop<true, Rounded::bfloat16>(rule, s);
+  detail::rule_loop<true, Rounded::none>(rule, s);
 }
 
 }  // namespace lockstep::keras::optimizers
