@@ -2,15 +2,20 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/cpu_dispatch.h"
 #include "internal.h"
+#include "kernel_util.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
+#include "lockstep/ops/activations.h"
 #include "onednn.h"
 
 namespace lockstep::ops {
@@ -157,14 +162,22 @@ ConvMds conv_mds(const ConvDims& d, DType dtype) {
           {d.pb, d.pr}};
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const ConvMds& m, bool bias) {
+// `relu`: relu as a post-op (oneDNN's, which maps NaN to 0: conv2d_relu_forward decides).
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvMds& m, bool bias,
+                                                     bool relu = false) {
   auto d = bias ? dnnl::convolution_forward::desc(
                       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, m.src,
                       m.weights_any, m.bias, m.dst, m.strides, m.pad_l, m.pad_r)
                 : dnnl::convolution_forward::desc(
                       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, m.src,
                       m.weights_any, m.dst, m.strides, m.pad_l, m.pad_r);
-  return {d, onednn::engine()};
+  dnnl::primitive_attr attr;
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  return {d, attr, onednn::engine()};
 }
 
 // The weights argument is left to oneDNN (format any) because its fast kernels want blocked
@@ -177,11 +190,12 @@ struct ConvEntry : onednn::CacheEntry {
   int weights_arg = DNNL_ARG_WEIGHTS;
 };
 
-std::unique_ptr<ConvEntry> make_entry(Pass pass, const ConvDims& d, DType dtype, bool bias) {
+std::unique_ptr<ConvEntry> make_entry(Pass pass, const ConvDims& d, DType dtype, bool bias,
+                                      bool relu) {
   auto e = std::make_unique<ConvEntry>();
   ConvMds m = conv_mds(d, dtype);
   const dnnl::engine& eng = onednn::engine();
-  auto fwd = forward_pd(m, bias);
+  auto fwd = forward_pd(m, bias, relu);
   dnnl::memory::desc wanted;
   if (pass == Pass::forward) {
     wanted = fwd.weights_desc();
@@ -242,7 +256,7 @@ struct ConvBuffers {
   const void* dst = nullptr;
 };
 
-void run_onednn(Pass pass, const ConvDims& d, DType dtype, const ConvBuffers& b);
+void run_onednn(Pass pass, const ConvDims& d, DType dtype, const ConvBuffers& b, bool relu = false);
 
 // bfloat16 buffers where oneDNN has no bfloat16 convolution: the float32 convolution of the
 // widened inputs (exact), its output rounded to bfloat16 (ops/cpu_kernels.h).
@@ -277,17 +291,18 @@ void run_widened(Pass pass, const ConvDims& d, const ConvBuffers& b) {
   }
 }
 
-void run_onednn(Pass pass, const ConvDims& d, DType dtype, const ConvBuffers& b) {
+void run_onednn(Pass pass, const ConvDims& d, DType dtype, const ConvBuffers& b, bool relu) {
   if (detail::emulates_bf16(dtype)) {
+    LOCKSTEP_CHECK_AS(Internal, !relu, "conv2d: no fused relu for emulated bfloat16.");
     run_widened(pass, d, b);
     return;
   }
   bool bias = b.bias != nullptr;
   onednn::Key key("nn_conv2d");
-  key.add(static_cast<int>(pass)).add(dtype).add(bias);
+  key.add(static_cast<int>(pass)).add(dtype).add(bias).add(relu);
   for (int64_t v : {d.n, d.h, d.w, d.c, d.kh, d.kw, d.o, d.sh, d.sw, d.pt, d.pb, d.pl, d.pr})
     key.add(v);
-  auto& e = onednn::cached<ConvEntry>(key, [&] { return make_entry(pass, d, dtype, bias); });
+  auto& e = onednn::cached<ConvEntry>(key, [&] { return make_entry(pass, d, dtype, bias, relu); });
   int src_arg = pass == Pass::backward_data ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC;
   int dst_arg = pass == Pass::forward ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST;
   if (!e.reorder) {
@@ -319,6 +334,74 @@ void sum_rows(const T* p, int64_t rows, int64_t cols, std::vector<double>& sum) 
   }
 }
 
+// float32: each lane one channel, the rows added in order, so every build gives the same bits; the
+// wider builds take the million-element gradients of a convolution at memory speed.
+LOCKSTEP_DISPATCHED(void, sum_rows_f32,
+                    (const float* __restrict p, int64_t rows, int64_t cols, double* __restrict sum),
+                    (p, rows, cols, sum)) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = p + r * cols;
+    for (int64_t c = 0; c < cols; ++c) sum[c] += static_cast<double>(row[c]);
+  }
+}
+
+template <>
+void sum_rows<float>(const float* p, int64_t rows, int64_t cols, std::vector<double>& sum) {
+  sum_rows_f32(p, rows, cols, sum.data());
+}
+
+// relu's gradient and the float64 channel sums of conv2d_backward_bias in one pass: the bits of
+// relu_backward (dy · (y > 0 ? 1 : 0)) and of sum_rows_f32 over its result.
+LOCKSTEP_DISPATCHED(void, relu_grad_sum_rows_f32,
+                    (const float* __restrict dy, const float* __restrict y, float* __restrict dz,
+                     int64_t rows, int64_t cols, double* __restrict sum),
+                    (dy, y, dz, rows, cols, sum)) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = dy[base + c] * detail::positive_mask(y[base + c]);
+      dz[base + c] = v;
+      sum[c] += static_cast<double>(v);
+    }
+  }
+}
+
+LOCKSTEP_DISPATCHED(void, relu_grad_f32_into,
+                    (const float* __restrict dy, const float* __restrict y, float* __restrict dz,
+                     int64_t n),
+                    (dy, y, dz, n)) {
+  for (int64_t i = 0; i < n; ++i) dz[i] = dy[i] * detail::positive_mask(y[i]);
+}
+
+// relu keeping NaN (NaN < 0 is false), in place.
+LOCKSTEP_DISPATCHED(void, rectify_in_place_f32, (float* y, int64_t n), (y, n)) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+}
+
+// The largest magnitude in p as float bits (magnitudes order as unsigned integers), any NaN above
+// infinity's 0x7f800000: an integer maximum, which vectorises in every build.
+LOCKSTEP_DISPATCHED(uint32_t, max_magnitude_bits_f32, (const float* __restrict p, int64_t n),
+                    (p, n)) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, p + i, sizeof u);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  return m;
+}
+
+// The largest magnitude of a float32 tensor, or infinity when it holds an infinity or a NaN.
+double max_magnitude(const Tensor& t) {
+  if (!t.defined()) return 0.0;
+  const uint32_t bits = max_magnitude_bits_f32(t.data<float>(), t.num_elements());
+  if (bits >= 0x7f800000u) return std::numeric_limits<double>::infinity();
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 template <>
 void sum_rows<double>(const double* p, int64_t rows, int64_t cols, std::vector<double>& sum) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -328,7 +411,9 @@ void sum_rows<double>(const double* p, int64_t rows, int64_t cols, std::vector<d
 
 }  // namespace
 
-Tensor conv2d_forward(const Tensor& input, const Tensor& kernel, const Tensor& bias,
+namespace {
+
+ConvDims forward_dims(const Tensor& input, const Tensor& kernel, const Tensor& bias,
                       const Conv2DOptions& options) {
   ConvDims d =
       conv_dims(input.shape(), kernel.shape(), options, input.describe(), kernel.describe());
@@ -337,6 +422,26 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& kernel, const Tensor& b
                  "conv2d: expected bias of shape [", d.o,
                  "] (the kernel's out_channels). Received: bias=", bias.describe(),
                  ", kernel=", kernel.describe(), ".");
+  return d;
+}
+
+// oneDNN's relu post-op computes max(v, 0), which turns a NaN output into 0. No output is NaN or
+// infinite when every operand is finite and no sum can overflow: |output| <= |bias| + (terms
+// per output) · max|input| · max|kernel|, and float32 accumulation stays within a factor
+// (1 + eps)^terms of that bound, so a bound far below float32's largest value (3.4e38) suffices.
+bool relu_post_op_keeps_values(const ConvDims& d, const Tensor& input, const Tensor& kernel,
+                               const Tensor& bias) {
+  constexpr double kLimit = 1e36;
+  const double terms = static_cast<double>(d.kh * d.kw * d.c);
+  const double bound = max_magnitude(bias) + terms * max_magnitude(input) * max_magnitude(kernel);
+  return bound < kLimit;  // false for an infinite (or NaN) operand
+}
+
+}  // namespace
+
+Tensor conv2d_forward(const Tensor& input, const Tensor& kernel, const Tensor& bias,
+                      const Conv2DOptions& options) {
+  ConvDims d = forward_dims(input, kernel, bias, options);
   Tensor out({d.n, d.oh, d.ow, d.o}, input.dtype());
   // oneDNN rejects zero-sized dimensions; an empty batch has nothing to compute.
   if (out.num_elements() == 0) return out;
@@ -348,6 +453,23 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& kernel, const Tensor& b
                {input.raw_data(), kernel.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
                 out.raw_data()});
   }
+  return out;
+}
+
+Tensor conv2d_relu_forward(const Tensor& input, const Tensor& kernel, const Tensor& bias,
+                           const Conv2DOptions& options) {
+  if (input.dtype() != DType::float32) {
+    return relu_forward(conv2d_forward(input, kernel, bias, options));
+  }
+  ConvDims d = forward_dims(input, kernel, bias, options);
+  Tensor out({d.n, d.oh, d.ow, d.o}, DType::float32);
+  if (out.num_elements() == 0) return out;
+  const bool fused = relu_post_op_keeps_values(d, input, kernel, bias);
+  run_onednn(Pass::forward, d, DType::float32,
+             {input.raw_data(), kernel.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
+              out.raw_data()},
+             fused);
+  if (!fused) rectify_in_place_f32(out.data<float>(), out.num_elements());
   return out;
 }
 
@@ -424,6 +546,27 @@ Tensor conv2d_backward_bias(const Tensor& grad_output) {
       break;
   }
   return db;
+}
+
+ConvReluGrad conv2d_relu_backward_bias(const Tensor& dy, const Tensor& y, bool with_bias) {
+  if (dy.dtype() != DType::float32 || y.dtype() != DType::float32 || dy.rank() != 4 ||
+      !(dy.shape() == y.shape())) {
+    Tensor dz = relu_backward(dy, y);
+    return {dz, with_bias ? conv2d_backward_bias(dz) : Tensor()};
+  }
+  ConvReluGrad g{Tensor(dy.shape(), DType::float32), Tensor()};
+  if (!with_bias) {
+    relu_grad_f32_into(dy.data<float>(), y.data<float>(), g.dz.data<float>(), dy.num_elements());
+    return g;
+  }
+  const int64_t channels = dy.dim(3);
+  const int64_t rows = dy.num_elements() / std::max<int64_t>(channels, 1);
+  std::vector<double> sum(static_cast<size_t>(channels), 0.0);
+  relu_grad_sum_rows_f32(dy.data<float>(), y.data<float>(), g.dz.data<float>(), rows, channels,
+                         sum.data());
+  g.dbias = Tensor({channels}, DType::float32);
+  for (int64_t c = 0; c < channels; ++c) g.dbias.data<float>()[c] = static_cast<float>(sum[c]);
+  return g;
 }
 
 }  // namespace lockstep::ops

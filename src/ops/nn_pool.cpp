@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/cpu_dispatch.h"
 
@@ -80,6 +81,48 @@ void max_pool_loops(const T* __restrict x, T* __restrict y, int64_t* __restrict 
   }
 }
 
+// One input row of a max pooling's gradient where windows do not overlap: each of its w positions
+// belongs to window column win_col[j] (or none: -1), whose output gradient and argmax start at
+// dy_row and idx_row (c channels per output). Element (j, ch) gets 0 + dy where the window's
+// argmax is its flat index `first + j * c + ch`, else 0. Returns how many elements matched.
+LOCKSTEP_DISPATCHED(int64_t, unpool_row_f32,
+                    (const float* __restrict dy_row, const int64_t* __restrict idx_row,
+                     const int64_t* __restrict win_col, float* __restrict out, int64_t first,
+                     int64_t w, int64_t c),
+                    (dy_row, idx_row, win_col, out, first, w, c)) {
+  int64_t matched = 0;
+  for (int64_t j = 0; j < w; ++j) {
+    float* o = out + j * c;
+    const int64_t col = win_col[j];
+    if (col < 0) {
+      for (int64_t ch = 0; ch < c; ++ch) o[ch] = 0.0f;
+      continue;
+    }
+    const float* d = dy_row + col * c;
+    const int64_t* at = idx_row + col * c;
+    const int64_t base = first + j * c;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const bool hit = at[ch] == base + ch;
+      o[ch] = hit ? 0.0f + d[ch] : 0.0f;
+      matched += hit ? 1 : 0;
+    }
+  }
+  return matched;
+}
+
+// Window index of each position along one axis for non-overlapping windows, -1 where none covers
+// it (a stride larger than the window, or a remainder a valid window does not reach).
+std::vector<int64_t> window_of(int64_t in, const WindowGeometry& g, int64_t pool, int64_t stride) {
+  std::vector<int64_t> at(static_cast<size_t>(in), -1);
+  for (int64_t o = 0; o < g.out; ++o) {
+    for (int64_t k = 0; k < pool; ++k) {
+      const int64_t i = o * stride - g.pad_before + k;
+      if (i >= 0 && i < in) at[static_cast<size_t>(i)] = o;
+    }
+  }
+  return at;
+}
+
 }  // namespace
 
 MaxPool2DResult max_pool2d_forward(const Tensor& input, const Pool2DOptions& options) {
@@ -120,20 +163,76 @@ Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& argmax,
   Tensor acc = Tensor::zeros(input_shape, bf16 ? DType::float32 : grad_output.dtype());
   const int64_t limit = input_shape.num_elements();
   const int64_t* idx = argmax.data<int64_t>();
+  const int64_t count = grad_output.num_elements();
+  // The indices are checked first, in a loop of their own that vectorises, so that the scatter
+  // below has no test in it.
+  int64_t lowest = 0, highest = 0;
+  for (int64_t e = 0; e < count; ++e) {
+    lowest = std::min(lowest, idx[e]);
+    highest = std::max(highest, idx[e]);
+  }
+  if (count > 0 && (lowest < 0 || highest >= limit)) {
+    const int64_t* bad =
+        std::find_if(idx, idx + count, [&](int64_t i) { return i < 0 || i >= limit; });
+    throw InvalidArgument("max_pool2d_backward: argmax " + std::to_string(*bad) + " (element " +
+                          std::to_string(bad - idx) + ") is outside input_shape " +
+                          input_shape.to_string() + ".");
+  }
   detail::dispatch_floating(grad_output.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     using C = detail::compute_t<T>;
     const T* dy = grad_output.data<T>();
     C* out = acc.data<C>();
-    for (int64_t e = 0; e < grad_output.num_elements(); ++e) {
-      LOCKSTEP_CHECK(idx[e] >= 0 && idx[e] < limit, "max_pool2d_backward: argmax ", idx[e],
-                     " is outside input_shape ", input_shape, ".");
-      out[idx[e]] += detail::load(dy[e]);
-    }
+    for (int64_t e = 0; e < count; ++e) out[idx[e]] += detail::load(dy[e]);
   });
   if (!bf16) return acc;
   Tensor dx(input_shape, DType::bfloat16);
   float_to_bfloat16(acc.data<float>(), dx.data<bfloat16>(), static_cast<size_t>(limit));
+  return dx;
+}
+
+Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& argmax,
+                           const Shape& input_shape, const Pool2DOptions& options) {
+  const int64_t ph = options.pool_size[0], pw = options.pool_size[1];
+  const int64_t sh = options.strides[0] == 0 ? ph : options.strides[0];
+  const int64_t sw = options.strides[1] == 0 ? pw : options.strides[1];
+  if (grad_output.dtype() != DType::float32 || input_shape.rank() != 4 || sh < ph || sw < pw ||
+      grad_output.rank() != 4 || argmax.dtype() != DType::int64 ||
+      !(argmax.shape() == grad_output.shape())) {
+    return max_pool2d_backward(grad_output, argmax, input_shape);
+  }
+  const int64_t n = input_shape[0], h = input_shape[1], w = input_shape[2], c = input_shape[3];
+  const WindowGeometry gh = window_geometry("max_pool2d_backward", h, ph, sh, options.padding);
+  const WindowGeometry gw = window_geometry("max_pool2d_backward", w, pw, sw, options.padding);
+  const Shape expected{n, gh.out, gw.out, c};
+  LOCKSTEP_CHECK(grad_output.shape() == expected, "max_pool2d_backward: expected grad_output of ",
+                 "shape ", expected, " (max_pool2d of input_shape ", input_shape,
+                 "). Received: grad_output=", grad_output.describe(), ".");
+  const std::vector<int64_t> row_window = window_of(h, gh, ph, sh);
+  const std::vector<int64_t> col_window = window_of(w, gw, pw, sw);
+  Tensor dx(input_shape, DType::float32);
+  const float* dy = grad_output.data<float>();
+  const int64_t* idx = argmax.data<int64_t>();
+  float* out = dx.data<float>();
+  int64_t matched = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < h; ++i) {
+      const int64_t first = (b * h + i) * w * c;
+      const int64_t oh = row_window[static_cast<size_t>(i)];
+      if (oh < 0) {
+        std::fill(out + first, out + first + w * c, 0.0f);
+        continue;
+      }
+      const int64_t row = (b * gh.out + oh) * gw.out * c;
+      matched += unpool_row_f32(dy + row, idx + row, col_window.data(), out + first, first, w, c);
+    }
+  }
+  LOCKSTEP_CHECK(matched == grad_output.num_elements(),
+                 "max_pool2d_backward: ", grad_output.num_elements() - matched,
+                 " argmax indices are not in their own windows (argmax=", argmax.describe(),
+                 ", input_shape ", input_shape,
+                 "): not the argmax of max_pool2d_forward with "
+                 "these options.");
   return dx;
 }
 

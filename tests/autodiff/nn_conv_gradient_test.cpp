@@ -1,10 +1,11 @@
-// conv2d and max_pool2d gradients (float64) against central differences, through the shared
-// checker, on odd shapes with both paddings and strides 1 and 2.
+// conv2d, conv2d_relu and max_pool2d gradients (float64) against central differences, through the
+// shared checker, on odd shapes with both paddings and strides 1 and 2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/autodiff/nn_functions.h"
 #include "testing/gradient_check.h"
@@ -34,6 +35,19 @@ TEST_P(Conv2DGradient, MatchesCentralDifferencesForInputKernelAndBias) {
                               {x, k, b}));
   EXPECT_TRUE(gradients_match([=](const V& in) { return conv2d(in[0], in[1], Tensor(), options); },
                               {x, k}));
+}
+
+TEST_P(Conv2DGradient, ConvolutionWithReluMatchesCentralDifferences) {
+  ConvCase c = GetParam();
+  Generator gen(32);
+  Tensor x = random_f64(gen, {2, 7, 6, 3});
+  Tensor k = random_f64(gen, {3, 2, 3, 4});
+  Tensor b = random_f64(gen, {4});
+  ops::Conv2DOptions options{.strides = {c.stride_h, c.stride_w}, .padding = c.padding};
+  EXPECT_TRUE(gradients_match(
+      [=](const V& in) { return conv2d_relu(in[0], in[1], in[2], options); }, {x, k, b}));
+  EXPECT_TRUE(gradients_match(
+      [=](const V& in) { return conv2d_relu(in[0], in[1], Tensor(), options); }, {x, k}));
 }
 
 INSTANTIATE_TEST_SUITE_P(StridesAndPaddings, Conv2DGradient,
@@ -86,6 +100,29 @@ TEST(Conv2DGradient, ThroughPoolingAndASecondConvolution) {
     return conv2d(h, in[2], Tensor(), {.strides = {2, 2}});
   };
   EXPECT_TRUE(gradients_match(f, {x, k1, k2}));
+}
+
+// float32: conv2d_relu's gradients are those of relu(conv2d(...)) bit for bit (the same dz, the
+// same oneDNN backward passes).
+TEST(Conv2DGradient, ConvolutionWithReluGivesTheGradientsOfTheTwoOps) {
+  Generator gen(9);
+  Tensor x = gen.uniform({3, 9, 8, 2}, -1, 1);
+  Tensor k = gen.uniform({3, 3, 2, 5}, -1, 1);
+  Tensor b = gen.uniform({5}, -1, 1);
+  Tensor dy = gen.uniform({3, 9, 8, 5}, -1, 1);
+  auto grads = [&](bool fused) {
+    GradientTape tape;
+    tape.watch(x);
+    tape.watch(k);
+    tape.watch(b);
+    Tensor y = fused ? conv2d_relu(x, k, b, {.padding = ops::Padding::same})
+                     : relu(conv2d(x, k, b, {.padding = ops::Padding::same}));
+    return tape.gradient(reduce_sum(mul(y, dy)), std::vector<Tensor>{x, k, b});
+  };
+  const std::vector<Tensor> fused = grads(true), separate = grads(false);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(fused[i].to_vector<float>(), separate[i].to_vector<float>()) << "gradient " << i;
+  }
 }
 
 TEST(Conv2DGradient, UntrackedInputGetsNoGradientButKernelDoes) {

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 #include <vector>
 
 #include "lockstep/core/random.h"
+#include "lockstep/ops/activations.h"
 
 namespace lockstep::ops {
 namespace {
@@ -186,6 +188,97 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, Conv2DMatchesReference,
                          ::testing::Combine(::testing::Values(DType::float32, DType::bfloat16,
                                                               DType::float64),
                                             ::testing::ValuesIn(kCases)));
+
+// Conv2D(activation="relu") as one op: the forward pass against the rectified float64 reference
+// (the same bound as conv2d's), the backward pass bit for bit what relu_backward and
+// conv2d_backward_bias give one after the other, and the bias gradient exactly a float64 sum of
+// dz written here (each channel's terms added in order, then rounded once).
+class Conv2DReluMatchesReference : public ::testing::TestWithParam<std::tuple<DType, Case>> {};
+
+TEST_P(Conv2DReluMatchesReference, ForwardAndTheBackwardsFirstStep) {
+  auto [dtype, c] = GetParam();
+  Reference ref{c, 0, 0, 0, 0, {}, {}, {}, {}};
+  pads(c.h, c.kh, c.sh, c.padding, ref.oh, ref.pt);
+  pads(c.w, c.kw, c.sw, c.padding, ref.ow, ref.pl);
+  Generator gen(43);
+  Tensor x = random_tensor(gen, {c.n, c.h, c.w, c.c}, dtype, ref.x);
+  Tensor k = random_tensor(gen, {c.kh, c.kw, c.c, c.o}, dtype, ref.k);
+  Tensor b = random_tensor(gen, {c.o}, dtype, ref.b);
+  Tensor dy = random_tensor(gen, {c.n, ref.oh, ref.ow, c.o}, dtype, ref.dy);
+  Conv2DOptions options{.strides = {c.sh, c.sw}, .padding = c.padding};
+
+  Tensor y = conv2d_relu_forward(x, k, b, options);
+  EXPECT_EQ(y.dtype(), dtype);
+  std::vector<double> rectified = ref.forward();
+  for (double& v : rectified) v = std::max(v, 0.0);
+  EXPECT_LT(relative_error(y, rectified), tolerance(dtype));
+
+  for (bool with_bias : {true, false}) {
+    ConvReluGrad g = conv2d_relu_backward_bias(dy, y, with_bias);
+    const Tensor dz = relu_backward(dy, y);
+    EXPECT_EQ(g.dz.to_vector<double>(), dz.to_vector<double>());
+    ASSERT_EQ(g.dbias.defined(), with_bias);
+    if (!with_bias) continue;
+    EXPECT_EQ(g.dbias.to_vector<double>(), conv2d_backward_bias(dz).to_vector<double>());
+    const std::vector<double> dzv = dz.to_vector<double>();
+    std::vector<double> sums(static_cast<size_t>(c.o), 0.0);
+    for (size_t e = 0; e < dzv.size(); ++e) sums[e % static_cast<size_t>(c.o)] += dzv[e];
+    const Tensor expected = Tensor::from_vector<double>(sums, {c.o}).to(dtype);
+    EXPECT_EQ(g.dbias.to_vector<double>(), expected.to_vector<double>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, Conv2DReluMatchesReference,
+                         ::testing::Combine(::testing::Values(DType::float32, DType::bfloat16,
+                                                              DType::float64),
+                                            ::testing::ValuesIn(kCases)));
+
+// oneDNN's relu turns NaN into 0: outputs that are NaN (a NaN in the input, inf - inf) or infinite
+// (an infinity in the input, finite products that overflow) must come out as relu keeping NaN gives
+// them. (Kernels that fuse multiply and add never form inf - inf from finite operands: the exact
+// product of two finite numbers is finite; others do.)
+TEST(Conv2DRelu, NanInfinityAndOverflowComeOutAsReluOfTheConvolution) {
+  Generator gen(8);
+  const Tensor k = gen.uniform({3, 3, 2, 4}, -1, 1);
+  const Tensor b = gen.uniform({4}, -1, 1);
+  auto expect_relu_of_conv = [&](const Tensor& x, const Tensor& kernel) {
+    const Conv2DOptions same{.padding = Padding::same};
+    const std::vector<float> got = conv2d_relu_forward(x, kernel, b, same).to_vector<float>();
+    const std::vector<float> want =
+        relu_forward(conv2d_forward(x, kernel, b, same)).to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    int special = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(want[i])) {
+        ++special;
+        EXPECT_TRUE(std::isnan(got[i])) << "element " << i << ": " << got[i];
+      } else {
+        special += std::isinf(want[i]) ? 1 : 0;
+        EXPECT_EQ(got[i], want[i]) << "element " << i;
+      }
+    }
+    EXPECT_GT(special, 0) << "the case must produce NaN or infinite outputs";
+  };
+  for (float special :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    Tensor x = gen.uniform({2, 5, 5, 2}, -1, 1);
+    x.data<float>()[17] = special;
+    expect_relu_of_conv(x, k);
+  }
+  // Finite operands whose products overflow, to +inf and -inf in each window.
+  Tensor big = Tensor::full({1, 3, 3, 2}, 1e20, DType::float32);
+  Tensor mixed = Tensor::zeros({3, 3, 2, 4});
+  for (int64_t i = 0; i < mixed.num_elements(); ++i) {
+    mixed.data<float>()[i] = (i / 4) % 2 == 0 ? 1e20f : -1e20f;
+  }
+  expect_relu_of_conv(big, mixed);
+}
+
+TEST(Conv2DRelu, EmptyBatchGivesEmptyOutput) {
+  Tensor x = Tensor::zeros({0, 7, 7, 5}), k = Tensor::ones({3, 3, 5, 6});
+  EXPECT_EQ(conv2d_relu_forward(x, k, Tensor(), {.padding = Padding::same}).shape(),
+            Shape({0, 7, 7, 6}));
+}
 
 TEST(Conv2D, WithoutBiasAddsNothing) {
   Generator gen(7);

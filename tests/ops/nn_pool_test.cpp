@@ -94,12 +94,20 @@ TEST_P(MaxPool2DMatchesReference, ForwardAndBackward) {
   for (size_t i = 0; i < dx.size(); ++i) {
     EXPECT_NEAR(g[i], dx[i], tol * std::max(1.0, std::abs(dx[i]))) << "element " << i;
   }
+  // Given the options (the window-by-window path where windows do not overlap): the scatter's bits.
+  EXPECT_EQ(max_pool2d_backward(dy, r.argmax, x.shape(), options).to_vector<double>(), g);
 }
 
 const Case kCases[] = {
-    {3, 7, 7, 5, 2, 2, 2, 2, Padding::valid}, {3, 7, 7, 5, 2, 2, 2, 2, Padding::same},
-    {3, 7, 7, 5, 3, 3, 2, 2, Padding::valid}, {3, 7, 7, 5, 3, 3, 2, 2, Padding::same},
-    {2, 6, 9, 3, 3, 2, 1, 3, Padding::same},  {2, 5, 5, 1, 3, 3, 1, 1, Padding::valid},
+    {3, 7, 7, 5, 2, 2, 2, 2, Padding::valid},
+    {3, 7, 7, 5, 2, 2, 2, 2, Padding::same},
+    {3, 7, 7, 5, 3, 3, 2, 2, Padding::valid},
+    {3, 7, 7, 5, 3, 3, 2, 2, Padding::same},
+    {2, 6, 9, 3, 3, 2, 1, 3, Padding::same},
+    {2, 5, 5, 1, 3, 3, 1, 1, Padding::valid},
+    // Strides beyond the window: positions no window covers.
+    {2, 8, 9, 4, 2, 2, 3, 3, Padding::valid},
+    {2, 7, 8, 3, 2, 3, 3, 4, Padding::same},
 };
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, MaxPool2DMatchesReference,
@@ -159,6 +167,58 @@ TEST(MaxPool2D, RejectsValidWindowLargerThanInput) {
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("float32[1, 2, 7, 1]"), HasSubstr("[3, 3]")));
+  }
+}
+
+// The window-by-window backward writes 0 + dy as the scatter adds dy to 0: a -0 gradient comes
+// out +0, a NaN stays NaN.
+TEST(MaxPool2D, BackwardGivenTheOptionsKeepsTheScattersSignedZerosAndNaN) {
+  Tensor x = Generator(3).uniform({1, 4, 4, 2}, -1, 1);
+  const Pool2DOptions options{.pool_size = {2, 2}};
+  MaxPool2DResult r = max_pool2d_forward(x, options);
+  Tensor dy = Tensor::from_vector<float>(
+      {-0.0f, 1.5f, std::numeric_limits<float>::quiet_NaN(), -2.0f, 0.0f, -0.0f, 3.0f, 4.0f},
+      {1, 2, 2, 2});
+  const std::vector<float> scattered =
+      max_pool2d_backward(dy, r.argmax, x.shape()).to_vector<float>();
+  const std::vector<float> got =
+      max_pool2d_backward(dy, r.argmax, x.shape(), options).to_vector<float>();
+  ASSERT_EQ(got.size(), scattered.size());
+  int nans = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(scattered[i])) {
+      ++nans;
+      EXPECT_TRUE(std::isnan(got[i])) << "element " << i;
+    } else {
+      EXPECT_EQ(std::signbit(got[i]), std::signbit(scattered[i])) << "element " << i;
+      EXPECT_EQ(got[i], scattered[i]) << "element " << i;
+    }
+  }
+  EXPECT_EQ(nans, 1);
+}
+
+TEST(MaxPool2D, BackwardGivenTheOptionsRejectsAnArgmaxOutsideItsWindow) {
+  Tensor x = Generator(4).uniform({1, 4, 4, 1}, -1, 1);
+  const Pool2DOptions options{.pool_size = {2, 2}};
+  MaxPool2DResult r = max_pool2d_forward(x, options);
+  r.argmax.data<int64_t>()[0] = 15;  // the last window's corner, in range but not window 0's
+  try {
+    max_pool2d_backward(Tensor::ones({1, 2, 2, 1}), r.argmax, x.shape(), options);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr("not in their own windows"), HasSubstr("int64[1, 2, 2, 1]")));
+  }
+}
+
+TEST(MaxPool2D, BackwardRejectsAnArgmaxOutsideTheInput) {
+  Tensor argmax = Tensor::zeros({1, 2, 2, 1}, DType::int64);
+  argmax.data<int64_t>()[3] = 16;
+  try {
+    max_pool2d_backward(Tensor::ones({1, 2, 2, 1}), argmax, {1, 4, 4, 1});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("argmax 16"), HasSubstr("element 3")));
   }
 }
 

@@ -23,6 +23,12 @@ namespace lockstep {
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
               const ops::Conv2DOptions& options = {});
 
+// relu(conv2d(x, kernel, bias)) as one op (ops::conv2d_relu_forward): relu runs inside the
+// convolution where it can, and its gradient and the bias gradient take one pass (Keras' Conv2D
+// with activation="relu").
+Tensor conv2d_relu(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
+                   const ops::Conv2DOptions& options = {});
+
 // x [N, H, W, C] -> [N, OH, OW, C]
 Tensor max_pool2d(const Tensor& x, const ops::Pool2DOptions& options = {});
 

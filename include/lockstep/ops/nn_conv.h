@@ -40,7 +40,26 @@ Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& kernel,
 Tensor conv2d_backward_kernel(const Tensor& grad_output, const Tensor& input,
                               const Shape& kernel_shape, const Conv2DOptions& options = {});
 
-// d(loss)/d(bias)[o] = sum_{n, oh, ow} grad_output[n, oh, ow, o]
+// d(loss)/d(bias)[o] = sum_{n, oh, ow} grad_output[n, oh, ow, o], each channel's terms added in
+// order in float64 (float32 and bfloat16 inputs; the result in the input's dtype).
 Tensor conv2d_backward_bias(const Tensor& grad_output);
+
+// A convolution followed by relu (Keras' Conv2D(activation="relu")), relu keeping NaN as
+// TensorFlow does. In float32, relu runs inside oneDNN's convolution (a post-op, no pass of its
+// own over the output) when no output can be infinite or NaN — every input, weight and bias
+// finite and |bias| + KH·KW·C_in·max|input|·max|kernel| far below float32's largest value, which
+// a pass over the inputs checks — since oneDNN's relu maps NaN to 0; otherwise the output is
+// rectified in place after the convolution. The values of relu_forward(conv2d_forward(...)) (a
+// -0 may come out +0).
+Tensor conv2d_relu_forward(const Tensor& input, const Tensor& kernel, const Tensor& bias = Tensor(),
+                           const Conv2DOptions& options = {});
+
+// The first step of its backward pass, in one pass over dy and the forward output y:
+// dz = relu_backward(dy, y), and the bias gradient conv2d_backward_bias(dz) when `with_bias`
+// (the same bits as those two calls).
+struct ConvReluGrad {
+  Tensor dz, dbias;
+};
+ConvReluGrad conv2d_relu_backward_bias(const Tensor& dy, const Tensor& y, bool with_bias);
 
 }  // namespace lockstep::ops

@@ -41,4 +41,11 @@ MaxPool2DResult max_pool2d_forward(const Tensor& input, const Pool2DOptions& opt
 Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& argmax,
                            const Shape& input_shape);
 
+// The same given the forward pass's options. Where windows do not overlap (strides >= pool_size,
+// Keras' default) a float32 grad_input is written once, window by window (0 + grad_output at the
+// window's argmax, 0 elsewhere: the bits of the scatter), instead of zeroed and then scattered
+// into; an argmax outside its own window is an error there.
+Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& argmax,
+                           const Shape& input_shape, const Pool2DOptions& options);
+
 }  // namespace lockstep::ops

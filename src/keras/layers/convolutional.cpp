@@ -74,6 +74,9 @@ Tensor Conv2D::call(const Tensor& inputs, bool) {
                  kernel_.shape()[2], " channels (kernel ", kernel_.shape(),
                  "). Received: ", inputs.describe(), ".");
   Tensor bias = options_.use_bias ? autocast(bias_) : Tensor();
+  if (options_.activation == "relu") {
+    return conv2d_relu(autocast(inputs), autocast(kernel_), bias, op_options());
+  }
   Tensor y = conv2d(autocast(inputs), autocast(kernel_), bias, op_options());
   if (options_.activation == "linear") return y;
   // Keras keeps softmax in float32 under a bfloat16 compute dtype (probabilities feed the loss).
