@@ -182,5 +182,32 @@ TEST(Bfloat16ValuesGradient, LinearRoundingAsTheMatmulWritesIsTheRoundingAfterIt
       in);
 }
 
+// rounded_as_recorded: a caller-held rounding recorded as the conversion it stands for. Through
+// the tape, the bits of cast(x, bfloat16) / round_to_bfloat16(x), forward and backward, on a new
+// handle of the caller's storage.
+TEST(RoundedAsRecorded, GivesTheBitsOfTheConversionItStandsFor) {
+  const Tensor x = random_f32({7, 5}, 21);
+  const Tensor w = random_f32({7, 5}, 22);
+  for (bool bf16 : {true, false}) {
+    SCOPED_TRACE(bf16 ? "bfloat16" : "float32 values");
+    const Tensor held = bf16 ? x.to(DType::bfloat16) : round_to_bfloat16(x);
+    auto run = [&](bool precomputed) {
+      GradientTape tape;
+      tape.watch(x);
+      Tensor y = precomputed ? rounded_as_recorded(x, held)
+                             : (bf16 ? cast(x, DType::bfloat16) : round_to_bfloat16(x));
+      Tensor loss = reduce_sum(mul(cast(y, DType::float32), w));
+      return std::vector<Tensor>{y, tape.gradient(loss, std::vector<Tensor>{x})[0]};
+    };
+    const std::vector<Tensor> got = run(true), want = run(false);
+    EXPECT_TRUE(same_bits(got[0], want[0]));
+    EXPECT_TRUE(same_bits(got[1], want[1]));
+    EXPECT_TRUE(got[0].shares_storage_with(held));
+    EXPECT_NE(got[0].id(), held.id());
+  }
+  EXPECT_THROW(rounded_as_recorded(x, Tensor::zeros({5, 7}, DType::bfloat16)), InvalidArgument);
+  EXPECT_THROW(rounded_as_recorded(x.to(DType::float64), x.to(DType::bfloat16)), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -132,6 +132,48 @@ TEST(MixedPrecisionRoundedWeights, AfterFitTheCachedCopyIsTheRoundedKernel) {
   }
 }
 
+// Conv2D, Embedding and MultiHeadAttention take their weights through Layer::autocast, which
+// under mixed_bfloat16 reads the policy's persistent copies (bfloat16, or bfloat16 values in
+// float32 in the policy's float32 form) instead of converting the weights at every call. After
+// training, a model gives the bits of a fresh model given the same weights (whose copies are made
+// from them), so no copy was stale; and the weights moved.
+TEST(MixedPrecisionRoundedWeights,
+     AfterFitLayersReadingTheirWeightsThroughAutocastSeeTheNewWeights) {
+  PolicyGuard guard("mixed_bfloat16");
+  auto make = [] {
+    set_random_seed(4);
+    const KerasTensor ids = Input({6}, DType::int64);
+    const KerasTensor e = layers::Embedding({.input_dim = 11, .output_dim = 8})(ids);
+    auto mha = std::make_shared<layers::MultiHeadAttention>(
+        layers::MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 4});
+    const KerasTensor a = (*mha)({e, e});
+    const KerasTensor c = layers::Conv2D(
+        {.filters = 3, .kernel_size = {3, 3}, .activation = "relu"})(layers::Reshape({6, 8, 1})(a));
+    const KerasTensor out = layers::Dense(
+        {.units = 3, .activation = "softmax", .dtype = "float32"})(layers::Flatten()(c));
+    auto m = std::make_unique<Model>(ids, out);
+    m->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-2}),
+                .loss = losses::CategoricalCrossentropy()});
+    return m;
+  };
+  std::vector<int64_t> id_values, label_values;
+  for (int64_t i = 0; i < 32 * 6; ++i) id_values.push_back((i * 7) % 11);
+  for (int64_t i = 0; i < 32; ++i) label_values.push_back(i % 3);
+  const Tensor x = Tensor::from_vector<int64_t>(id_values, {32, 6});
+  const Tensor y = one_hot(Tensor::from_vector<int64_t>(label_values, {32}), 3);
+  std::unique_ptr<Model> trained = make();
+  const std::vector<Tensor> before = trained->get_weights();
+  trained->fit(x, y, {.epochs = 2, .verbose = 0, .batch_size = 8});
+  std::unique_ptr<Model> fresh = make();
+  fresh->set_weights(trained->get_weights());
+  const std::vector<Tensor> after = trained->get_weights();
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_NE(before[i].to_vector<double>(), after[i].to_vector<double>()) << "weight " << i;
+  }
+  EXPECT_EQ(trained->predict(x).to_vector<float>(), fresh->predict(x).to_vector<float>());
+}
+
 // A float32 layer fed bfloat16 activations (the CLI's float32 output layer under mixed_bfloat16)
 // multiplies them as they are, in float32, by its unrounded float32 weights: float32 output, a
 // bfloat16 input gradient, float32 weight gradients, against float64 loops.

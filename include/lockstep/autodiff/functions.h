@@ -74,6 +74,11 @@ Tensor reduce_max(const Tensor& x, const std::vector<int>& axes = {}, bool keepd
 Tensor cast(const Tensor& x, DType dtype);
 // float32 rounded to bfloat16 values, kept float32; gradient: the identity (ops/shape_ops.h).
 Tensor round_to_bfloat16(const Tensor& x);
+// cast(x, bfloat16) (a bfloat16 `rounded`) or round_to_bfloat16(x) (a float32 one) for a float32
+// x whose result the caller already holds in `rounded` (a copy kept current beside a variable:
+// mixed_precision::bfloat16_weights): recorded as that op, with its gradient, on a new handle of
+// rounded's storage, without converting x again. The caller vouches that rounded is x's rounding.
+Tensor rounded_as_recorded(const Tensor& x, const Tensor& rounded);
 // float32 rounded to bfloat16 values, kept float32 and marked (Tensor::holds_bfloat16_values);
 // gradient: rounded the same way, as a cast to bfloat16 and back would give it
 // (ops/bfloat16_values.h). relu_to_bfloat16_values is relu of it, add_to_bfloat16_values the sum

@@ -276,6 +276,23 @@ Tensor round_to_bfloat16(const Tensor& x) {
                       [](const Tensor& dy, const Tensor&) { return dy; });
 }
 
+Tensor rounded_as_recorded(const Tensor& x, const Tensor& rounded) {
+  LOCKSTEP_CHECK(x.dtype() == DType::float32 && x.shape() == rounded.shape() &&
+                     (rounded.dtype() == DType::bfloat16 || rounded.dtype() == DType::float32),
+                 "rounded_as_recorded: expected a float32 x and its rounding of the same shape, in "
+                 "bfloat16 or float32. Received: x=",
+                 x.describe(), ", rounded=", rounded.describe(), ".");
+  // A handle of its own: the tape tells tensors apart by id, and the copy outlives this call.
+  Tensor y = rounded.reshape(rounded.shape());
+  if (rounded.dtype() == DType::float32) {
+    return record_unary("round_to_bfloat16", x, y, Tensor(),
+                        [](const Tensor& dy, const Tensor&) { return dy; });
+  }
+  return record_unary("cast", x, y, Tensor(), [](const Tensor& dy, const Tensor&) {
+    return ops::cast_backward(dy, DType::float32);
+  });
+}
+
 Tensor to_bfloat16_values(const Tensor& x, bool reuse_sole_handle) {
   Tensor y = ops::to_bfloat16_values_forward(x, reuse_sole_handle);
   y = record_unary("to_bfloat16_values", x, y, Tensor(), [](const Tensor& dy, const Tensor&) {

@@ -8,6 +8,7 @@
 #include "lockstep/core/check.h"
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/keras/keras_tensor.h"
+#include "lockstep/keras/mixed_precision.h"
 #include "lockstep/ops/cpu_kernels.h"
 
 namespace lockstep::keras {
@@ -159,10 +160,15 @@ Tensor Layer::round_like_bfloat16(const Tensor& t) const {
 }
 
 Tensor Layer::autocast(const Variable& v) const {
+  // The policy's copies of the weights, which the optimizer rewrites as it updates them: no
+  // conversion (and no allocation) per call.
   if (computes_bfloat16_in_float32() && v.dtype() == DType::float32) {
-    Tensor r = round_to_bfloat16(v.value());
+    Tensor r = rounded_as_recorded(v.value(), mixed_precision::rounded_weights(v));
     r.mark_bfloat16_values();
     return r;
+  }
+  if (compute_dtype() == DType::bfloat16 && v.dtype() == DType::float32) {
+    return rounded_as_recorded(v.value(), mixed_precision::bfloat16_weights(v));
   }
   return autocast(v.value());
 }
