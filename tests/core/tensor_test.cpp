@@ -9,6 +9,7 @@
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/random.h"
+#include "lockstep/core/storage.h"
 
 namespace lockstep {
 namespace {
@@ -157,6 +158,20 @@ TEST(Generator, NormalHasUnitMomentsAndTruncatedStaysWithinTwoSigma) {
   EXPECT_NEAR(var, 1.0, 0.02);
   Tensor t = g.truncated_normal({10000}, 1.0, 0.5);
   for (float v : t.to_vector<float>()) ASSERT_LE(std::abs(v - 1.0f), 1.0f);
+}
+
+// Tensors of 4 MiB or more sit in blocks that start on a 2 MiB boundary (the storage header, then
+// the data), so the kernel can back them with transparent huge pages; smaller ones keep the
+// 64-byte alignment.
+TEST(TensorStorage, LargeTensorsStartOnAHugePageBoundary) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  for (int64_t elements : {int64_t{1} << 20, (int64_t{3} << 20) + 5}) {  // 4 MiB and 12 MiB + 20 B
+    const Tensor t({elements}, DType::float32);
+    const auto data = reinterpret_cast<uintptr_t>(t.raw_data());
+    EXPECT_EQ((data - Storage::kAlignment) % kHuge, 0u) << elements << " floats";  // header: 64 B
+  }
+  const Tensor small({1000}, DType::float32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % Storage::kAlignment, 0u);
 }
 
 }  // namespace
