@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 
 #include "lockstep/keras/layers/core.h"
@@ -48,6 +49,26 @@ TEST(Rescaling, UnderMixedBfloat16OverflowAndNanRoundLikeTheScalarConversion) {
       const float f = static_cast<float>(i) * static_cast<float>(c[0]) + static_cast<float>(c[1]);
       ASSERT_EQ(y.data<bfloat16>()[i].bits, bfloat16(f).bits)
           << "scale " << c[0] << " offset " << c[1] << " element " << i;
+    }
+  }
+}
+
+// Without an offset the conversion may run as AVX512_BF16's vcvtneps2bf16 (which reads subnormal
+// inputs as zero): every uint8 value, lengths with a tail, scales of both signs, zero, the
+// smallest normal and a subnormal one (whose products can be subnormal: the loop without the
+// instruction), each against bfloat16(float) of the scalar definition, + 0 included (-0 → +0).
+TEST(Rescaling, UnderMixedBfloat16WithoutOffsetEveryByteRoundsLikeTheScalarConversion) {
+  Tensor x({3, 261}, DType::uint8);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i);
+  const double scales[] = {1.0 / 255, -1.0 / 255, 1.0, 0.0, -0.0, FLT_MIN, -3e-39, 1e-38, 1e35};
+  for (double scale : scales) {
+    layers::Rescaling r({.scale = scale, .dtype = "mixed_bfloat16"});
+    Tensor y = r(x);
+    ASSERT_EQ(y.dtype(), DType::bfloat16);
+    for (int64_t i = 0; i < x.num_elements(); ++i) {
+      const float f = static_cast<float>(x.data<uint8_t>()[i]) * static_cast<float>(scale) + 0.0f;
+      ASSERT_EQ(y.data<bfloat16>()[i].bits, bfloat16(f).bits)
+          << "scale " << scale << " element " << i;
     }
   }
 }
