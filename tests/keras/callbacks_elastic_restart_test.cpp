@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategies.h"
 #include "lockstep/keras.h"
@@ -310,7 +312,9 @@ bool bit_identical(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
 }
 
 std::string fresh_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "elastic_restart_" + name;
+  // The process id in the name: CTest runs this binary under several ISA caps at once.
+  const std::string dir =
+      ::testing::TempDir() + "elastic_restart_" + std::to_string(::getpid()) + "_" + name;
   std::filesystem::remove_all(dir);
   return dir;
 }

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "distribute/step/task_pool.h"
 #include "lockstep/distribute/distributed_dataset.h"
 #include "lockstep/distribute/strategies.h"
@@ -201,7 +203,8 @@ TEST(PerReplicaInputFinite, UnevenPipelinesMatchOneReplicaOnTheSameExamples) {
 TEST(PerReplicaInputResume, AnInterruptedRunResumesBitIdentical) {
   Data data = random_data(96, 31);
   std::vector<Tensor> init = initial_weights(37);
-  const std::string dir = ::testing::TempDir() + "per_replica_resume";
+  // The process id in the name: CTest runs this binary under several ISA caps at once.
+  const std::string dir = ::testing::TempDir() + "per_replica_resume_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   struct Interrupted {};
   auto run = [&](bool interrupt) {
