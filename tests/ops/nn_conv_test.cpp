@@ -145,17 +145,33 @@ double tolerance(DType dtype) {
 
 class Conv2DMatchesReference : public ::testing::TestWithParam<std::tuple<DType, Case>> {};
 
-TEST_P(Conv2DMatchesReference, ForwardAndBackward) {
-  auto [dtype, c] = GetParam();
-  Reference ref{c, 0, 0, 0, 0, {}, {}, {}, {}};
+// One case's operands in `dtype` and the same values (rounded to it) in the float64 reference.
+struct Operands {
+  Reference ref;
+  Tensor x, k, b, dy;
+  Conv2DOptions options;
+};
+
+Operands operands(DType dtype, const Case& c, uint64_t seed) {
+  Operands o{Reference{c, 0, 0, 0, 0, {}, {}, {}, {}}, {}, {}, {}, {}, {}};
+  Reference& ref = o.ref;
   pads(c.h, c.kh, c.sh, c.padding, ref.oh, ref.pt);
   pads(c.w, c.kw, c.sw, c.padding, ref.ow, ref.pl);
-  Generator gen(42);
-  Tensor x = random_tensor(gen, {c.n, c.h, c.w, c.c}, dtype, ref.x);
-  Tensor k = random_tensor(gen, {c.kh, c.kw, c.c, c.o}, dtype, ref.k);
-  Tensor b = random_tensor(gen, {c.o}, dtype, ref.b);
-  Tensor dy = random_tensor(gen, {c.n, ref.oh, ref.ow, c.o}, dtype, ref.dy);
-  Conv2DOptions options{.strides = {c.sh, c.sw}, .padding = c.padding};
+  Generator gen(seed);
+  o.x = random_tensor(gen, {c.n, c.h, c.w, c.c}, dtype, ref.x);
+  o.k = random_tensor(gen, {c.kh, c.kw, c.c, c.o}, dtype, ref.k);
+  o.b = random_tensor(gen, {c.o}, dtype, ref.b);
+  o.dy = random_tensor(gen, {c.n, ref.oh, ref.ow, c.o}, dtype, ref.dy);
+  o.options = {.strides = {c.sh, c.sw}, .padding = c.padding};
+  return o;
+}
+
+TEST_P(Conv2DMatchesReference, ForwardAndBackward) {
+  auto [dtype, c] = GetParam();
+  const Operands o = operands(dtype, c, 42);
+  const Reference& ref = o.ref;
+  const Tensor &x = o.x, &k = o.k, &b = o.b, &dy = o.dy;
+  const Conv2DOptions& options = o.options;
 
   Tensor y = conv2d_forward(x, k, b, options);
   EXPECT_EQ(y.shape(), Shape({c.n, ref.oh, ref.ow, c.o}));
@@ -197,15 +213,10 @@ class Conv2DReluMatchesReference : public ::testing::TestWithParam<std::tuple<DT
 
 TEST_P(Conv2DReluMatchesReference, ForwardAndTheBackwardsFirstStep) {
   auto [dtype, c] = GetParam();
-  Reference ref{c, 0, 0, 0, 0, {}, {}, {}, {}};
-  pads(c.h, c.kh, c.sh, c.padding, ref.oh, ref.pt);
-  pads(c.w, c.kw, c.sw, c.padding, ref.ow, ref.pl);
-  Generator gen(43);
-  Tensor x = random_tensor(gen, {c.n, c.h, c.w, c.c}, dtype, ref.x);
-  Tensor k = random_tensor(gen, {c.kh, c.kw, c.c, c.o}, dtype, ref.k);
-  Tensor b = random_tensor(gen, {c.o}, dtype, ref.b);
-  Tensor dy = random_tensor(gen, {c.n, ref.oh, ref.ow, c.o}, dtype, ref.dy);
-  Conv2DOptions options{.strides = {c.sh, c.sw}, .padding = c.padding};
+  const Operands o = operands(dtype, c, 43);
+  const Reference& ref = o.ref;
+  const Tensor &x = o.x, &k = o.k, &b = o.b, &dy = o.dy;
+  const Conv2DOptions& options = o.options;
 
   Tensor y = conv2d_relu_forward(x, k, b, options);
   EXPECT_EQ(y.dtype(), dtype);
