@@ -84,7 +84,7 @@ class BufferedUpdate {
   float* sum_ = nullptr;
   std::unique_ptr<Phase> phase_;
   // Per variable, set by begin_update: the current and next data of the variable and its
-  // slots, and where its next bfloat16 rounding goes (nullptr: not in use).
+  // slots, and where its next bfloat16 rounding goes (both pointers null: not in use).
   std::vector<const float*> cur_w_;
   std::vector<float*> next_w_;
   std::vector<RoundedOut> next_r_;
