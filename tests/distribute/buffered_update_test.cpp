@@ -1,5 +1,6 @@
 // BufferedUpdate against a fake elementwise rule: the update out of place and flipped, the same
-// bits on any number of threads and with streaming stores, the sum read chunk by chunk from
+// bits on any number of threads and with streaming stores (everything, or on several threads the
+// values the replicas multiply by), the sum read chunk by chunk from
 // replica runs, and a chunk won by a backup run published through the spare buffers (with the
 // weights' bfloat16 rounding).
 #include <gtest/gtest.h>
@@ -92,6 +93,30 @@ TEST(BufferedUpdate, StreamingStoresWriteTheSameBits) {
     expect_updated(vars, initial, rule, layout, g, /*rounding=*/true);
     EXPECT_EQ(update.backup_publishes(), 0u) << "streaming writes through scratch, not spares";
     strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+  }
+}
+
+// On several threads the first runs stream the weights (no rounding kept) or their rounding to
+// the next buffers, through scratch; variables of 7 and 1 elements take the copy's unaligned head
+// and tail.
+TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedWithTheSameBits) {
+  for (int threads : {1, 2}) {
+    for (int rounding : {0, 1, 2}) {  // none, a float32 copy, a bfloat16 copy
+      SCOPED_TRACE(::testing::Message() << threads << " threads, rounding " << rounding);
+      auto strategy = make_strategy(1, threads);
+      std::vector<Variable> vars = make_variables(kSizes);
+      const std::vector<Variable> initial = make_variables(kSizes);
+      FakeUpdate rule(/*rounding=*/rounding > 0, /*bfloat16_copy=*/rounding == 2);
+      ChunkLayout layout(vars, threads);
+      BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
+      std::vector<float> g = flat_sum(layout);
+      update.begin_update();
+      strategy->task_pool().run(update.phase_from_sum(g.data()));
+      update.end_update();
+      expect_updated(vars, initial, rule, layout, g, /*rounding=*/rounding > 0);
+      EXPECT_EQ(update.backup_publishes(), 0u);
+      strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+    }
   }
 }
 

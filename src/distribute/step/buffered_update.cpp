@@ -21,20 +21,38 @@ namespace {
 // model whose update state is larger than the caches, those writes would first read every line
 // they replace (a write-allocate) although nothing reads it before the next step: non-temporal
 // stores skip that read, a third of the update's memory traffic. Small models keep ordinary
-// stores, which leave the values in cache for the next step. Elsewhere (aarch64, whose STNP is only
-// a hint GCC has no intrinsic for) every copy is a memcpy, and no fence is needed after it.
-void copy_next(float* dst, const float* src, size_t n, bool streaming) {
+// stores, which leave the values in cache for the next step — except the copy the replicas
+// multiply by when several cores run them: every core's forward pass read that buffer's lines a
+// step ago, so an ordinary store must first take each line back from the other cores' caches,
+// while a non-temporal one invalidates them and writes around the caches. Elsewhere (aarch64,
+// whose STNP is only a hint GCC has no intrinsic for) every copy is a memcpy, and no fence is
+// needed after it.
+void copy_next(void* dst, const void* src, size_t bytes, bool streaming) {
 #if defined(__x86_64__) || defined(__i386__)
   if (streaming) {
-    size_t i = 0;
-    for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0; ++i) dst[i] = src[i];
-    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-    for (; i < n; ++i) dst[i] = src[i];
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    const size_t head = std::min(bytes, (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15);
+    std::memcpy(d, s, head);
+    size_t i = head;
+    for (; i + 16 <= bytes; i += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    }
+    std::memcpy(d + i, s + i, bytes - i);
     return;
   }
 #endif
   (void)streaming;
-  std::memcpy(dst, src, n * sizeof(float));
+  std::memcpy(dst, src, bytes);
+}
+
+// Non-temporal stores are weakly ordered: they must be visible before the pool publishes the
+// commit (a release) and another thread reads what they wrote.
+void fence_streaming_stores() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_sfence();
+#endif
 }
 
 std::atomic<size_t> g_streaming_threshold{size_t{16} << 20};
@@ -98,6 +116,7 @@ BufferedUpdate::BufferedUpdate(const ChunkLayout& layout, std::vector<Variable> 
   // hold they are streamed (copy_next).
   const size_t written = static_cast<size_t>(layout_.total()) * sizeof(float) * (1 + max_slots_);
   streaming_ = written > streaming_threshold();
+  shared_reads_ = !streaming_ && threads > 1;
   won_by_backup_.assign(layout_.chunks().size(), 0);
   spare_w_.resize(vars_.size());
   spare_s_.resize(vars_.size());
@@ -204,7 +223,11 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   // still be writing the next buffers. The bfloat16 rounding always goes to scratch and is copied
   // by the winner: it is a quarter of the bytes and keeps that copy single-writer.
   sc.direct = !streaming_ && !backup;
-  float* w_out = sc.direct ? next_w_[i] + c.offset : sc.w.data() + base;
+  // The weights themselves are what the replicas multiply by unless the rule writes a rounded
+  // copy for them: then a first run streams them to their next buffer through scratch
+  // (copy_next).
+  const bool stream_w = sc.direct && shared_reads_ && !next_r_[i];
+  float* w_out = sc.direct && !stream_w ? next_w_[i] + c.offset : sc.w.data() + base;
   if (sc.direct) {
     for (size_t k = 0; k < cur_slots.size(); ++k) sc.slot_ptrs[k] = next_s_[i][k] + c.offset;
   }
@@ -214,27 +237,31 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   RoundedOut rounded;
   if (next_r_[i].values != nullptr) rounded.values = sc.rounded.data() + base;
   if (next_r_[i].bf16 != nullptr) rounded.bf16 = sc.rounded_bf16.data() + base;
-  if (sum_ == nullptr) {
-    const float* terms[2];
-    const int count = GradientReducer::chunk_terms(c, terms_, terms);
-    if (count == 2) {
-      // Two terms (two local replicas, or one and the accumulator): the rule adds them as it
-      // reads them, one pass instead of a sum pass and an update pass.
-      rule_.apply_sum_of_two(i, c.offset, w, terms[0], terms[1], g, slots_in, w_out, slots_out, n,
-                             rounded);
-      return;
+  const float* terms[2];
+  const int count = sum_ == nullptr ? GradientReducer::chunk_terms(c, terms_, terms) : 0;
+  if (count == 2) {
+    // Two terms (two local replicas, or one and the accumulator): the rule adds them as it
+    // reads them, one pass instead of a sum pass and an update pass.
+    rule_.apply_sum_of_two(i, c.offset, w, terms[0], terms[1], g, slots_in, w_out, slots_out, n,
+                           rounded);
+  } else {
+    if (sum_ == nullptr) {
+      const float* only =
+          rule_.rewrites_gradient() ? nullptr : GradientReducer::sole_gradient(c, terms_);
+      if (only != nullptr) {
+        // One replica's gradient is the sum: read it where it is (apply() does not write it).
+        g = const_cast<float*>(only);
+      } else {
+        profiler::ScopedSpan sum(profiler::Phase::local_reduce);
+        GradientReducer::sum_chunk(c, terms_, g);
+      }
     }
-    const float* only =
-        rule_.rewrites_gradient() ? nullptr : GradientReducer::sole_gradient(c, terms_);
-    if (only != nullptr) {
-      // One replica's gradient is the sum: read it where it is (apply() does not write it).
-      g = const_cast<float*>(only);
-    } else {
-      profiler::ScopedSpan sum(profiler::Phase::local_reduce);
-      GradientReducer::sum_chunk(c, terms_, g);
-    }
+    rule_.apply(i, c.offset, w, g, slots_in, w_out, slots_out, n, rounded);
   }
-  rule_.apply(i, c.offset, w, g, slots_in, w_out, slots_out, n, rounded);
+  if (stream_w) {
+    copy_next(next_w_[i] + c.offset, w_out, n * sizeof(float), true);
+    fence_streaming_stores();
+  }
 }
 
 void BufferedUpdate::commit_chunk(int task, void* result) {
@@ -243,9 +270,11 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
   const size_t i = c.var;
   const size_t n = static_cast<size_t>(c.n);
   const RoundedOut& r = next_r_[i];
-  if (r.values != nullptr) std::memcpy(r.values + c.offset, sc.rounded.data(), n * sizeof(float));
+  if (r.values != nullptr)
+    copy_next(r.values + c.offset, sc.rounded.data(), n * sizeof(float), shared_reads_);
   if (r.bf16 != nullptr)
-    std::memcpy(r.bf16 + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16));
+    copy_next(r.bf16 + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), shared_reads_);
+  if (r && shared_reads_) fence_streaming_stores();
   if (sc.direct) return;  // the weights and slots are in place already
   // Without streaming only a backup writes scratch, and it won: the chunk's first run may still
   // be writing the next buffers, so the result goes to the spares.
@@ -255,16 +284,12 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
     won_by_backup_[static_cast<size_t>(task)] = 1;
   }
   float* w_dst = to_spare ? spare_w_[i].data<float>() : next_w_[i];
-  copy_next(w_dst + c.offset, sc.w.data(), n, streaming_);
+  copy_next(w_dst + c.offset, sc.w.data(), n * sizeof(float), streaming_);
   for (size_t k = 0; k < next_s_[i].size(); ++k) {
     float* dst = to_spare ? spare_s_[i][k].data<float>() : next_s_[i][k];
-    copy_next(dst + c.offset, sc.slots[k].data(), n, streaming_);
+    copy_next(dst + c.offset, sc.slots[k].data(), n * sizeof(float), streaming_);
   }
-#if defined(__x86_64__) || defined(__i386__)
-  // Non-temporal stores are weakly ordered: they must be visible before the pool publishes the
-  // commit (a release) and another thread reads the next buffers.
-  if (streaming_) _mm_sfence();
-#endif
+  if (streaming_) fence_streaming_stores();
 }
 
 void BufferedUpdate::allocate_spares(size_t i) {

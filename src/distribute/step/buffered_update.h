@@ -10,7 +10,9 @@
 // may still be writing the next ones), and at the end of the update the spares, completed with
 // the chunks the first runs wrote, become the next buffers. Then every variable flips to its
 // next buffer. Models whose update writes more than the caches hold write through scratch with
-// non-temporal stores instead (set_streaming_threshold); the bits are the same either way.
+// non-temporal stores instead (set_streaming_threshold), and with several threads the values the
+// replicas multiply by are streamed too, since every core read their lines; the bits are the same
+// either way.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -79,6 +81,9 @@ class BufferedUpdate {
   ElementwiseUpdate& rule_;
   size_t max_slots_ = 0;
   bool streaming_ = false;
+  // Several threads run the replicas, so the values they multiply by next step (the weights, or
+  // the rule's rounded copy) are written with non-temporal stores (copy_next).
+  bool shared_reads_ = false;
   // What the current phase reads: terms to sum, or a flat sum.
   GradientReducer::Terms terms_;
   float* sum_ = nullptr;
