@@ -1,4 +1,5 @@
-// TaskPool: every task commits exactly once whatever the number of threads; a task whose thread
+// TaskPool: every task commits exactly once whatever the number of threads; the threads' own
+// ranges are cut by cost and others' tasks taken from the far end; a task whose thread
 // stalls (held in a test hook, not slept on) is finished by a backup run on another thread; a
 // failing task's error reaches the caller; a chained second phase starts only once the first has
 // committed and ended.
@@ -189,6 +190,45 @@ TEST(TaskPool, AHelperHeldBeforeItTakesATaskHoldsNobody) {
   const TaskPoolStats s = pool.stats();
   EXPECT_EQ(s.runs, 4u + 20u * 3u) << "every run was the caller's, none a backup";
   EXPECT_EQ(s.backups, 0u);
+}
+
+// The threads' own ranges are cut by cost, and a thread done with its own takes the others' tasks
+// from the far end. Task 0 costs as much as the other six together, so it is the caller's whole
+// range; with the helper held before it takes anything, the caller runs task 0, then the
+// helper's range backwards. (Cut by count and taken from the front, the order would be 0..6.)
+TEST(TaskPool, RangesAreCutByCostAndAnotherThreadsTasksAreTakenFromTheFarEnd) {
+  class CostedPhase : public CountingPhase {
+   public:
+    CostedPhase() : CountingPhase(7) {}
+    int64_t task_cost(int task) const override { return task == 0 ? 6 : 1; }
+  };
+  TaskPool pool({.num_threads = 2});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, released = false;
+  std::vector<int> caller_order;
+  pool.set_join_hook([&](int thread, uint64_t) {
+    std::unique_lock lock(mu);
+    if (thread != 1 || held) return;
+    held = true;
+    cv.wait_for(lock, std::chrono::minutes(1), [&] { return released; });
+  });
+  pool.set_run_hook([&](int, int task, int thread, bool backup, uint64_t) {
+    std::lock_guard lock(mu);
+    if (thread == 0 && !backup) caller_order.push_back(task);
+  });
+  CostedPhase phase;
+  pool.run(phase);
+  {
+    std::lock_guard lock(mu);
+    released = true;
+    cv.notify_all();
+  }
+  pool.wait_for_runs_before(UINT64_MAX);
+  pool.set_join_hook({});
+  pool.set_run_hook({});
+  EXPECT_EQ(caller_order, (std::vector<int>{0, 6, 5, 4, 3, 2, 1}));
+  for (int t = 0; t < phase.n_; ++t) EXPECT_EQ(phase.commits_[static_cast<size_t>(t)].load(), 1);
 }
 
 // A holder that gets no CPU (here: blocked in the hook, as a thread whose core the OS gave to

@@ -78,6 +78,9 @@ class BufferedUpdate::Phase : public TaskPhase {
   explicit Phase(BufferedUpdate& u) : u_(u) {}
   int num_tasks() const override { return static_cast<int>(u_.layout_.chunks().size()); }
   int kind() const override { return 1; }
+  int64_t task_cost(int task) const override {
+    return u_.layout_.chunks()[static_cast<size_t>(task)].n;
+  }
   profiler::Phase trace_phase() const override { return profiler::Phase::update; }
   void* run(int task, int thread) override {
     return u_.run_chunk(task, thread, TaskPool::in_backup_run());

@@ -49,6 +49,35 @@ uint64_t TaskPool::run(TaskPhase& first, TaskPhase& then) {
   return run_phases(first, &then);
 }
 
+namespace {
+
+// The threads' own ranges of a phase's tasks (numbered from `first`): contiguous, and as equal
+// in cost as whole tasks allow — task i goes to the thread whose share of the total cost holds
+// the middle of its own. A thread whose range is empty starts by helping the others.
+template <class Cursor>
+void split_by_cost(const TaskPhase& phase, int first, Cursor* cursors, int threads) {
+  const int n = phase.num_tasks();
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += std::max<int64_t>(phase.task_cost(i), 1);
+  int64_t before = 0;
+  int begin = 0, t = 0;
+  for (int i = 0; i < n; ++i) {
+    const int64_t cost = std::max<int64_t>(phase.task_cost(i), 1);
+    const int owner = static_cast<int>((2 * before + cost) * threads / (2 * total));
+    for (; t < owner; ++t) {
+      cursors[t].reset(first + begin, first + i);
+      begin = i;
+    }
+    before += cost;
+  }
+  for (; t < threads; ++t) {
+    cursors[t].reset(first + begin, first + n);
+    begin = n;
+  }
+}
+
+}  // namespace
+
 uint64_t TaskPool::run_phases(TaskPhase& phase, TaskPhase* then) {
   // Holds the caller's runs and waits; the rest of it is scheduling, or time the caller was
   // descheduled while the helpers it woke ran the phase (a busy machine).
@@ -83,14 +112,8 @@ uint64_t TaskPool::run_phases(TaskPhase& phase, TaskPhase* then) {
   rec.open.store(then == nullptr || split == 0, std::memory_order_relaxed);
   if (!threads_.empty()) spinning_allowed();
   rec.threads = phase_threads_.load(std::memory_order_relaxed);
-  for (int t = 0, threads = rec.threads; t < threads; ++t) {
-    rec.cursors[t].next.store(static_cast<int>(int64_t{split} * t / threads),
-                              std::memory_order_relaxed);
-    rec.cursors[t].end = static_cast<int>(int64_t{split} * (t + 1) / threads);
-    rec.then_cursors[t].next.store(split + static_cast<int>(int64_t{n - split} * t / threads),
-                                   std::memory_order_relaxed);
-    rec.then_cursors[t].end = split + static_cast<int>(int64_t{n - split} * (t + 1) / threads);
-  }
+  split_by_cost(phase, 0, rec.cursors.get(), rec.threads);
+  if (then != nullptr) split_by_cost(*then, split, rec.then_cursors.get(), rec.threads);
   rec.committed.store(0, std::memory_order_relaxed);
   rec.failed.store(false, std::memory_order_relaxed);
   rec.error = nullptr;
@@ -155,10 +178,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
       Record::Cursor* cursors = part == 0 ? rec.cursors.get() : rec.then_cursors.get();
       for (int k = 0; k < threads && claimed < 0; ++k) {
         if (rec.failed.load(std::memory_order_acquire)) return false;
-        Record::Cursor& c = cursors[(thread + k) % threads];
-        if (c.next.load(std::memory_order_relaxed) >= c.end) continue;
-        const int i = c.next.fetch_add(1, std::memory_order_acq_rel);
-        if (i < c.end) claimed = i;
+        claimed = cursors[(thread + k) % threads].claim(/*from_back=*/k != 0);
       }
     }
     if (claimed >= 0) {

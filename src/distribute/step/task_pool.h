@@ -8,8 +8,10 @@
 // that the pool's threads — and the thread that calls run() — take dynamically, so a thread that
 // is slow or descheduled (a shared core, a busy host program) simply takes fewer tasks. Each
 // thread first takes from a contiguous range of the phase's tasks of its own, then from the
-// others': with no straggler, task i runs on the same thread step after step and finds in that
-// core's cache what it left there the step before.
+// others' (from the far end of theirs): with no straggler, task i runs on the same thread step
+// after step and finds in that core's cache what it left there the step before. The ranges are
+// cut by the tasks' costs (TaskPhase::task_cost), so that a thread seldom needs another's tasks;
+// when it does, it takes the ones their owner would reach last, the same ones from step to step.
 //
 // Backup tasks. When no task is left to take but one is still held by another thread past a
 // deadline (backup_factor x the typical run time of the phase's tasks, plus backup_slack), an idle
@@ -63,6 +65,9 @@ class TaskPhase {
   // Phases of one kind share the running estimate of a task's run time that sets the backup
   // deadline (kinds 0 .. kMaxKinds - 1).
   virtual int kind() const { return 0; }
+  // What task `task` costs relative to the phase's others (at least 1): each thread's own range
+  // of tasks is cut to be about as costly as the others'.
+  virtual int64_t task_cost(int /*task*/) const { return 1; }
   // What a run of a task records when the profiler is on (lockstep/core/profiler.h): its phase
   // (Phase::none: nothing) and the local replica it works for (-1: none). The span covers the run
   // and its commit or discard.

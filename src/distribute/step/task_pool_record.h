@@ -67,9 +67,30 @@ struct TaskPool::Record {
   // that finishes its range takes from the others'. So when no thread is slow, task i runs on the
   // same thread every step and finds in that core's cache what its previous run left there (the
   // update's block of weights and slots); a thread that is slow just loses tasks to the others.
+  // A thread's own range of a phase's tasks, [front, back) still to claim, in one word: the
+  // owner claims from the front, another thread from the back, each with one compare-and-swap.
   struct alignas(64) Cursor {
-    std::atomic<int> next{0};
-    int end = 0;
+    std::atomic<uint64_t> range{0};
+
+    void reset(int front, int back) { range.store(pack(front, back), std::memory_order_relaxed); }
+    // The claimed task, or -1 when the range is empty.
+    int claim(bool from_back) {
+      uint64_t r = range.load(std::memory_order_relaxed);
+      for (;;) {
+        const int front = static_cast<int>(r >> 32), back = static_cast<int>(r & 0xffffffffu);
+        if (front >= back) return -1;
+        const uint64_t taken = from_back ? pack(front, back - 1) : pack(front + 1, back);
+        if (range.compare_exchange_weak(r, taken, std::memory_order_acq_rel,
+                                        std::memory_order_relaxed)) {
+          return from_back ? back - 1 : front;
+        }
+      }
+    }
+
+   private:
+    static uint64_t pack(int front, int back) {
+      return uint64_t{static_cast<uint32_t>(front)} << 32 | static_cast<uint32_t>(back);
+    }
   };
   std::unique_ptr<Cursor[]> cursors, then_cursors;  // the first phase's, the second's
   std::atomic<int> committed{0};
