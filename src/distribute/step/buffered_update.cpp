@@ -119,7 +119,9 @@ BufferedUpdate::BufferedUpdate(const ChunkLayout& layout, std::vector<Variable> 
   // hold they are streamed (copy_next).
   const size_t written = static_cast<size_t>(layout_.total()) * sizeof(float) * (1 + max_slots_);
   streaming_ = written > streaming_threshold();
+#if defined(__x86_64__) || defined(__i386__)
   shared_reads_ = !streaming_ && threads > 1;
+#endif
   won_by_backup_.assign(layout_.chunks().size(), 0);
   spare_w_.resize(vars_.size());
   spare_s_.resize(vars_.size());

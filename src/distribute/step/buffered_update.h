@@ -82,7 +82,8 @@ class BufferedUpdate {
   size_t max_slots_ = 0;
   bool streaming_ = false;
   // Several threads run the replicas, so the values they multiply by next step (the weights, or
-  // the rule's rounded copy) are written with non-temporal stores (copy_next).
+  // the rule's rounded copy) are written with non-temporal stores (copy_next; x86 only, where
+  // there are such stores).
   bool shared_reads_ = false;
   // What the current phase reads: terms to sum, or a flat sum.
   GradientReducer::Terms terms_;
