@@ -113,8 +113,9 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedWithTheSameBits) {
       update.begin_update();
       strategy->task_pool().run(update.phase_from_sum(g.data()));
       update.end_update();
+      // A slow machine may back a chunk up (its result then goes through the spares): the same
+      // values either way.
       expect_updated(vars, initial, rule, layout, g, /*rounding=*/rounding > 0);
-      EXPECT_EQ(update.backup_publishes(), 0u);
       strategy->task_pool().wait_for_runs_before(UINT64_MAX);
     }
   }
