@@ -45,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "distribute/step/load_streaks.h"
 #include "lockstep/core/profiler.h"
 
 namespace lockstep::distribute {
@@ -218,7 +219,7 @@ class TaskPool {
   // changes).
   std::atomic<int> phase_threads_{1};
   std::atomic<uint32_t> standby_{0};
-  int busy_streak_ = 0, quiet_streak_ = 0;  // the caller's samples: see spinning_allowed()
+  LoadStreaks load_;  // the caller's samples: see spinning_allowed()
   // Per thread index: its CPU clock (clockid_t), or kNoClock; the caller's is set by each run().
   std::unique_ptr<std::atomic<int>[]> cpu_clocks_;
   // Per helper: where it sleeps between phases (see place_sleepers_off).

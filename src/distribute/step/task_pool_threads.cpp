@@ -77,19 +77,9 @@ bool TaskPool::spinning_allowed() {
     int running = os::procs_running();
     int ours = 1 + awake_.load(std::memory_order_relaxed) - parked_.load(std::memory_order_relaxed);
     int others = running < 0 ? 0 : std::max(0, running - ours);
-    bool busy;
-    if (options_.machine_busy) {
-      busy = options_.machine_busy();
-    } else {
-      // procs_running is one instant. A quiet machine shows short blips (a kernel thread), which
-      // must not wake the extras: busy takes two busy samples in a row. A busy one can look quiet
-      // for a sample (the other process between two runs, ours counted awake while falling
-      // asleep): it stays busy until ten quiet samples in a row.
-      busy_streak_ = others > 0 ? busy_streak_ + 1 : 0;
-      quiet_streak_ = others > 0 ? 0 : quiet_streak_ + 1;
-      const bool was = phase_threads_.load(std::memory_order_relaxed) > options_.num_threads;
-      busy = was ? quiet_streak_ < 10 : busy_streak_ >= 2;
-    }
+    load_.add(others);
+    const bool was = phase_threads_.load(std::memory_order_relaxed) > options_.num_threads;
+    const bool busy = options_.machine_busy ? options_.machine_busy() : load_.busy(was);
     placing_.store(busy, std::memory_order_relaxed);
     const int active = busy ? total_threads() : options_.num_threads;
     if (active != phase_threads_.load(std::memory_order_relaxed)) {
@@ -97,7 +87,7 @@ bool TaskPool::spinning_allowed() {
       standby_.fetch_add(1, std::memory_order_seq_cst);
       os::futex_wake_all(&standby_);
     }
-    spin_ok_.store(others + active <= cpus, std::memory_order_relaxed);
+    spin_ok_.store(load_.others_for_spinning() + active <= cpus, std::memory_order_relaxed);
   }
   return spin_ok_.load(std::memory_order_relaxed);
 }
