@@ -87,6 +87,26 @@ TEST(StepInput, ClosedItPullsNoMoreAndReleasesThePullButKeepsTheElements) {
   EXPECT_THROW(in.get(1), TaskCancelled);
 }
 
+// stage() runs the stage function (the next steps' input, pulled ahead by idle threads) until the
+// input closes; closing releases it with the pull function.
+TEST(StepInput, StagesUntilClosedAndReleasesTheStageFunction) {
+  auto staged = std::make_shared<int>(0);
+  std::weak_ptr<int> alive = staged;
+  StepInput in([](int r) { return Element{Tensor::scalar(static_cast<float>(r))}; },
+               [staged](int) { return ++*staged <= 2; });
+  in.begin(2);
+  EXPECT_TRUE(in.stage(0));
+  EXPECT_TRUE(in.stage(0));
+  EXPECT_FALSE(in.stage(0));  // the function has nothing more
+  EXPECT_EQ(*staged, 3);
+  staged.reset();
+  in.close();
+  EXPECT_TRUE(alive.expired()) << "the stage function was released";
+  EXPECT_FALSE(in.stage(0));
+  StepInput none([](int) { return Element{}; });
+  EXPECT_FALSE(none.stage(0));
+}
+
 // ---- Through ReplicaRuns, which owns each step's input.
 
 struct SeenState : RunState {

@@ -143,6 +143,64 @@ TEST(DistributeDataset, InfinitePerReplicaPipelinesArePulledByTheirReplicas) {
   EXPECT_THROW(git.next_on_replica(0), InvalidArgument);
 }
 
+// What an idle thread pulls ahead (stage_next) is what the replica's next pull gets, in the same
+// order as without staging; the iterator's state does not count it (a resume pulls it again), and
+// the error of a staged pull is thrown by the replica's pull it was staged for.
+TEST(DistributeDataset, StagedElementsArePulledInOrderAndNotCountedInTheState) {
+  MirroredStrategy strategy(2);
+  auto dist = strategy.distribute_datasets_from_function(
+      [](const InputContext& ctx) {
+        return Dataset::range(100)
+            .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            .repeat()
+            .batch(3);
+      },
+      {.experimental_replication_mode = InputReplicationMode::PER_REPLICA});
+  auto it = dist.make_iterator();
+  ASSERT_TRUE(it.fetches_on_replicas());
+  EXPECT_TRUE(it.stage_next());  // replica 0's first batch, before its first pull
+  EXPECT_EQ(it.next_on_replica(0)[0].to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(it.next_on_replica(1)[0].to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 5}));
+  const IteratorState before = it.state();  // one step
+  EXPECT_EQ(before.position, 1);
+  EXPECT_TRUE(it.stage_next(1));   // replica 1's second batch, as asked
+  EXPECT_TRUE(it.stage_next(1));   // replica 0's: 1 has one
+  EXPECT_FALSE(it.stage_next(0));  // each replica has one staged
+  EXPECT_EQ(it.state(), before);
+  // A resume from the state pulls the staged batches again.
+  auto resumed = dist.make_iterator(it.state());
+  EXPECT_EQ(resumed.next_on_replica(0)[0].to_vector<int64_t>(), (std::vector<int64_t>{6, 8, 10}));
+  EXPECT_EQ(resumed.next_on_replica(1)[0].to_vector<int64_t>(), (std::vector<int64_t>{7, 9, 11}));
+
+  EXPECT_EQ(it.next_on_replica(1)[0].to_vector<int64_t>(), (std::vector<int64_t>{7, 9, 11}));
+  EXPECT_EQ(it.next_on_replica(0)[0].to_vector<int64_t>(), (std::vector<int64_t>{6, 8, 10}));
+  EXPECT_EQ(it.next_on_replica(0)[0].to_vector<int64_t>(), (std::vector<int64_t>{12, 14, 16}));
+  EXPECT_TRUE(it.stage_next());  // replica 0 again: it has none staged
+  EXPECT_EQ(it.next_on_replica(0)[0].to_vector<int64_t>(), (std::vector<int64_t>{18, 20, 22}));
+  EXPECT_EQ(it.next_on_replica(1)[0].to_vector<int64_t>(), (std::vector<int64_t>{13, 15, 17}));
+
+  auto failing = strategy.distribute_datasets_from_function(
+      [](const InputContext& ctx) {
+        return Dataset::range(10)
+            .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            .map([](const Element& e) {
+              if (e[0].to_vector<int64_t>()[0] == 2) throw InvalidArgument("bad element 2");
+              return e;
+            })
+            .repeat();
+      },
+      {.experimental_replication_mode = InputReplicationMode::PER_REPLICA});
+  auto fit = failing.make_iterator();
+  ASSERT_TRUE(fit.fetches_on_replicas());
+  EXPECT_EQ(fit.next_on_replica(0)[0].to_vector<int64_t>(), (std::vector<int64_t>{0}));
+  EXPECT_TRUE(fit.stage_next());  // replica 0's element 2: its map throws
+  EXPECT_THROW(fit.next_on_replica(0), InvalidArgument);
+  // Not per-replica pipelines: nothing to stage.
+  auto global = strategy.experimental_distribute_dataset(Dataset::range(4).repeat().batch(2));
+  auto git = global.make_iterator();
+  EXPECT_FALSE(git.stage_next());
+}
+
 TEST(Strategy, RunGivesEveryReplicaItsIdAndReduceCombinesThem) {
   MirroredStrategy strategy(3);
   EXPECT_EQ(strategy.num_replicas_in_sync(), 3);

@@ -583,6 +583,53 @@ TEST(TaskPool, TasksRunWithSubnormalsFlushedAndTheCallersModeIsKept) {
   }
 }
 
+// A phase's one task runs on one thread until the other, finding nothing to take, has done all
+// three units of the phase's idle work (a minute's bound keeps a failure from hanging: the checks
+// below then fail). The idle work runs on the other thread, unit after unit while there is some.
+class IdleWorkPhase : public TaskPhase {
+ public:
+  int num_tasks() const override { return 1; }
+  void* run(int, int thread) override {
+    std::unique_lock lock(mu_);
+    task_thread_ = thread;
+    saw_all_ = cv_.wait_for(lock, std::chrono::minutes(1), [&] { return units_ == 0; });
+    return nullptr;
+  }
+  void commit(int, void*) override {}
+  void discard(int, void*) override {}
+  bool idle_work(int) override {
+    std::lock_guard lock(mu_);
+    if (units_ == 0) return false;
+    --units_;
+    idle_threads_.insert(static_cast<int>(os_thread()));
+    cv_.notify_all();
+    return true;
+  }
+  static long os_thread() { return syscall(SYS_gettid); }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int units_ = 3;
+  int task_thread_ = -1;
+  bool saw_all_ = false;
+  std::set<int> idle_threads_;
+};
+
+TEST(TaskPool, AThreadWithNothingToTakeDoesThePhasesIdleWork) {
+  TaskPool pool({.num_threads = 2,
+                 .backup_factor = 1e9,
+                 .backup_slack = std::chrono::hours(1),
+                 .stall_window = std::chrono::microseconds(0)});
+  IdleWorkPhase phase;
+  pool.run(phase);
+  pool.wait_for_runs_before(UINT64_MAX);
+  std::lock_guard lock(phase.mu_);
+  EXPECT_TRUE(phase.saw_all_) << "the task waited for the idle work in vain";
+  EXPECT_EQ(phase.units_, 0);
+  ASSERT_EQ(phase.idle_threads_.size(), 1u) << "one thread idled";
+  EXPECT_GE(phase.task_thread_, 0);
+}
+
 TEST(TaskPool, RejectsNoThreads) {
   EXPECT_THROW(TaskPool({.num_threads = 0}), InvalidArgument);
 }

@@ -44,8 +44,10 @@
 //
 // Iteration runs on the host thread; put prefetch() in the pipeline so the next global batch is
 // prepared while the replicas compute.
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -88,6 +90,13 @@ class DistributedDataset {
     // Local replica r's next element (Mode::per_replica_pipelines only; from replica r's thread).
     // Throws OutOfRange if its dataset ended, which fetches_on_replicas() rules out.
     Element next_on_replica(int local_replica);
+    // Per-replica pipelines: pulls one replica's next element ahead of its next_on_replica (or
+    // next), on any thread — a thread with nothing else to do in a step (fit hands this to the
+    // step's idle threads). The first replica from `first` on (then from 0) without a staged
+    // element whose pipeline no other thread is pulling from gets one; false when there is none
+    // (or another mode). Staging changes no element nor their order, nor state(): a staged element
+    // counts as not yet pulled. An error of the pull is kept for the replica's next pull to throw.
+    bool stage_next(int first = 0);
     // The position to resume from, counted in steps, so that it means the same on any number of
     // replicas: global or per-worker batches are one per step, per-replica pipelines advance
     // together (one element each per step; after uneven ends, the furthest), and a per-worker
@@ -100,8 +109,20 @@ class DistributedDataset {
    private:
     friend class DistributedDataset;
     Iterator(const DistributedDataset& owner, std::vector<lockstep::Iterator> its);
+    // Per-replica pipelines: what stage_next pulled ahead for a replica, under its pipeline's
+    // lock (held by whoever pulls from it).
+    struct Staged {
+      std::mutex mu;
+      bool has = false;
+      std::optional<Element> element;  // nullopt: the pipeline ended
+      std::exception_ptr error;
+      IteratorState before;  // the pipeline's state before the staged pull
+    };
+    // Replica r's next element: the staged one, or pulled now (with its lock held).
+    std::optional<Element> take(size_t r);
     const DistributedDataset* owner_;
-    std::vector<lockstep::Iterator> its_;  // one, or one per local replica
+    std::vector<lockstep::Iterator> its_;          // one, or one per local replica
+    std::vector<std::unique_ptr<Staged>> staged_;  // per local replica (per-replica pipelines)
     int64_t last_global_batch_ = 0;
   };
 

@@ -120,6 +120,10 @@ class ReplicaRuns::Phase : public TaskPhase {
   void phase_done() override {
     if (chained_ && runs_.options_.on_replicas_done) runs_.options_.on_replicas_done();
   }
+  // A thread done with its replica while another's still runs (or the update's last chunks do)
+  // pulls a later step's input ahead, which the step would otherwise pull at its start: first
+  // that of a replica still running, whose thread holds the step up.
+  bool idle_work(int pending) override { return input_.stage(pending); }
 
   // Before the pool runs the phase: how, and its sequence number there.
   void start(bool overlap, bool chained, uint64_t sequence) {

@@ -9,7 +9,12 @@ namespace lockstep::distribute {
 
 StepInput::StepInput(PerReplica<Element> given) : given_(std::move(given.values)) {}
 
-StepInput::StepInput(Pull pull) : pull_(std::move(pull)) {}
+StepInput::StepInput(Pull pull, Stage stage) : pull_(std::move(pull)) {
+  if (stage) {
+    stager_ = std::make_unique<Stager>();
+    stager_->fn = std::move(stage);
+  }
+}
 
 void StepInput::begin(int num_replicas) {
   if (!pull_ && !given_.empty() && static_cast<int>(given_.size()) != num_replicas) {
@@ -51,7 +56,19 @@ const Element& StepInput::pull(int replica) {
   return s.element;
 }
 
+bool StepInput::stage(int replica) {
+  if (!stager_) return false;
+  // One thread stages at a time; another finds nothing to do here.
+  std::unique_lock lock(stager_->mu, std::try_to_lock);
+  if (!lock.owns_lock() || !stager_->fn) return false;
+  return stager_->fn(replica);
+}
+
 void StepInput::close() {
+  if (stager_) {
+    std::lock_guard lock(stager_->mu);
+    stager_->fn = nullptr;
+  }
   if (!slots_) return;
   for (int r = 0; r < num_replicas_; ++r) {
     Slot& s = slots_[static_cast<size_t>(r)];

@@ -30,8 +30,14 @@ class StepInput {
   StepInput() = default;
   // Fetched by the host: replica r gets given[r].
   explicit StepInput(PerReplica<Element> given);
-  // Pulled: the first run of replica r in the step calls pull(r), on its own thread.
-  explicit StepInput(Pull pull);
+  // Pulls ahead one replica's element of a later step, on a thread with nothing else to do in this
+  // one, that replica's first if it can; false when there is nothing to stage
+  // (DistributedDataset::Iterator::stage_next).
+  using Stage = std::function<bool(int replica)>;
+
+  // Pulled: the first run of replica r in the step calls pull(r), on its own thread; and
+  // stage(), when given, on threads the step leaves idle (stage()).
+  explicit StepInput(Pull pull, Stage stage = nullptr);
 
   // Called by the step once, before any run, with its number of local replicas.
   void begin(int num_replicas);
@@ -40,9 +46,13 @@ class StepInput {
   // rethrow the same error. A pull cancelled (TaskCancelled) is not kept. The element stays valid
   // as long as this input.
   const Element& get(int replica);
-  // Ends the pulls: once it returns no pull is executing, a get() that would pull throws
-  // TaskCancelled, and the pull function (with what it refers to) is released. The elements
-  // pulled so far stay readable.
+  // Work for a thread the step leaves idle: the stage function once, if there is one and the
+  // input is not closed, preferring `replica` (-1: none). Whether it staged something (false:
+  // nothing left to stage).
+  bool stage(int replica);
+  // Ends the pulls: once it returns no pull nor stage is executing, a get() that would pull
+  // throws TaskCancelled, and the pull and stage functions (with what they refer to) are released.
+  // The elements pulled so far stay readable.
   void close();
 
  private:
@@ -57,6 +67,11 @@ class StepInput {
 
   std::vector<Element> given_;
   Pull pull_;
+  struct Stager {
+    std::mutex mu;  // held while staging, and by close()
+    Stage fn;       // null once closed
+  };
+  std::unique_ptr<Stager> stager_;
   std::unique_ptr<Slot[]> slots_;
   int num_replicas_ = 0;
 };

@@ -181,6 +181,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
         claimed = cursors[(thread + k) % threads].claim(/*from_back=*/k != 0);
       }
     }
+    if (claimed < 0 && idle_work(rec)) continue;
     if (claimed >= 0) {
       TaskState& ts = rec.tasks[claimed];
       ts.runners.store(1, std::memory_order_relaxed);
@@ -223,6 +224,25 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
     if (ran) continue;
     wake_ns = std::min(wake_ns, earliest);
     return !rec.complete();
+  }
+}
+
+bool TaskPool::idle_work(Record& rec) {
+  // Counted as executing (as execute() does), so that whoever retires the phase waits for it.
+  rec.executing.fetch_add(1, std::memory_order_seq_cst);
+  struct Executing {
+    Record& rec;
+    ~Executing() { rec.stop_executing(); }
+  } executing{rec};
+  if (rec.complete()) return false;
+  int pending = -1;
+  for (int j = 0; j < rec.split && pending < 0; ++j)
+    if (rec.tasks[j].done.load(std::memory_order_acquire) == 0) pending = j;
+  try {
+    return rec.phase->idle_work(pending);
+  } catch (...) {
+    // Idle work keeps its errors for the tasks that need its results (StepInput::stage).
+    return false;
   }
 }
 

@@ -78,6 +78,12 @@ class TaskPhase {
   // thread whose commit completed the last of its tasks, before any task of the next phase
   // starts. An exception fails both.
   virtual void phase_done() {}
+  // Work that belongs to no task, for a thread that finds nothing to take while the phase (or the
+  // one chained after it) is still running: one unit of it, and whether there was any (false:
+  // nothing to do now). `pending`: a task of this phase not done yet (-1: none). It may not change
+  // what any task computes (a replica phase stages the input of later steps). It runs counted as
+  // a task run (wait_for_runs_before waits for it).
+  virtual bool idle_work(int /*pending*/) { return false; }
 };
 
 struct TaskPoolOptions {
@@ -186,6 +192,7 @@ class TaskPool {
   // phase is complete, true when this thread should wait for deadlines or completion; `wake_ns`
   // is then the steady-clock time at which a backup may become due).
   bool work_on(Record& rec, int thread, int64_t& wake_ns);
+  bool idle_work(Record& rec);
   void execute(Record& rec, int task, int thread, bool backup);
   void wait_for_progress(Record& rec, int thread, int64_t wake_ns);
   // Whether the holder of `task` has been descheduled: see stall_window. May set `wake_ns` earlier,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <span>
+#include <utility>
 
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
@@ -89,7 +90,42 @@ int64_t DistributedDataset::cardinality() const {
 
 DistributedDataset::Iterator::Iterator(const DistributedDataset& owner,
                                        std::vector<lockstep::Iterator> its)
-    : owner_(&owner), its_(std::move(its)) {}
+    : owner_(&owner), its_(std::move(its)) {
+  if (owner.mode_ == Mode::per_replica_pipelines) {
+    for (size_t r = 0; r < its_.size(); ++r) staged_.push_back(std::make_unique<Staged>());
+  }
+}
+
+std::optional<Element> DistributedDataset::Iterator::take(size_t r) {
+  Staged& st = *staged_[r];
+  std::lock_guard lock(st.mu);
+  if (!st.has) return its_[r].next();
+  st.has = false;
+  if (st.error) std::rethrow_exception(std::exchange(st.error, nullptr));
+  return std::exchange(st.element, std::nullopt);
+}
+
+bool DistributedDataset::Iterator::stage_next(int first) {
+  const size_t n = staged_.size();
+  const size_t start = first > 0 ? static_cast<size_t>(first) % std::max<size_t>(n, 1) : 0;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t r = (start + k) % n;
+    Staged& st = *staged_[r];
+    std::unique_lock lock(st.mu, std::try_to_lock);
+    if (!lock.owns_lock() || st.has) continue;
+    st.before = its_[r].state();
+    try {
+      profiler::ScopedSpan trace(profiler::Phase::input, static_cast<int>(r));
+      st.element = its_[r].next();
+    } catch (...) {
+      st.element.reset();
+      st.error = std::current_exception();
+    }
+    st.has = true;
+    return true;
+  }
+  return false;
+}
 
 DistributedDataset::Iterator DistributedDataset::make_iterator() const {
   std::vector<lockstep::Iterator> its;
@@ -125,7 +161,7 @@ Element DistributedDataset::Iterator::next_on_replica(int local_replica) {
                           std::to_string(its_.size()) + ".");
   }
   profiler::ScopedSpan trace(profiler::Phase::input, local_replica);
-  std::optional<Element> e = its_[static_cast<size_t>(local_replica)].next();
+  std::optional<Element> e = take(static_cast<size_t>(local_replica));
   trace.end();
   if (!e) {
     throw OutOfRange("The input pipeline of replica " +
@@ -137,8 +173,16 @@ Element DistributedDataset::Iterator::next_on_replica(int local_replica) {
 }
 
 IteratorState DistributedDataset::Iterator::state() const {
-  IteratorState s = its_.front().state();
-  for (const lockstep::Iterator& it : its_) s.position = std::max(s.position, it.state().position);
+  // A staged element is not pulled yet: its pipeline resumes before it.
+  auto state_of = [&](size_t r) {
+    if (r < staged_.size()) {
+      std::lock_guard lock(staged_[r]->mu);
+      if (staged_[r]->has) return staged_[r]->before;
+    }
+    return its_[r].state();
+  };
+  IteratorState s = state_of(0);
+  for (size_t r = 1; r < its_.size(); ++r) s.position = std::max(s.position, state_of(r).position);
   if (owner_->mode_ == Mode::per_replica_batches) {
     const int64_t local = owner_->num_local_;
     s.position = (s.position + local - 1) / local;  // a step cut short by the end counts
@@ -152,7 +196,7 @@ std::optional<PerReplica<Element>> DistributedDataset::Iterator::next() {
   PerReplica<Element> out;
   if (o.mode_ == Mode::per_replica_pipelines) {
     std::vector<std::optional<Element>> got;
-    for (lockstep::Iterator& it : its_) got.push_back(it.next());
+    for (size_t r = 0; r < its_.size(); ++r) got.push_back(take(r));
     auto first = std::find_if(got.begin(), got.end(), [](const auto& e) { return e.has_value(); });
     if (first == got.end()) return std::nullopt;
     // For a replica whose pipeline ended before the others': an empty batch shaped like theirs.

@@ -194,7 +194,8 @@ int64_t Trainer::run_train(distribute::DistributedDataset::Iterator& it, int64_t
     // batch times the replicas in sync (exact when all batches are full).
     for (int64_t s = 0; s < k; ++s) {
       profiler::StepTrace trace(steps_run + 1);
-      train_step(distribute::StepInput([&it](int r) { return it.next_on_replica(r); }),
+      train_step(distribute::StepInput([&it](int r) { return it.next_on_replica(r); },
+                                       [&it](int r) { return it.stage_next(r); }),
                  [this](ReplicaContext& ctx, distribute::ReplicaRun& run, const Element& e) {
                    check_element(e);
                    const int64_t b = e[0].rank() ? e[0].dim(0) : 1;
