@@ -120,9 +120,10 @@ TEST(DistributeDataset, PerReplicaModeBuildsOnePipelinePerReplica) {
   EXPECT_THROW(it.next_on_replica(3), InvalidArgument);
 }
 
-TEST(DistributeDataset, InfinitePerReplicaPipelinesArePulledByTheirReplicas) {
-  MirroredStrategy strategy(2);
-  auto dist = strategy.distribute_datasets_from_function(
+// Per-replica pipelines of range(100), replica i taking every n-th number from i, endlessly, in
+// batches of 3.
+DistributedDataset sharded_range_per_replica(Strategy& strategy) {
+  return strategy.distribute_datasets_from_function(
       [](const InputContext& ctx) {
         return Dataset::range(100)
             .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
@@ -130,6 +131,11 @@ TEST(DistributeDataset, InfinitePerReplicaPipelinesArePulledByTheirReplicas) {
             .batch(3);
       },
       {.experimental_replication_mode = InputReplicationMode::PER_REPLICA});
+}
+
+TEST(DistributeDataset, InfinitePerReplicaPipelinesArePulledByTheirReplicas) {
+  MirroredStrategy strategy(2);
+  auto dist = sharded_range_per_replica(strategy);
   EXPECT_EQ(dist.cardinality(), Dataset::kInfinite);
   auto it = dist.make_iterator();
   ASSERT_TRUE(it.fetches_on_replicas());
@@ -148,14 +154,7 @@ TEST(DistributeDataset, InfinitePerReplicaPipelinesArePulledByTheirReplicas) {
 // the error of a staged pull is thrown by the replica's pull it was staged for.
 TEST(DistributeDataset, StagedElementsArePulledInOrderAndNotCountedInTheState) {
   MirroredStrategy strategy(2);
-  auto dist = strategy.distribute_datasets_from_function(
-      [](const InputContext& ctx) {
-        return Dataset::range(100)
-            .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-            .repeat()
-            .batch(3);
-      },
-      {.experimental_replication_mode = InputReplicationMode::PER_REPLICA});
+  auto dist = sharded_range_per_replica(strategy);
   auto it = dist.make_iterator();
   ASSERT_TRUE(it.fetches_on_replicas());
   EXPECT_TRUE(it.stage_next());  // replica 0's first batch, before its first pull
