@@ -229,11 +229,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
 
 bool TaskPool::idle_work(Record& rec) {
   // Counted as executing (as execute() does), so that whoever retires the phase waits for it.
-  rec.executing.fetch_add(1, std::memory_order_seq_cst);
-  struct Executing {
-    Record& rec;
-    ~Executing() { rec.stop_executing(); }
-  } executing{rec};
+  const Record::Executing executing(rec);
   if (rec.complete()) return false;
   int pending = -1;
   for (int j = 0; j < rec.split && pending < 0; ++j)
@@ -297,11 +293,7 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
   // phase under way has seen every task done, so a run that starts after that stops here (the
   // caller may be overwriting what it would read). A thread descheduled on its way here, or
   // while looking for work, holds nobody.
-  rec.executing.fetch_add(1, std::memory_order_seq_cst);
-  struct Executing {
-    Record& rec;
-    ~Executing() { rec.stop_executing(); }
-  } executing{rec};
+  const Record::Executing executing(rec);
   if (has_hook_.load(std::memory_order_acquire)) {
     RunHook hook;
     {

@@ -129,6 +129,16 @@ struct TaskPool::Record {
       os::futex_wait(&drained, w);
     }
   }
+  // A run (or idle work) counted in `executing` for its lifetime.
+  struct Executing {
+    Record& rec;
+    explicit Executing(Record& r) : rec(r) {
+      rec.executing.fetch_add(1, std::memory_order_seq_cst);
+    }
+    ~Executing() { rec.stop_executing(); }
+    Executing(const Executing&) = delete;
+    Executing& operator=(const Executing&) = delete;
+  };
   void stop_executing() {
     if (executing.fetch_sub(1, std::memory_order_seq_cst) == 1) {
       executed.fetch_add(1, std::memory_order_seq_cst);
