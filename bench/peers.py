@@ -58,9 +58,10 @@ def lockstep_config(args, model, replicas, precision="float32", spe=None, input_
 
 
 def lockstep_mpi_config(args, model, procs):
-    """`procs` MPI processes x 1 replica each, same per-replica batch as lockstep_config."""
+    """`procs` MPI processes x 1 replica each, same per-replica batch as lockstep_config, with
+    Open MPI's default binding (each of two ranks bound to a core), as a user runs it."""
     steps, epochs = SHORT_RUNS.get(model, (0, args.epochs))
-    cmd = ["mpirun", "--oversubscribe", "-np", str(procs), "--bind-to", "none", args.lockstep,
+    cmd = ["mpirun", "--oversubscribe", "-np", str(procs), args.lockstep,
            "train", "--model", model, "--replicas", "1", "--verbose", "0", "--epochs",
            str(epochs), "--batch-size", str(PER_REPLICA_BATCH)]
     if steps:

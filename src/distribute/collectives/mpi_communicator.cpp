@@ -19,6 +19,7 @@
 #include "mpi_diagnosis.h"
 #include "mpi_support.h"
 #include "poll_backoff.h"
+#include "rank_affinity.h"
 #include "reduce_kernels.h"
 
 namespace lockstep::distribute {
@@ -49,24 +50,35 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicationOptions& opti
   MPI_Comm_rank(data_, &rank_);
   MPI_Comm_size(data_, &size_);
 
+  // Before any collective, so that a bad value fails every rank that has it at the same point.
+  const detail::RankAffinity affinity = detail::rank_affinity_from_environment();
   responder_ = std::make_unique<detail::QueryResponder>();
 
   struct Wire {
     int32_t world_rank;
     int32_t pid;
     char host[kHostBytes];
+    cpu_set_t cpus;  // the calling thread's affinity: the launcher's binding of this rank
   };
   Wire mine{};
   MPI_Comm_rank(MPI_COMM_WORLD, &mine.world_rank);
   mine.pid = static_cast<int32_t>(getpid());
   const std::string host = local_host_name();
   std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
+  CPU_ZERO(&mine.cpus);
+  const bool known_cpus = sched_getaffinity(0, sizeof mine.cpus, &mine.cpus) == 0;
   std::vector<Wire> all(static_cast<size_t>(size_));
   check_mpi(
       MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, control_),
       "MPI_Allgather (peer exchange)");
+  std::vector<detail::RankCpus> cpus;
   for (const Wire& w : all) {
     peers_.push_back({w.world_rank, w.pid, std::string(w.host, strnlen(w.host, sizeof w.host))});
+    cpus.push_back({peers_.back().host, w.cpus});
+  }
+  if (affinity == detail::RankAffinity::job && known_cpus) {
+    const cpu_set_t job = detail::job_cpus_on_host(cpus, peers_[static_cast<size_t>(rank_)].host);
+    if (!CPU_EQUAL(&job, &mine.cpus)) widened_threads_ = detail::widen_threads(mine.cpus, job);
   }
   const bool one_host = std::all_of(peers_.begin(), peers_.end(),
                                     [&](const Peer& p) { return p.host == peers_[0].host; });

@@ -29,7 +29,8 @@ class MpiCommunicator final : public Communicator {
 
   // Collective over `comm`: duplicates it twice (one for data, one for failure diagnosis, so that
   // diagnosis messages can never match a collective), sets MPI_ERRORS_RETURN on both, and exchanges
-  // every rank's world rank, pid and host name. MPI must be active.
+  // every rank's world rank, pid, host name and CPU affinity (from which it widens the launcher's
+  // binding: widened_threads()). MPI must be active.
   explicit MpiCommunicator(MPI_Comm comm, const CommunicationOptions& options = {});
   ~MpiCommunicator() override;
 
@@ -43,6 +44,11 @@ class MpiCommunicator final : public Communicator {
   bool uses_host_shared_memory() const { return host_shared_ != nullptr; }
   // True after a timeout or transport error: every later collective throws the same error.
   bool broken() const { return broken_; }
+  // Threads of this process whose affinity the constructor widened from the launcher's binding of
+  // this rank to the CPUs of all the job's ranks on this host (rank_affinity.h); 0 when the
+  // launcher bound no rank of the host more narrowly than the others or LOCKSTEP_RANK_AFFINITY is
+  // "launcher".
+  int widened_threads() const { return widened_threads_; }
 
  protected:
   // bfloat16 reductions widen to float32, reduce with MPI_FLOAT and round once (MPI has no bf16
@@ -78,6 +84,7 @@ class MpiCommunicator final : public Communicator {
   // All-reduce through a futex-waited shared segment when every rank is on this host (and
   // LOCKSTEP_MPI_HOST_SHARED is not 0); null otherwise.
   std::unique_ptr<detail::HostSharedReducer> host_shared_;
+  int widened_threads_ = 0;
   bool broken_ = false;
   bool error_is_deadline_ = false;
   std::string error_;
