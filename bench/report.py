@@ -295,8 +295,9 @@ def speed_checks(rows, meta):
         fl = floors(meta)
         gain = fl["bfloat16"] / fl["float32"] if fl.get("bfloat16") and fl.get("float32") else 0
         target = max(0.95, 0.85 * gain)
+        ratio = "%.2f" % gain if gain else "none: no bfloat16 floor in this run"
         checks.append(("mlp: mixed_bfloat16 / float32 ≥ max(0.95, 0.85 × bfloat16 floor / float32 "
-                       "floor = %.2f) (all-core defaults, same run)" % gain,
+                       "floor = %s) (all-core defaults, same run)" % ratio,
                        bf16[0]["samples_per_s"] / f32[0]["samples_per_s"], target))
         if "test_accuracy" in f32[0] and "test_accuracy" in bf16[0]:
             gap = 100 * abs(f32[0]["test_accuracy"] - bf16[0]["test_accuracy"])
