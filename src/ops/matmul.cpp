@@ -185,22 +185,27 @@ bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool 
   Tensor a = Tensor::zeros(ta ? Shape{k, m} : Shape{m, k}, DType::bfloat16);
   Tensor b = Tensor::zeros(tb ? Shape{n, k} : Shape{k, n}, DType::bfloat16);
   Tensor out = Tensor::zeros({m, n}, DType::bfloat16);
-  auto best_seconds = [&](bool via_f32) {
-    double best = 1e30;
-    for (int rep = 0; rep < 7; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      if (via_f32) {
-        gemm_bf16_via_f32(a, b, Tensor(), ta, tb, FusedActivation::none, out);
-      } else {
-        gemm_onednn(a, b, Tensor(), ta, tb, FusedActivation::none, out);
-      }
-      const double dt =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (rep >= 2) best = std::min(best, dt);  // the first runs create and warm the kernels
+  auto seconds = [&](bool via_f32) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (via_f32) {
+      gemm_bf16_via_f32(a, b, Tensor(), ta, tb, FusedActivation::none, out);
+    } else {
+      gemm_onednn(a, b, Tensor(), ta, tb, FusedActivation::none, out);
     }
-    return best;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  const double f32 = best_seconds(true), bf16 = best_seconds(false);
+  // The two kernels alternate, so that a stretch of time when the VM gives this thread less of
+  // its core (a millisecond or more) slows runs of both rather than every run of one: timed one
+  // kernel after the other, such a stretch can make the faster kernel lose for the whole process.
+  // The first runs create and warm the kernels.
+  double f32 = 1e30, bf16 = 1e30;
+  for (int rep = 0; rep < 11; ++rep) {
+    const bool f32_first = rep % 2 == 0;
+    const double first = seconds(f32_first), second = seconds(!f32_first);
+    if (rep < 2) continue;
+    f32 = std::min(f32, f32_first ? first : second);
+    bf16 = std::min(bf16, f32_first ? second : first);
+  }
   it->second = !(bf16 < 0.9 * f32);
   return it->second;
 }
