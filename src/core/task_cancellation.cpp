@@ -22,6 +22,10 @@ bool task_wants_fine_checks() {
   return current_fine && current_done != nullptr;
 }
 
+bool in_cancellable_task() {
+  return current_done != nullptr;
+}
+
 void check_task_cancelled() {
   const std::atomic<uint32_t>* done = current_done;
   if (done != nullptr && done->load(std::memory_order_relaxed) != 0) throw TaskCancelled();

@@ -14,6 +14,8 @@ void gemm_into(const Tensor& a, const Tensor& b, const Tensor& bias, bool transp
 // points (task_wants_fine_checks) computes linear's long forward matmuls in row blocks, with a
 // cancellation check between them, only where it does.
 bool row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias);
+// Whether that check has been made for the shape (a run of a task settles it for its backups).
+bool row_blocks_checked(int64_t m, int64_t k, int64_t n, bool with_bias);
 
 // float32 copy of a bfloat16 tensor (exact), or t itself when it is float32.
 Tensor widen_to_f32(const Tensor& t);

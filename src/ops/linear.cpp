@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/check.h"
@@ -165,9 +166,13 @@ void gemm_in_row_blocks(const Tensor& x, const Tensor& kernel, const Tensor& bia
 // whole call. Each shape is checked once, on random operands: oneDNN may pick its kernel by the
 // row count (with a transposed kernel, as dx = dz · kernelᵀ takes it, the AVX2 kernels' blocks
 // did not give the whole call's bits at any block size tried).
+using RowBlockKey = std::tuple<int64_t, int64_t, int64_t, bool, int64_t>;
+std::mutex row_blocks_mu;
+std::map<RowBlockKey, bool> row_blocks_known;
+
 bool row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias, int64_t block) {
-  static std::mutex mu;
-  static std::map<std::tuple<int64_t, int64_t, int64_t, bool, int64_t>, bool> known;
+  std::mutex& mu = row_blocks_mu;
+  std::map<RowBlockKey, bool>& known = row_blocks_known;
   const auto key = std::make_tuple(m, k, n, with_bias, block);
   {
     std::lock_guard lock(mu);
@@ -218,19 +223,44 @@ bool detail::row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool
   return ::lockstep::ops::row_blocks_give_the_same_bits(m, k, n, with_bias, 0);
 }
 
+bool detail::row_blocks_checked(int64_t m, int64_t k, int64_t n, bool with_bias) {
+  std::lock_guard lock(row_blocks_mu);
+  return row_blocks_known.count(std::make_tuple(m, k, n, with_bias, int64_t{0})) != 0;
+}
+
 namespace {
 
-bool wants_row_blocks(const Tensor& x, const Tensor& kernel, FusedActivation activation,
-                      const Tensor& y) {
-  return task_wants_fine_checks() && x.dtype() == DType::float32 &&
-         kernel.dtype() == DType::float32 && y.dtype() == DType::float32 &&
+// Whether a backup run would compute this forward matmul in row blocks (task_wants_fine_checks).
+bool row_blocks_suit(const Tensor& x, const Tensor& kernel, FusedActivation activation,
+                     const Tensor& y) {
+  return x.dtype() == DType::float32 && kernel.dtype() == DType::float32 &&
+         y.dtype() == DType::float32 &&
          (activation == FusedActivation::none || activation == FusedActivation::relu) &&
          x.dim(0) >= 64 && x.dim(0) * x.dim(1) * kernel.dim(1) >= kFineMinMacs;
 }
 
+bool wants_row_blocks(const Tensor& x, const Tensor& kernel, bool with_bias,
+                      FusedActivation activation, const Tensor& y) {
+  if (!row_blocks_suit(x, kernel, activation, y)) return false;
+  if (task_wants_fine_checks()) return true;
+  // The check of a shape's row blocks (oneDNN primitives for the blocks and the whole call, made
+  // on first use, then both run) takes milliseconds: the task's first run settles it, so that a
+  // backup run — there to end a step sooner — does not pay it while the step waits on it.
+  if (in_cancellable_task()) {
+    // Shapes this thread has seen settled, so that the steps after the first skip the shared map.
+    thread_local std::vector<std::tuple<int64_t, int64_t, int64_t, bool>> settled;
+    const auto key = std::make_tuple(x.dim(0), x.dim(1), kernel.dim(1), with_bias);
+    if (std::find(settled.begin(), settled.end(), key) == settled.end()) {
+      detail::row_blocks_give_the_same_bits(x.dim(0), x.dim(1), kernel.dim(1), with_bias);
+      settled.push_back(key);
+    }
+  }
+  return false;
+}
+
 void gemm_with_activation(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                           FusedActivation activation, const Tensor& y) {
-  if (wants_row_blocks(x, kernel, activation, y) &&
+  if (wants_row_blocks(x, kernel, bias.defined(), activation, y) &&
       detail::row_blocks_give_the_same_bits(x.dim(0), x.dim(1), kernel.dim(1), bias.defined())) {
     for_row_blocks(x.dim(0), 0, [&](int64_t r0, int64_t r1) {
       check_task_cancelled();

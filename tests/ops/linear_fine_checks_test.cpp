@@ -72,5 +72,24 @@ TEST(LinearFineChecks, ARunWhoseTwinCommittedStopsBetweenRowBlocks) {
   }
 }
 
+// The check of a shape's row blocks creates oneDNN primitives and runs the matmul twice: the first
+// run of a task settles it, so that the backup run, there to end a step sooner, finds it made.
+// Outside a task (no run to back up) a forward matmul does not make it.
+TEST(LinearFineChecks, AFirstRunSettlesTheRowBlockCheckForItsBackups) {
+  const int64_t m = 112, k = 700, n = 72;  // a shape no other test here uses
+  const Tensor x = random_tensor({m, k}, 11), w = random_tensor({k, n}, 12),
+               b = random_tensor({n}, 13);
+  ASSERT_FALSE(ops::detail::row_blocks_checked(m, k, n, true));
+  ops::linear_forward(x, w, b, ops::FusedActivation::relu);
+  EXPECT_FALSE(ops::detail::row_blocks_checked(m, k, n, true));
+  std::atomic<uint32_t> done{0};
+  {
+    TaskCancellationScope scope(&done);
+    ops::linear_forward(x, w, b, ops::FusedActivation::relu);
+  }
+  EXPECT_TRUE(ops::detail::row_blocks_checked(m, k, n, true));
+  EXPECT_FALSE(ops::detail::row_blocks_checked(m, k, n, false));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -39,4 +39,8 @@ void check_task_cancelled();
 // Whether the task this thread runs asked for more safe points (TaskCancellationScope's `fine`).
 bool task_wants_fine_checks();
 
+// Whether this thread runs a task that another run may duplicate (a TaskCancellationScope is
+// alive): work a backup run of it would need can be prepared here, off the backup's path.
+bool in_cancellable_task();
+
 }  // namespace lockstep
