@@ -162,21 +162,20 @@ void gemm_in_row_blocks(const Tensor& x, const Tensor& kernel, const Tensor& bia
   });
 }
 
-// Whether a float32 x [m, k] · kernel [k, n] (+ bias) computed in row blocks gives the bits of the
-// whole call. Each shape is checked once, on random operands: oneDNN may pick its kernel by the
-// row count (with a transposed kernel, as dx = dz · kernelᵀ takes it, the AVX2 kernels' blocks
-// did not give the whole call's bits at any block size tried).
+// The answers of row_blocks_give_the_same_bits, by shape and block.
 using RowBlockKey = std::tuple<int64_t, int64_t, int64_t, bool, int64_t>;
 std::mutex row_blocks_mu;
 std::map<RowBlockKey, bool> row_blocks_known;
 
+// Whether a float32 x [m, k] · kernel [k, n] (+ bias) computed in row blocks gives the bits of the
+// whole call. Each shape is checked once, on random operands: oneDNN may pick its kernel by the
+// row count (with a transposed kernel, as dx = dz · kernelᵀ takes it, the AVX2 kernels' blocks
+// did not give the whole call's bits at any block size tried).
 bool row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias, int64_t block) {
-  std::mutex& mu = row_blocks_mu;
-  std::map<RowBlockKey, bool>& known = row_blocks_known;
   const auto key = std::make_tuple(m, k, n, with_bias, block);
   {
-    std::lock_guard lock(mu);
-    if (auto it = known.find(key); it != known.end()) return it->second;
+    std::lock_guard lock(row_blocks_mu);
+    if (auto it = row_blocks_known.find(key); it != row_blocks_known.end()) return it->second;
   }
   Generator g(/*seed=*/1);
   const Tensor x = g.uniform({m, k}, -1.0, 1.0), w = g.uniform({k, n}, -1.0, 1.0);
@@ -186,8 +185,8 @@ bool row_blocks_give_the_same_bits(int64_t m, int64_t k, int64_t n, bool with_bi
   gemm_in_row_blocks(x, w, bias, block, blocks);
   const bool same = std::memcmp(whole.data<float>(), blocks.data<float>(),
                                 static_cast<size_t>(m * n) * sizeof(float)) == 0;
-  std::lock_guard lock(mu);
-  known.emplace(key, same);
+  std::lock_guard lock(row_blocks_mu);
+  row_blocks_known.emplace(key, same);
   return same;
 }
 
