@@ -105,29 +105,28 @@ int main(int argc, char** argv) {
   std::printf("gaps longer than %.0f us in %.1f s of spinning, per CPU\n", threshold_us, seconds);
   std::printf("%4s %9s %11s %11s %14s %10s\n", "cpu", "gaps/s", "p50 us", "p90 us", "interval us",
               "time lost");
+  std::vector<int64_t> lost(n, 0);
   for (size_t i = 0; i < n; ++i) {
     std::vector<double> lengths, intervals;
-    int64_t lost = 0;
     for (size_t k = 0; k < gaps[i].size(); ++k) {
       const Gap& g = gaps[i][k];
       lengths.push_back(static_cast<double>(g.end_ns - g.begin_ns) / 1e3);
-      lost += g.end_ns - g.begin_ns;
+      lost[i] += g.end_ns - g.begin_ns;
       if (k > 0)
         intervals.push_back(static_cast<double>(g.begin_ns - gaps[i][k - 1].begin_ns) / 1e3);
     }
     std::printf("%4d %9.0f %11.1f %11.1f %14.1f %9.2f%%\n", cpus[i],
                 static_cast<double>(gaps[i].size()) / seconds, percentile(lengths, 50),
                 percentile(lengths, 90), percentile(intervals, 50),
-                100.0 * static_cast<double>(lost) / static_cast<double>(duration_ns));
+                100.0 * static_cast<double>(lost[i]) / static_cast<double>(duration_ns));
   }
   if (n == 2) {
-    int64_t lost0 = 0;
-    for (const Gap& g : gaps[0]) lost0 += g.end_ns - g.begin_ns;
     const int64_t both = overlap(gaps[0], gaps[1]);
-    std::printf("time both CPUs lost at once: %.2f%% of the run, %.0f%% of CPU %d's lost time\n",
-                100.0 * static_cast<double>(both) / static_cast<double>(duration_ns),
-                lost0 > 0 ? 100.0 * static_cast<double>(both) / static_cast<double>(lost0) : 0.0,
-                cpus[0]);
+    std::printf(
+        "time both CPUs lost at once: %.2f%% of the run, %.0f%% of CPU %d's lost time\n",
+        100.0 * static_cast<double>(both) / static_cast<double>(duration_ns),
+        lost[0] > 0 ? 100.0 * static_cast<double>(both) / static_cast<double>(lost[0]) : 0.0,
+        cpus[0]);
   }
   return 0;
 }

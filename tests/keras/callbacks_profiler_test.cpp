@@ -362,9 +362,10 @@ TEST_F(ProfilerFiles, TheInputVerdictJudgesTheShareOfStepTimeTheTraceShowsWaitin
   auto slow =
       strategy.experimental_distribute_dataset(random_dataset(2 * 128, 3).map(blocking_map(40)));
   const distribute::ProfileSummary s = fit_profiled(strategy, slow, 8, 2, 8);
-  const std::vector<Event> spans = spans_of(trace());
+  const nlohmann::json slow_trace = trace();
+  const std::vector<Event> spans = spans_of(slow_trace);
   // The host fetches each step's batch itself, and sleep_for blocks at least as long as asked.
-  const auto names = thread_names(trace());
+  const auto names = thread_names(slow_trace);
   int host_inputs = 0;
   for (const Event& e : spans) {
     if (e.name != "input" || names.at({e.pid, e.tid}) != "host / pool thread 0") continue;
@@ -415,13 +416,14 @@ TEST_F(ProfilerFiles, ReplicasFetchingTheirOwnInputAreJudgedByTheLongestWait) {
       {.experimental_replication_mode = distribute::InputReplicationMode::PER_REPLICA});
   const distribute::ProfileSummary s = fit_profiled(strategy, dist, 8, 2, 8);
   // The longest thread's waits, whichever threads fetched (input_percent_of).
-  const double percent = input_percent_of(spans_of(trace()));
+  const std::vector<Event> spans = spans_of(trace());
+  const double percent = input_percent_of(spans);
   EXPECT_NEAR(s.input_percent, percent, 1e-9 * 100);
   EXPECT_EQ(input_verdict(s).severity, input_severity(percent)) << input_verdict(s).message;
   // The fetches ran inside the replicas' tasks, or ahead of them on a thread the step left idle
   // (staged, outside any replica's run): an input span within a replica span on its track is that
   // replica's own.
-  const auto tracks = by_track(spans_of(trace()));
+  const auto tracks = by_track(spans);
   int inputs = 0;
   for (const auto& [key, events] : tracks) {
     for (size_t i = 0; i < events.size(); ++i) {
