@@ -1,6 +1,6 @@
 // BufferedUpdate against a fake elementwise rule: the update out of place and flipped, the same
 // bits on any number of threads and with streaming stores (everything, or on several threads the
-// values the replicas multiply by), the sum read chunk by chunk from
+// float32 values the replicas multiply by), the sum read chunk by chunk from
 // replica runs, and a chunk won by a backup run published through the spare buffers (with the
 // weights' bfloat16 rounding).
 #include <gtest/gtest.h>
@@ -96,9 +96,9 @@ TEST(BufferedUpdate, StreamingStoresWriteTheSameBits) {
   }
 }
 
-// On several threads the first runs stream the weights (no rounding kept) or their rounding to
-// the next buffers, through scratch; variables of 7 and 1 elements take the copy's unaligned head
-// and tail.
+// On several threads the first runs stream the weights (no rounding kept) or their float32
+// rounding to the next buffers, through scratch (a bfloat16 rounding is copied with ordinary
+// stores); variables of 7 and 1 elements take the copy's unaligned head and tail.
 TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedWithTheSameBits) {
   for (int threads : {1, 2}) {
     for (int rounding : {0, 1, 2}) {  // none, a float32 copy, a bfloat16 copy

@@ -21,10 +21,10 @@ namespace {
 // model whose update state is larger than the caches, those writes would first read every line
 // they replace (a write-allocate) although nothing reads it before the next step: non-temporal
 // stores skip that read, a third of the update's memory traffic. Small models keep ordinary
-// stores, which leave the values in cache for the next step — except the copy the replicas
-// multiply by when several cores run them: every core's forward pass read that buffer's lines a
-// step ago, so an ordinary store must first take each line back from the other cores' caches,
-// while a non-temporal one invalidates them and writes around the caches. Elsewhere (aarch64,
+// stores, which leave the values in cache for the next step — except the float32 values the
+// replicas multiply by when several cores run them: every core's forward pass read that buffer's
+// lines a step ago, so an ordinary store must first take each line back from the other cores'
+// caches, while a non-temporal one invalidates them and writes around the caches. Elsewhere (aarch64,
 // whose STNP is only a hint GCC has no intrinsic for) every copy is a memcpy, and no fence is
 // needed after it.
 void copy_next(void* dst, const void* src, size_t bytes, bool streaming) {
@@ -275,11 +275,14 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
   const size_t i = c.var;
   const size_t n = static_cast<size_t>(c.n);
   const RoundedOut& r = next_r_[i];
-  if (r.values != nullptr)
+  if (r.values != nullptr) {
     copy_next(r.values + c.offset, sc.rounded.data(), n * sizeof(float), shared_reads_);
+    if (shared_reads_) fence_streaming_stores();
+  }
+  // The bfloat16 copy, half the bytes of the weights, is left in cache: streamed, it measured
+  // 4-6% slower on the Zen 5 (docs/performance.md).
   if (r.bf16 != nullptr)
-    copy_next(r.bf16 + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), shared_reads_);
-  if (r && shared_reads_) fence_streaming_stores();
+    copy_next(r.bf16 + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), false);
   if (sc.direct) return;  // the weights and slots are in place already
   // Without streaming only a backup writes scratch, and it won: the chunk's first run may still
   // be writing the next buffers, so the result goes to the spares.
