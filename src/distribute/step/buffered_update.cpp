@@ -24,9 +24,9 @@ namespace {
 // stores, which leave the values in cache for the next step — except the float32 values the
 // replicas multiply by when several cores run them: every core's forward pass read that buffer's
 // lines a step ago, so an ordinary store must first take each line back from the other cores'
-// caches, while a non-temporal one invalidates them and writes around the caches. Elsewhere (aarch64,
-// whose STNP is only a hint GCC has no intrinsic for) every copy is a memcpy, and no fence is
-// needed after it.
+// caches, while a non-temporal one invalidates them and writes around the caches. Elsewhere
+// (aarch64, whose STNP is only a hint GCC has no intrinsic for) every copy is a memcpy, and no
+// fence is needed after it.
 void copy_next(void* dst, const void* src, size_t bytes, bool streaming) {
 #if defined(__x86_64__) || defined(__i386__)
   if (streaming) {
@@ -279,8 +279,8 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
     copy_next(r.values + c.offset, sc.rounded.data(), n * sizeof(float), shared_reads_);
     if (shared_reads_) fence_streaming_stores();
   }
-  // The bfloat16 copy, half the bytes of the weights, is left in cache: streamed, it measured
-  // 4-6% slower on the Zen 5 (docs/performance.md).
+  // The bfloat16 copy, half the bytes of the weights, is left in cache: streaming it cost the
+  // step more than it saved (docs/performance.md, "Measured design choices").
   if (r.bf16 != nullptr)
     copy_next(r.bf16 + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), false);
   if (sc.direct) return;  // the weights and slots are in place already
