@@ -5,7 +5,12 @@
 // pulled. The pipelines here count their pulls, so a second pull for a step shows.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "distribute/step/replica_runs.h"
@@ -105,6 +110,49 @@ TEST(StepInput, StagesUntilClosedAndReleasesTheStageFunction) {
   EXPECT_FALSE(in.stage(0));
   StepInput none([](int) { return Element{}; });
   EXPECT_FALSE(none.stage(0));
+}
+
+// close() waits for a staging under way, whether it watches for its end first (spin) or sleeps
+// on it at once: the stage function, released only after the closing thread has announced
+// itself, checks as it returns that close() has not.
+TEST(StepInput, ClosingWaitsForAStagingUnderWayWithOrWithoutSpinning) {
+  for (const auto spin : {std::chrono::microseconds(0), std::chrono::microseconds(300)}) {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool staging = false, released = false;
+    std::atomic<bool> closing{false}, closed{false}, closed_while_staging{false};
+    StepInput in([](int) { return Element{}; },
+                 [&](int) {
+                   std::unique_lock lock(mu);
+                   staging = true;
+                   cv.notify_all();
+                   cv.wait_for(lock, std::chrono::minutes(1), [&] { return released; });
+                   if (closed.load()) closed_while_staging = true;
+                   return true;
+                 });
+    in.begin(1);
+    std::thread stager([&] { EXPECT_TRUE(in.stage(0)); });
+    {
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, std::chrono::minutes(1), [&] { return staging; });
+      ASSERT_TRUE(staging);
+    }
+    std::thread closer([&] {
+      closing = true;
+      in.close(spin);
+      closed = true;
+    });
+    while (!closing.load()) std::this_thread::yield();
+    {
+      std::lock_guard lock(mu);
+      released = true;
+      cv.notify_all();
+    }
+    stager.join();
+    closer.join();
+    EXPECT_FALSE(closed_while_staging.load()) << "spin " << spin.count() << " us";
+    EXPECT_FALSE(in.stage(0)) << "closed: nothing more to stage";
+  }
 }
 
 // ---- Through ReplicaRuns, which owns each step's input.

@@ -140,6 +140,53 @@ TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
   EXPECT_EQ(s.cancelled + static_cast<uint64_t>(phase.discards_.load()), 1u);
 }
 
+// wait_for_runs_before returns only once a losing run still under way has returned, whether it
+// watched for that (a spare core) or slept on it. The waiter announces itself before the held run
+// is released; it checks as it returns that the release happened, and the held run checks as it
+// ends that the waiter has not returned.
+TEST(TaskPool, WaitingForEarlierRunsReturnsOnlyAfterALoserStillRunningEnds) {
+  TaskPool pool({.num_threads = 2, .backup_slack = std::chrono::microseconds(100)});
+  std::mutex mu;
+  std::condition_variable cv;
+  int held_task = -1;
+  bool released = false;
+  std::atomic<bool> waiting{false}, waiter_returned{false}, returned_before_loser_ended{false};
+  std::atomic<bool> release_seen{false};
+  pool.set_run_hook([&](int, int task, int thread, bool backup, uint64_t) {
+    std::unique_lock lock(mu);
+    if (backup) return;
+    if (thread != 0 && held_task < 0) {
+      held_task = task;
+      cv.notify_all();
+      cv.wait_for(lock, std::chrono::minutes(1), [&] { return released; });
+      if (waiter_returned.load()) returned_before_loser_ended = true;
+    } else if (thread == 0 && held_task < 0) {
+      cv.wait(lock, [&] { return held_task >= 0; });
+    }
+  });
+  CountingPhase phase(2);
+  pool.run(phase);  // the caller's backup committed the held task
+  std::thread waiter([&] {
+    waiting = true;
+    pool.wait_for_runs_before(UINT64_MAX);
+    if (!release_seen.load()) returned_before_loser_ended = true;
+    waiter_returned = true;
+  });
+  while (!waiting.load()) std::this_thread::yield();
+  {
+    std::lock_guard lock(mu);
+    release_seen = true;
+    released = true;
+    cv.notify_all();
+  }
+  waiter.join();
+  pool.set_run_hook({});
+  EXPECT_GE(held_task, 0);
+  EXPECT_FALSE(returned_before_loser_ended.load()) << "returned while the loser still ran";
+  EXPECT_EQ(phase.commits_[0].load(), 1);
+  EXPECT_EQ(phase.commits_[1].load(), 1);
+}
+
 // A helper descheduled after joining a phase, before it takes a task (here: held in the join
 // hook), holds nobody: the caller runs that phase and the next ones by itself, and
 // wait_for_runs_before, which waits for runs under way and not for threads looking for work,

@@ -135,8 +135,8 @@ class ReplicaRuns::Phase : public TaskPhase {
   void run_gang(ReplicaContext& ctx, ReplicaRun& run) {
     fn_(ctx, run, input_.get(ctx.local_replica_id()));
   }
-  // The step is over: no pull starts any more.
-  void close() { input_.close(); }
+  // The step is over: no pull starts any more (a staging under way ends first).
+  void close() { input_.close(runs_.strategy_.task_pool().spin_before_sleep()); }
   // The step retired: no run of it can execute.
   void release() {
     input_ = StepInput();

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/futex.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/task_cancellation.h"
 
@@ -64,9 +65,16 @@ bool StepInput::stage(int replica) {
   return stager_->fn(replica);
 }
 
-void StepInput::close() {
+void StepInput::close(std::chrono::microseconds spin) {
   if (stager_) {
-    std::lock_guard lock(stager_->mu);
+    std::unique_lock lock(stager_->mu, std::try_to_lock);
+    if (!lock.owns_lock() && spin.count() > 0) {
+      const auto until = std::chrono::steady_clock::now() + spin;
+      do {
+        for (int i = 0; i < 64; ++i) os::cpu_relax();
+      } while (!lock.try_lock() && std::chrono::steady_clock::now() < until);
+    }
+    if (!lock.owns_lock()) lock.lock();
     stager_->fn = nullptr;
   }
   if (!slots_) return;

@@ -10,6 +10,7 @@
 // with the skipped batch. The step (ReplicaRuns) owns its input until no run of the step can
 // execute, so a run that lost to its backup may read its element after the step is over; the pull
 // function is called only while the step runs (close()).
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -52,8 +53,11 @@ class StepInput {
   bool stage(int replica);
   // Ends the pulls: once it returns no pull nor stage is executing, a get() that would pull
   // throws TaskCancelled, and the pull and stage functions (with what they refer to) are released.
-  // The elements pulled so far stay readable.
-  void close();
+  // The elements pulled so far stay readable. A staging under way holds it until that ends: it
+  // watches for the end for up to `spin` before sleeping on it (TaskPool::spin_before_sleep: a
+  // futex sleep and wake-up at every step's end cost more than the watching, where a core is
+  // spare).
+  void close(std::chrono::microseconds spin = std::chrono::microseconds(0));
 
  private:
   struct Slot {

@@ -154,6 +154,15 @@ void TaskPool::wait_for_runs_before(uint64_t sequence) {
     uint64_t s = r->sequence.load(std::memory_order_acquire);
     if (s != 0 && s < sequence && r->executing.load(std::memory_order_seq_cst) != 0) {
       profiler::ScopedSpan wait(profiler::Phase::wait);
+      // Usually a run of the last step between its commit and its return: watched for, with a
+      // spare core, rather than slept on (as wait_for_progress does).
+      if (spin_ok_.load(std::memory_order_relaxed)) {
+        const auto until = Clock::now() + options_.spin;
+        for (int i = 0; r->executing.load(std::memory_order_acquire) != 0; ++i) {
+          os::cpu_relax();
+          if ((i & 63) == 63 && Clock::now() > until) break;
+        }
+      }
       r->wait_executed();
     }
   }

@@ -143,6 +143,11 @@ class TaskPool {
   // `thread` is below this).
   int total_threads() const { return options_.num_threads + options_.busy_extra_threads; }
   bool eager_caller_backups() const { return options_.eager_caller_backups; }
+  // How long a wait of the caller's may spin before it sleeps: TaskPoolOptions::spin while the
+  // machine has a spare core (as of the last run()), else zero — the pool's own waits' policy.
+  std::chrono::microseconds spin_before_sleep() const {
+    return spin_ok_.load(std::memory_order_relaxed) ? options_.spin : std::chrono::microseconds(0);
+  }
 
   // Runs every task of `phase` and returns once each has committed; returns the phase's sequence
   // number (1, 2, ...). Runs that lost may still be executing afterwards. Not reentrant: one
@@ -155,7 +160,8 @@ class TaskPool {
   // even briefly may wait a scheduler slice for its CPU), and the helpers are woken once.
   uint64_t run(TaskPhase& first, TaskPhase& then);
 
-  // Blocks (without spinning) until no run of a phase numbered below `sequence` is executing:
+  // Blocks until no run of a phase numbered below `sequence` is executing (spinning first for up
+  // to TaskPoolOptions::spin while the machine has a spare core):
   // call it before overwriting anything such a run may still read. A thread that has joined such
   // a phase but is not running a task (looking for one, or descheduled on its way) is not waited
   // for: a run that starts once its task is done returns at once, reading nothing.
