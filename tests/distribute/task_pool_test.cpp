@@ -98,12 +98,18 @@ class HeldHelperRun {
         held_task_ = task;
         cv_.notify_all();
         cv_.wait_for(lock, std::chrono::minutes(1), [&] { return released_; });
+        if (on_release_) on_release_();
       } else if (thread == 0 && held_task_ < 0) {
         cv_.wait(lock, [&] { return held_task_ >= 0; });
       }
     });
   }
   ~HeldHelperRun() { pool_.set_run_hook({}); }
+  // Called by the held run once released, before it goes on.
+  void set_on_release(std::function<void()> f) {
+    std::lock_guard lock(mu_);
+    on_release_ = std::move(f);
+  }
   // Checks that the held task was committed by the caller's backup run, then lets the held run go.
   void expect_backup_committed_and_release(const CountingPhase& phase) {
     std::lock_guard lock(mu_);
@@ -123,6 +129,7 @@ class HeldHelperRun {
   std::condition_variable cv_;
   int held_task_ = -1;
   bool released_ = false;
+  std::function<void()> on_release_;
 };
 
 TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
@@ -143,48 +150,32 @@ TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
 // wait_for_runs_before returns only once a losing run still under way has returned, whether it
 // watched for that (a spare core) or slept on it. The waiter announces itself before the held run
 // is released; it checks as it returns that the release happened, and the held run checks as it
-// ends that the waiter has not returned.
+// goes on that the waiter has not returned. A wait that returned at once would be caught in most
+// rounds (whichever thread gets there first), so the test runs several.
 TEST(TaskPool, WaitingForEarlierRunsReturnsOnlyAfterALoserStillRunningEnds) {
-  TaskPool pool({.num_threads = 2, .backup_slack = std::chrono::microseconds(100)});
-  std::mutex mu;
-  std::condition_variable cv;
-  int held_task = -1;
-  bool released = false;
-  std::atomic<bool> waiting{false}, waiter_returned{false}, returned_before_loser_ended{false};
-  std::atomic<bool> release_seen{false};
-  pool.set_run_hook([&](int, int task, int thread, bool backup, uint64_t) {
-    std::unique_lock lock(mu);
-    if (backup) return;
-    if (thread != 0 && held_task < 0) {
-      held_task = task;
-      cv.notify_all();
-      cv.wait_for(lock, std::chrono::minutes(1), [&] { return released; });
-      if (waiter_returned.load()) returned_before_loser_ended = true;
-    } else if (thread == 0 && held_task < 0) {
-      cv.wait(lock, [&] { return held_task >= 0; });
-    }
-  });
-  CountingPhase phase(2);
-  pool.run(phase);  // the caller's backup committed the held task
-  std::thread waiter([&] {
-    waiting = true;
-    pool.wait_for_runs_before(UINT64_MAX);
-    if (!release_seen.load()) returned_before_loser_ended = true;
-    waiter_returned = true;
-  });
-  while (!waiting.load()) std::this_thread::yield();
-  {
-    std::lock_guard lock(mu);
-    release_seen = true;
-    released = true;
-    cv.notify_all();
+  for (int round = 0; round < 8; ++round) {
+    TaskPool pool({.num_threads = 2, .backup_slack = std::chrono::microseconds(100)});
+    HeldHelperRun held(pool);
+    std::atomic<bool> waiting{false}, releasing{false}, waiter_returned{false}, early{false};
+    held.set_on_release([&] {
+      if (waiter_returned.load()) early = true;
+    });
+    CountingPhase phase(2);
+    pool.run(phase);  // the caller's backup committed the held task
+    std::thread waiter([&] {
+      waiting = true;
+      pool.wait_for_runs_before(UINT64_MAX);
+      if (!releasing.load()) early = true;
+      waiter_returned = true;
+    });
+    while (!waiting.load()) std::this_thread::yield();
+    releasing = true;
+    held.expect_backup_committed_and_release(phase);
+    waiter.join();
+    EXPECT_FALSE(early.load()) << "round " << round << ": returned while the loser still ran";
+    EXPECT_EQ(phase.commits_[0].load(), 1);
+    EXPECT_EQ(phase.commits_[1].load(), 1);
   }
-  waiter.join();
-  pool.set_run_hook({});
-  EXPECT_GE(held_task, 0);
-  EXPECT_FALSE(returned_before_loser_ended.load()) << "returned while the loser still ran";
-  EXPECT_EQ(phase.commits_[0].load(), 1);
-  EXPECT_EQ(phase.commits_[1].load(), 1);
 }
 
 // A helper descheduled after joining a phase, before it takes a task (here: held in the join
