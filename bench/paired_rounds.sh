@@ -3,9 +3,10 @@
 # ... so that the machine's drift hits both alike and neither always runs first (the second run
 # of a pair can gain or lose a few percent from the first, for as long as the VM's regime lasts):
 # prints each round's median µs per step over the steady epochs (2..E) and the per-round ratio
-# A/B; the median of those ratios is the figure (B faster when > 1). Extra arguments go to `lockstep train`. CO_RUNNER=1 runs every round beside
-# one spinning process (`while :; do :; done`, the harness's co-runner), CO_RUNNER=pinned beside
-# one pinned to core 0; it is stopped when the rounds end.
+# A/B; the median of those ratios is the figure (B faster when > 1). Extra arguments go to
+# `lockstep train`. CO_RUNNER=1 runs every round beside one spinning process (`while :; do :;
+# done`, the harness's co-runner), CO_RUNNER=pinned beside one pinned to core 0; it is stopped
+# when the rounds end.
 #   [CO_RUNNER=1|pinned] bench/paired_rounds.sh ROUNDS EPOCHS OLD_LOCKSTEP NEW_LOCKSTEP [train args...]
 set -euo pipefail
 (($# >= 4)) || { echo "usage: $0 ROUNDS EPOCHS BINARY_A BINARY_B [train args...]" >&2; exit 2; }

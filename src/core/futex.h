@@ -29,6 +29,18 @@ inline void cpu_relax() {
 #endif
 }
 
+// Spins until done() returns true or `limit` has passed (the clock read every 64 rounds); whether
+// done() did. The step's waits spin so before a futex sleep, where a core is spare.
+template <typename Done>
+bool spin_until(std::chrono::nanoseconds limit, Done done) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (int i = 0;; ++i) {
+    cpu_relax();
+    if (done()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return false;
+  }
+}
+
 // Sleeps while *word == expected, at most `relative` (nullptr: no limit). Returns at once when
 // the word already differs; may return spuriously, so callers re-check their condition.
 inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected,

@@ -68,12 +68,10 @@ bool StepInput::stage(int replica) {
 void StepInput::close(std::chrono::microseconds spin) {
   if (stager_) {
     std::unique_lock lock(stager_->mu, std::try_to_lock);
-    if (!lock.owns_lock() && spin.count() > 0) {
-      const auto until = std::chrono::steady_clock::now() + spin;
-      do {
-        for (int i = 0; i < 64; ++i) os::cpu_relax();
-      } while (!lock.try_lock() && std::chrono::steady_clock::now() < until);
-    }
+    // The mutex is tried every 64 rounds, not at each: its line stays with the staging thread.
+    if (!lock.owns_lock() && spin.count() > 0)
+      os::spin_until(spin,
+                     [&, round = 0]() mutable { return ++round % 64 == 0 && lock.try_lock(); });
     if (!lock.owns_lock()) lock.lock();
     stager_->fn = nullptr;
   }

@@ -156,13 +156,9 @@ void TaskPool::wait_for_runs_before(uint64_t sequence) {
       profiler::ScopedSpan wait(profiler::Phase::wait);
       // Usually a run of the last step between its commit and its return: watched for, with a
       // spare core, rather than slept on (as wait_for_progress does).
-      if (spin_ok_.load(std::memory_order_relaxed)) {
-        const auto until = Clock::now() + options_.spin;
-        for (int i = 0; r->executing.load(std::memory_order_acquire) != 0; ++i) {
-          os::cpu_relax();
-          if ((i & 63) == 63 && Clock::now() > until) break;
-        }
-      }
+      if (spin_ok_.load(std::memory_order_relaxed))
+        os::spin_until(options_.spin,
+                       [&] { return r->executing.load(std::memory_order_acquire) == 0; });
       r->wait_executed();
     }
   }
@@ -259,12 +255,10 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
   // so a straggler still gets its backup from the futex path below.
   if (spin_ok_.load(std::memory_order_relaxed)) {
     const uint32_t seen = rec.progress.load(std::memory_order_acquire);
-    const auto until = Clock::now() + options_.spin;
-    for (int i = 0;; ++i) {
-      os::cpu_relax();
-      if (rec.progress.load(std::memory_order_acquire) != seen || rec.complete()) return;
-      if ((i & 63) == 63 && Clock::now() > until) break;
-    }
+    if (os::spin_until(options_.spin, [&] {
+          return rec.progress.load(std::memory_order_acquire) != seen || rec.complete();
+        }))
+      return;
   }
   rec.waiters.fetch_add(1, std::memory_order_seq_cst);
   const uint32_t p = rec.progress.load(std::memory_order_seq_cst);

@@ -139,17 +139,11 @@ void TaskPool::helper(int thread) {
       rec.leave();
       continue;
     }
-    if (spin_ok_.load(std::memory_order_relaxed)) {
-      const auto until = Clock::now() + options_.spin;
-      bool changed = false;
-      for (int i = 0; !changed; ++i) {
-        os::cpu_relax();
-        changed = current_.load(std::memory_order_relaxed) != seen ||
-                  stopping_.load(std::memory_order_relaxed);
-        if ((i & 63) == 63 && Clock::now() > until) break;
-      }
-      if (changed) continue;
-    }
+    if (spin_ok_.load(std::memory_order_relaxed) && os::spin_until(options_.spin, [&] {
+          return current_.load(std::memory_order_relaxed) != seen ||
+                 stopping_.load(std::memory_order_relaxed);
+        }))
+      continue;
     Seat& seat = seats_[static_cast<size_t>(thread)];
     seat.cpu.store(sched_getcpu(), std::memory_order_relaxed);
     seat.asleep.store(1, std::memory_order_seq_cst);
