@@ -189,6 +189,15 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
+CpuVendor cpu_vendor() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("amd")) return CpuVendor::amd;
+  if (__builtin_cpu_is("intel")) return CpuVendor::intel;
+#endif
+  return CpuVendor::other;
+}
+
 LoopIsa loop_isa() {
   static const LoopIsa chosen = [] {
     const CpuIsa isa = effective_cpu_isa();

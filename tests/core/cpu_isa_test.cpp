@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -81,6 +82,24 @@ std::vector<float> awkward_floats(size_t n) {
 }
 
 // bfloat16::round_from_float is the scalar definition (round to nearest even; NaN stays NaN).
+// The vendor from CPUID against the kernel's own report of it (/proc/cpuinfo's vendor_id).
+TEST(CpuIsa, TheVendorIsTheOneTheKernelReports) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, vendor;
+  while (vendor.empty() && std::getline(in, line)) {
+    if (line.rfind("vendor_id", 0) == 0) vendor = line.substr(line.find(':') + 2);
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  ASSERT_FALSE(vendor.empty()) << "no vendor_id in /proc/cpuinfo";
+  const CpuVendor expected = vendor == "GenuineIntel"   ? CpuVendor::intel
+                             : vendor == "AuthenticAMD" ? CpuVendor::amd
+                                                        : CpuVendor::other;
+  EXPECT_EQ(cpu_vendor(), expected) << vendor;
+#else
+  EXPECT_EQ(cpu_vendor(), CpuVendor::other) << vendor;
+#endif
+}
+
 TEST(CpuIsaLoops, ConversionsGiveTheScalarBitsOnEveryBuild) {
   for (size_t n : {size_t{13}, size_t{314}, size_t{4099}}) {
     SCOPED_TRACE("n=" + std::to_string(n));

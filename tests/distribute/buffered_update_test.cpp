@@ -96,29 +96,36 @@ TEST(BufferedUpdate, StreamingStoresWriteTheSameBits) {
   }
 }
 
-// On several threads the first runs stream the weights (no rounding kept) or their float32
-// rounding to the next buffers, through scratch (a bfloat16 rounding is copied with ordinary
-// stores); variables of 7 and 1 elements take the copy's unaligned head and tail.
-TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedWithTheSameBits) {
-  for (int threads : {1, 2}) {
-    for (int rounding : {0, 1, 2}) {  // none, a float32 copy, a bfloat16 copy
-      SCOPED_TRACE(::testing::Message() << threads << " threads, rounding " << rounding);
-      auto strategy = make_strategy(1, threads);
-      std::vector<Variable> vars = make_variables(kSizes);
-      const std::vector<Variable> initial = make_variables(kSizes);
-      FakeUpdate rule(/*rounding=*/rounding > 0, /*bfloat16_copy=*/rounding == 2);
-      ChunkLayout layout(vars, threads);
-      BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
-      std::vector<float> g = flat_sum(layout);
-      update.begin_update();
-      strategy->task_pool().run(update.phase_from_sum(g.data()));
-      update.end_update();
-      // A slow machine may back a chunk up (its result then goes through the spares): the same
-      // values either way.
-      expect_updated(vars, initial, rule, layout, g, /*rounding=*/rounding > 0);
-      strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+// On several threads, with stream_shared_reads (the default on AMD CPUs), the first runs stream
+// the weights (no rounding kept) or their float32 rounding to the next buffers, through scratch (a
+// bfloat16 rounding is copied with ordinary stores); variables of 7 and 1 elements take the copy's
+// unaligned head and tail. Without it they store in place. Both ways on any CPU.
+TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
+  const bool saved = BufferedUpdate::stream_shared_reads();
+  for (bool stream : {true, false}) {
+    BufferedUpdate::set_stream_shared_reads(stream);
+    for (int threads : {1, 2}) {
+      for (int rounding : {0, 1, 2}) {  // none, a float32 copy, a bfloat16 copy
+        SCOPED_TRACE(::testing::Message() << (stream ? "streamed, " : "stored, ") << threads
+                                          << " threads, rounding " << rounding);
+        auto strategy = make_strategy(1, threads);
+        std::vector<Variable> vars = make_variables(kSizes);
+        const std::vector<Variable> initial = make_variables(kSizes);
+        FakeUpdate rule(/*rounding=*/rounding > 0, /*bfloat16_copy=*/rounding == 2);
+        ChunkLayout layout(vars, threads);
+        BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
+        std::vector<float> g = flat_sum(layout);
+        update.begin_update();
+        strategy->task_pool().run(update.phase_from_sum(g.data()));
+        update.end_update();
+        // A slow machine may back a chunk up (its result then goes through the spares): the
+        // same values either way.
+        expect_updated(vars, initial, rule, layout, g, /*rounding=*/rounding > 0);
+        strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+      }
     }
   }
+  BufferedUpdate::set_stream_shared_reads(saved);
 }
 
 // Chunk 1's first run never writes (it stands for a run still going when its backup won); the

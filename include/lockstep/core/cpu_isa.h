@@ -61,6 +61,12 @@ CpuIsa effective_cpu_isa();
 // Neoverse-N1"), which Linux (and QEMU's user mode) let a program read.
 std::string cpu_model_name();
 
+// Who designed the CPU (x86's CPUID vendor string; `other` on any other architecture). For choices
+// of memory traffic whose outcome differs between the vendors' cache designs, and was measured on
+// both; no code path that changes results depends on it.
+enum class CpuVendor { intel, amd, other };
+CpuVendor cpu_vendor();
+
 // Which build of Lockstep's hand-written loops runs here, chosen from effective_cpu_isa().
 enum class LoopIsa { baseline, x86_64_v3, x86_64_v4 };
 LoopIsa loop_isa();

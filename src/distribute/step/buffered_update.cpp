@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "lockstep/core/cpu_isa.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
 #include "lockstep/core/task_cancellation.h"
@@ -21,10 +22,12 @@ namespace {
 // model whose update state is larger than the caches, those writes would first read every line
 // they replace (a write-allocate) although nothing reads it before the next step: non-temporal
 // stores skip that read, a third of the update's memory traffic. Small models keep ordinary
-// stores, which leave the values in cache for the next step — except the float32 values the
-// replicas multiply by when several cores run them: every core's forward pass read that buffer's
-// lines a step ago, so an ordinary store must first take each line back from the other cores'
-// caches, while a non-temporal one invalidates them and writes around the caches. Elsewhere
+// stores, which leave the values in cache for the next step — except, on AMD CPUs, the float32
+// values the replicas multiply by when several cores run them: every core's forward pass read that
+// buffer's lines a step ago, so an ordinary store must first take each line back from the other
+// cores' caches, while a non-temporal one invalidates them and writes around the caches. On the
+// Xeons the ordinary store's transfer costs less than the next step's reads from memory
+// (BufferedUpdate::stream_shared_reads). Elsewhere
 // (aarch64, whose STNP is only a hint GCC has no intrinsic for) every copy is a memcpy, and no
 // fence is needed after it.
 void copy_next(void* dst, const void* src, size_t bytes, bool streaming) {
@@ -56,6 +59,8 @@ void fence_streaming_stores() {
 }
 
 std::atomic<size_t> g_streaming_threshold{size_t{16} << 20};
+// -1: not chosen yet (the CPU's vendor decides at the first read).
+std::atomic<int> g_stream_shared_reads{-1};
 
 // Elements a backup run of a chunk computes between two cancellation checks: about as long as
 // the pool takes to notice that the first run committed.
@@ -120,7 +125,7 @@ BufferedUpdate::BufferedUpdate(const ChunkLayout& layout, std::vector<Variable> 
   const size_t written = static_cast<size_t>(layout_.total()) * sizeof(float) * (1 + max_slots_);
   streaming_ = written > streaming_threshold();
 #if defined(__x86_64__) || defined(__i386__)
-  shared_reads_ = !streaming_ && threads > 1;
+  shared_reads_ = !streaming_ && threads > 1 && stream_shared_reads();
 #endif
   won_by_backup_.assign(layout_.chunks().size(), 0);
   spare_w_.resize(vars_.size());
@@ -154,6 +159,23 @@ void BufferedUpdate::set_streaming_threshold(size_t bytes) {
 
 size_t BufferedUpdate::streaming_threshold() {
   return g_streaming_threshold.load(std::memory_order_relaxed);
+}
+
+void BufferedUpdate::set_stream_shared_reads(bool on) {
+  g_stream_shared_reads.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool BufferedUpdate::stream_shared_reads() {
+  int on = g_stream_shared_reads.load(std::memory_order_relaxed);
+  if (on < 0) {
+    on = cpu_vendor() == CpuVendor::amd ? 1 : 0;
+    int unset = -1;
+    // A setter that got there first wins.
+    if (!g_stream_shared_reads.compare_exchange_strong(unset, on, std::memory_order_relaxed)) {
+      on = unset;
+    }
+  }
+  return on != 0;
 }
 
 void BufferedUpdate::begin_update(std::span<const double> squared_norms) {

@@ -10,9 +10,9 @@
 // may still be writing the next ones), and at the end of the update the spares, completed with
 // the chunks the first runs wrote, become the next buffers. Then every variable flips to its
 // next buffer. Models whose update writes more than the caches hold write through scratch with
-// non-temporal stores instead (set_streaming_threshold), and with several threads the float32
-// values the replicas multiply by are streamed too, since every core read their lines; the bits
-// are the same either way.
+// non-temporal stores instead (set_streaming_threshold), and with several threads on an AMD CPU
+// the float32 values the replicas multiply by are streamed too, since every core read their lines
+// (set_stream_shared_reads); the bits are the same either way.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -67,6 +67,13 @@ class BufferedUpdate {
   // only evict).
   static void set_streaming_threshold(size_t bytes);
   static size_t streaming_threshold();
+  // Whether updates constructed afterwards on several threads stream the float32 values the
+  // replicas multiply by (every core's forward pass read their lines) rather than store them
+  // in cache. Default: on AMD CPUs, not elsewhere — whether an ordinary store that first takes the
+  // lines back from the other cores beats writing around the caches and reading from memory next
+  // step depends on the cache design (docs/performance.md, "Measured design choices").
+  static void set_stream_shared_reads(bool on);
+  static bool stream_shared_reads();
 
  private:
   struct Scratch;
@@ -81,9 +88,10 @@ class BufferedUpdate {
   ElementwiseUpdate& rule_;
   size_t max_slots_ = 0;
   bool streaming_ = false;
-  // Several threads run the replicas, so the float32 values they multiply by next step (the
-  // weights, or the rule's rounding of them held in float32) are written with non-temporal stores
-  // (copy_next; x86 only, where there are such stores). A bfloat16 copy is not.
+  // Several threads run the replicas and stream_shared_reads(), so the float32 values they
+  // multiply by next step (the weights, or the rule's rounding of them held in float32) are written
+  // with non-temporal stores (copy_next; x86 only, where there are such stores). A bfloat16 copy
+  // is not.
   bool shared_reads_ = false;
   // What the current phase reads: terms to sum, or a flat sum.
   GradientReducer::Terms terms_;
