@@ -26,8 +26,8 @@ namespace {
 // values the replicas multiply by when several cores run them: every core's forward pass read that
 // buffer's lines a step ago, so an ordinary store must first take each line back from the other
 // cores' caches, while a non-temporal one invalidates them and writes around the caches. On the
-// Xeons the ordinary store's transfer costs less than the next step's reads from memory
-// (BufferedUpdate::stream_shared_reads). Elsewhere
+// Intel Xeon measured, the ordinary store's transfer cost less than the next step's reads from
+// memory (BufferedUpdate::stream_shared_reads). Elsewhere
 // (aarch64, whose STNP is only a hint GCC has no intrinsic for) every copy is a memcpy, and no
 // fence is needed after it.
 void copy_next(void* dst, const void* src, size_t bytes, bool streaming) {
