@@ -310,6 +310,37 @@ template <int W>
   store(p, v);
 }
 
+// acc + x·v, where x and v hold bfloat16 values when kExact. Such a product has at most 16
+// significant bits, so it is exact in float32 and a fused multiply-add rounds the same sum as a
+// multiply then an add: the AVX2 and AVX-512 builds fuse them (half the instructions of the
+// products of attention) and the baseline build, which has no FMA, does not. The builds then still
+// agree to the bit, except where a product is below 2^-126 in magnitude (the separate multiply
+// flushes it to zero, lockstep/core/denormals.h; the fused one adds it) or beyond float32's range.
+// Float32 factors (kExact false) multiply and add apart in every build.
+template <int W, bool kExact>
+[[gnu::always_inline]] inline void add_product(typename Lanes<W>::F& acc,
+                                               const typename Lanes<W>::F& x,
+                                               const typename Lanes<W>::F& v) {
+#if defined(__x86_64__)
+  // As inline assembly: contraction is off for the library, the intrinsics need a target attribute
+  // this helper cannot carry, and GCC leaves per-lane fmaf calls partly scalar.
+  // Operands go through locals: an asm operand naming an element of an accumulator array would
+  // keep the whole array in memory.
+  if constexpr (kExact && W == 16) {
+    typename Lanes<W>::F a = acc, b = x, c = v;
+    asm("vfmadd231ps %2, %1, %0" : "+v"(a) : "v"(b), "v"(c));
+    acc = a;
+    return;
+  } else if constexpr (kExact && W == 8) {
+    typename Lanes<W>::F a = acc, b = x, c = v;
+    asm("vfmadd231ps %2, %1, %0" : "+x"(a) : "x"(b), "x"(c));
+    acc = a;
+    return;
+  }
+#endif
+  acc += x * v;
+}
+
 // NV vectors (W queries each) of rows s and, with TWO, s + 1 of yt; see scores_kernel.
 template <int W, int NV, bool TWO, typename T>
 [[gnu::always_inline]] inline void scores_rows(const T* __restrict a0, const T* __restrict a1,
@@ -317,14 +348,15 @@ template <int W, int NV, bool TWO, typename T>
                                                float alpha, float* __restrict y0,
                                                float* __restrict y1) {
   using F = typename Lanes<W>::F;
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;  // both factors bfloat16 values
   F acc0[NV] = {}, acc1[NV] = {}, v;
   for (int64_t dd = 0; dd < D; ++dd) {
     const F x0 = value_of(a0[dd]) - F{};  // a broadcast: a − 0 is a for every float
     const F x1 = TWO ? value_of(a1[dd]) - F{} : F{};
     for (int u = 0; u < NV; ++u) {
       load(v, bt + dd * ld + W * u);
-      acc0[u] += x0 * v;
-      if (TWO) acc1[u] += x1 * v;
+      add_product<W, kBf16>(acc0[u], x0, v);
+      if (TWO) add_product<W, kBf16>(acc1[u], x1, v);
     }
   }
   for (int u = 0; u < NV; ++u) {
@@ -397,11 +429,13 @@ template <int W, int R, bool kRound, typename T>
                                                   int64_t J, const T* __restrict x, int64_t x_rs,
                                                   float alpha, T* __restrict y, int64_t y_rs) {
   using F = typename Lanes<W>::F;
+  // bfloat16 x: w holds bfloat16 values too (weighted_rows_bf16).
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
   F acc[R] = {}, v;
   for (int64_t j = 0; j < J; ++j) {
     load<W>(v, x + j * x_rs);
     const float* wj0 = w + j * wj;
-    for (int u = 0; u < R; ++u) acc[u] += (wj0[u * wi] - F{}) * v;  // a broadcast times v
+    for (int u = 0; u < R; ++u) add_product<W, kBf16>(acc[u], wj0[u * wi] - F{}, v);  // a broadcast
   }
   for (int u = 0; u < R; ++u) {
     F out = acc[u] * alpha;
@@ -411,10 +445,11 @@ template <int W, int R, bool kRound, typename T>
 }
 
 // y[i, c] = alpha · Σ_{j < J} w[i·wi + j·wj] · x[j, c] for i < I and c < D (w float32, x and y
-// float32 or bfloat16): a weighted sum of rows of x per output row (the weighted values P·V, and
-// the gradients dV, dQ, dK), W features per vector, eight output rows at a time (eight
-// independent sums keep the multiply and add units busy); features past the last multiple of W
-// run as scalars, in the same order.
+// float32 or bfloat16; with bfloat16 x, w must hold bfloat16 values, as the callers' rounded
+// probabilities and score gradients do): a weighted sum of rows of x per output row (the weighted
+// values P·V, and the gradients dV, dQ, dK), W features per vector, eight output rows at a time
+// (eight independent sums keep the multiply and add units busy); features past the last multiple of
+// W run as scalars, in the same order.
 template <int W, bool kRound = false, typename T>
 [[gnu::always_inline]] inline void weighted_rows(const float* __restrict w, int64_t wi, int64_t wj,
                                                  int64_t I, int64_t J, const T* __restrict x,

@@ -126,9 +126,12 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   struct Sums {
     std::vector<float> out, dq, dk, dv;
   };
-  // The scalar definition, for an output gradient `dout`.
+  // The scalar definition, for an output gradient `dout`. round_weights: the probabilities and
+  // the score gradients are rounded to bfloat16 values before the sums they weight (as bfloat16
+  // tensors' attention does; the softmax gradient still reads the float probabilities).
   auto reference = [&](const std::vector<float>& q, const std::vector<float>& k,
-                       const std::vector<float>& v, const std::vector<float>& dout) {
+                       const std::vector<float>& v, const std::vector<float>& dout,
+                       bool round_weights = false) {
     std::vector<float> out(q.size()), dq(q.size()), dk(q.size()), dv(q.size());
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
@@ -155,6 +158,10 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
           float dot = 0.0f;
           for (int64_t s = 0; s < T; ++s) dot += (p[s * T + t] *= inv) * dp[s * T + t];
           for (int64_t s = 0; s < T; ++s) dp[s * T + t] = p[s * T + t] * (dp[s * T + t] - dot);
+        }
+        if (round_weights) {
+          for (float& e : p) e = round_to_bfloat16_value(e);
+          for (float& e : dp) e = round_to_bfloat16_value(e);
         }
         for (int64_t d = 0; d < D; ++d) {
           for (int64_t t = 0; t < T; ++t) {  // out and dQ: sums over keys
@@ -217,6 +224,19 @@ TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   }
   EXPECT_TRUE(same_bits(tq.data<float>(), q.data(), q.size()));  // the caller's tensors as given
   EXPECT_TRUE(same_bits(tdout.data<float>(), dout.data(), dout.size()));
+
+  // bfloat16 tensors: every product of the four sums is of two bfloat16 values, exact in float32,
+  // so the v3 and v4 builds' fused multiply-adds give the scalar multiply-then-add bits.
+  const Sums w = reference(rounded(q), rounded(k), rounded(v), rounded(dout), true);
+  const Tensor bq = tq.to(DType::bfloat16), bk = tk.to(DType::bfloat16),
+               bv = tv.to(DType::bfloat16), bdout = tdout.to(DType::bfloat16);
+  const Tensor by = ops::dot_product_attention_forward(bq, bk, bv);
+  const ops::AttentionGrads bg = ops::dot_product_attention_backward(bdout, bq, bk, bv);
+  auto as_float = [](const Tensor& t) { return t.to(DType::float32); };
+  EXPECT_TRUE(same_bits(as_float(by).data<float>(), rounded(w.out).data(), out.size()));
+  EXPECT_TRUE(same_bits(as_float(bg.dquery).data<float>(), rounded(w.dq).data(), dq.size()));
+  EXPECT_TRUE(same_bits(as_float(bg.dkey).data<float>(), rounded(w.dk).data(), dk.size()));
+  EXPECT_TRUE(same_bits(as_float(bg.dvalue).data<float>(), rounded(w.dv).data(), dv.size()));
 }
 
 // Layer normalization's row sums, by their scalar definition: sums in eight lanes (lane i takes
