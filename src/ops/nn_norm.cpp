@@ -275,7 +275,16 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
         return;
       }
     }
-    if constexpr (!std::is_same_v<T, double>) {
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      // In float32, as Keras normalizes bfloat16 inputs (and as the float32 form does).
+      thread_local std::vector<float> gf, bf;
+      gf.assign(g.begin(), g.end());  // exact: gamma and beta are float32 or bfloat16
+      bf.assign(b.begin(), b.end());
+      detail::layer_norm_rows(px, rows, features, gf.data(), bf.data(), static_cast<float>(epsilon),
+                              py, mean.data(), inv_std.data());
+      return;
+    }
+    if constexpr (std::is_same_v<T, float>) {
       detail::layer_norm_rows(px, rows, features, g.data(), b.data(), epsilon, py, mean.data(),
                               inv_std.data());
       return;
@@ -343,7 +352,15 @@ NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const 
         return;
       }
     }
-    if constexpr (!std::is_same_v<T, double>) {
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      thread_local std::vector<float> gf;
+      gf.assign(g.begin(), g.end());  // exact: gamma is float32 or bfloat16
+      detail::layer_norm_rows_grad(grad_output.data<T>(), x.data<T>(), rows, features, gf.data(),
+                                   mu.data(), rstd.data(), dgamma.data(), dbeta.data(),
+                                   dx.data<T>());
+      return;
+    }
+    if constexpr (std::is_same_v<T, float>) {
       detail::layer_norm_rows_grad(grad_output.data<T>(), x.data<T>(), rows, features, g.data(),
                                    mu.data(), rstd.data(), dgamma.data(), dbeta.data(),
                                    dx.data<T>());

@@ -130,8 +130,10 @@ template <int W, typename T>
 [[gnu::always_inline]] inline void store_as(float* p, double v) {
   *p = static_cast<float>(v);
 }
-[[gnu::always_inline]] inline void store_as(bfloat16* p, double v) {
-  const float f = static_cast<float>(v);
+[[gnu::always_inline]] inline void store_as(float* p, float v) {
+  *p = v;
+}
+[[gnu::always_inline]] inline void store_as(bfloat16* p, float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -139,6 +141,9 @@ template <int W, typename T>
   const uint16_t bits =
       static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
   *p = bfloat16::from_bits(bits);
+}
+[[gnu::always_inline]] inline void store_as(bfloat16* p, double v) {
+  store_as(p, static_cast<float>(v));
 }
 
 template <typename T>
@@ -272,50 +277,80 @@ template <int W>
   }
 }
 
-template <int W>
-[[gnu::always_inline]] inline void normalize_rows_in_float(const float* x, int64_t rows, int64_t n,
+// A row as floats: a float row as it is; a bfloat16 row converted into `buffer` (exact).
+[[gnu::always_inline]] inline const float* float_row(const float* row, int64_t, float*) {
+  return row;
+}
+[[gnu::always_inline]] inline const float* float_row(const bfloat16* row, int64_t n,
+                                                     float* __restrict buffer) {
+  for (int64_t d = 0; d < n; ++d) buffer[d] = static_cast<float>(row[d]);
+  return buffer;
+}
+// An output that is a bfloat16 value already: as a float, or as its bfloat16 bits (exact).
+[[gnu::always_inline]] inline void store_value(float* p, float v) {
+  *p = v;
+}
+[[gnu::always_inline]] inline void store_value(bfloat16* p, float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  *p = bfloat16::from_bits(static_cast<uint16_t>(u >> 16));
+}
+
+// T float: mixed_bfloat16's float32 form (float32 tensors of bfloat16 values); T bfloat16: its
+// bfloat16 tensors, converted row by row into an L1-sized buffer and normalized by the same float
+// code, so that both forms give the same bits.
+template <int W, typename T>
+[[gnu::always_inline]] inline void normalize_rows_in_float(const T* x, int64_t rows, int64_t n,
                                                            const float* __restrict g,
                                                            const float* __restrict b, float epsilon,
-                                                           float* __restrict y, double* mean,
+                                                           T* __restrict y, double* mean,
                                                            double* inv_std) {
   const float count = static_cast<float>(n);
+  thread_local std::vector<float> buffer;
+  buffer.resize(std::is_same_v<T, float> ? 0 : static_cast<size_t>(n));
   for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict row = x + r * n;
+    const float* __restrict row = float_row(x + r * n, n, buffer.data());
     const float mu = float_sum_of<W>(row, n) / count;
     const float s = 1.0f / std::sqrt(float_centered_squares_of<W>(row, n, mu) / count + epsilon);
     mean[r] = mu;
     inv_std[r] = s;
-    float* __restrict out = y + r * n;
+    T* __restrict out = y + r * n;
     for (int64_t d = 0; d < n; ++d)
-      out[d] = round_to_bfloat16_value((row[d] - mu) * s * g[d] + b[d]);
+      store_value(out + d, round_to_bfloat16_value((row[d] - mu) * s * g[d] + b[d]));
   }
 }
 
-template <int W>
+// dy is read rounded to bfloat16 values (a bfloat16 dy: converted, exactly); dx is stored as a
+// float (T float) or rounded to bfloat16 (T bfloat16).
+template <int W, typename T>
 [[gnu::always_inline]] inline void normalize_rows_grad_in_float(
-    const float* dy, const float* x, int64_t rows, int64_t n, const float* __restrict g,
-    const double* mean, const double* inv_std, double* __restrict dgamma, double* __restrict dbeta,
-    float* dx) {
+    const T* dy, const T* x, int64_t rows, int64_t n, const float* __restrict g, const double* mean,
+    const double* inv_std, double* __restrict dgamma, double* __restrict dbeta, T* dx) {
   const float count = static_cast<float>(n);
-  // Each row of dy rounded into an L1-sized buffer first (a separate short loop keeps the row
-  // passes' registers as they are).
-  thread_local std::vector<float> rounded;
+  // Each row of dy (and of a bfloat16 x) as floats in L1-sized buffers first (separate short loops
+  // keep the row passes' registers as they are).
+  thread_local std::vector<float> rounded, xs;
   rounded.resize(static_cast<size_t>(n));
+  xs.resize(std::is_same_v<T, float> ? 0 : static_cast<size_t>(n));
   float* __restrict pd = rounded.data();
   for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict in = dy + r * n;
-    for (int64_t d = 0; d < n; ++d) pd[d] = round_to_bfloat16_value(in[d]);
-    const float* __restrict px = x + r * n;
+    const T* __restrict in = dy + r * n;
+    if constexpr (std::is_same_v<T, float>) {
+      for (int64_t d = 0; d < n; ++d) pd[d] = round_to_bfloat16_value(in[d]);
+    } else {
+      float_row(in, n, pd);
+    }
+    const float* __restrict px = float_row(x + r * n, n, xs.data());
     const float mu = static_cast<float>(mean[r]), s = static_cast<float>(inv_std[r]);
     float sum_g = 0, sum_gx = 0;
     float_gradient_sums_of<W>(pd, px, g, n, mu, s, sum_g, sum_gx);
     const float mean_g = sum_g / count, mean_gx = sum_gx / count;
-    float* __restrict out = dx + r * n;
+    T* __restrict out = dx + r * n;
     for (int64_t d = 0; d < n; ++d) {
       const float xhat = (px[d] - mu) * s;
       dgamma[d] += static_cast<double>(pd[d] * xhat);
       dbeta[d] += static_cast<double>(pd[d]);
-      out[d] = s * (pd[d] * g[d] - mean_g - xhat * mean_gx);
+      store_as(out + d, s * (pd[d] * g[d] - mean_g - xhat * mean_gx));
     }
   }
 }
@@ -330,11 +365,11 @@ LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows,
   normalize_rows<kFloatLanes>(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
 LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows,
-                          (const bfloat16* x, int64_t rows, int64_t n, const double* g,
-                           const double* b, double epsilon, bfloat16* y, double* mean,
+                          (const bfloat16* x, int64_t rows, int64_t n, const float* g,
+                           const float* b, float epsilon, bfloat16* y, double* mean,
                            double* inv_std),
                           (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
-  normalize_rows<kFloatLanes>(x, rows, n, g, b, epsilon, y, mean, inv_std);
+  normalize_rows_in_float<kFloatLanes>(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
 LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
                           (const float* dy, const float* x, int64_t rows, int64_t n,
@@ -345,10 +380,10 @@ LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
 }
 LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
                           (const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
-                           const double* g, const double* mean, const double* inv_std,
+                           const float* g, const double* mean, const double* inv_std,
                            double* dgamma, double* dbeta, bfloat16* dx),
                           (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
-  normalize_rows_grad<kFloatLanes>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
+  normalize_rows_grad_in_float<kFloatLanes>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
 
 LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_to_bfloat16_values,

@@ -26,18 +26,12 @@ void row_gradient_sums(const bfloat16* dy, const bfloat16* x, const double* g, i
 //             y = (x − mean)·inv_std·g + b
 //   backward: xhat = (x − mean)·inv_std;  mean_g = Σ dy·g / n;  mean_gx = Σ dy·g·xhat / n;
 //             dgamma += dy·xhat;  dbeta += dy;  dx = inv_std·(dy·g − mean_g − xhat·mean_gx)
-// y and dx are stored through float (bfloat16: rounded to nearest even), as a scalar loop storing
-// static_cast<float>(v) does.
+// y and dx are stored through float, as a scalar loop storing static_cast<float>(v) does.
 void layer_norm_rows(const float* x, int64_t rows, int64_t n, const double* g, const double* b,
                      double epsilon, float* y, double* mean, double* inv_std);
-void layer_norm_rows(const bfloat16* x, int64_t rows, int64_t n, const double* g, const double* b,
-                     double epsilon, bfloat16* y, double* mean, double* inv_std);
 void layer_norm_rows_grad(const float* dy, const float* x, int64_t rows, int64_t n, const double* g,
                           const double* mean, const double* inv_std, double* dgamma, double* dbeta,
                           float* dx);
-void layer_norm_rows_grad(const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
-                          const double* g, const double* mean, const double* inv_std,
-                          double* dgamma, double* dbeta, bfloat16* dx);
 // mixed_bfloat16's float32 form (keras/layer.h): float32 tensors of bfloat16 values, normalized
 // in float32 arithmetic as a bfloat16 kernel computes (the formulas above with every intermediate
 // a float; the row sums in eight float lanes in the same fixed order; dgamma and dbeta still
@@ -50,6 +44,13 @@ void layer_norm_rows_grad_of_bfloat16_values(const float* dy, const float* x, in
                                              int64_t n, const float* g, const double* mean,
                                              const double* inv_std, double* dgamma, double* dbeta,
                                              float* dx);
+// bfloat16 tensors (mixed_bfloat16's bfloat16 form): float32 arithmetic, as Keras normalizes
+// bfloat16 inputs, by the float32 form's code and with its bits; dx is stored rounded to bfloat16.
+void layer_norm_rows(const bfloat16* x, int64_t rows, int64_t n, const float* g, const float* b,
+                     float epsilon, bfloat16* y, double* mean, double* inv_std);
+void layer_norm_rows_grad(const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
+                          const float* g, const double* mean, const double* inv_std, double* dgamma,
+                          double* dbeta, bfloat16* dx);
 
 inline double row_sum(const double* x, int64_t n) {
   double sum = 0;

@@ -366,6 +366,41 @@ TEST(IsaLoops, LayerNormGradientGivesTheScalarBits) {
   }
 }
 
+// bfloat16 tensors normalize in float32, by the float32 form's definition above: the same
+// output, mean, inverse deviation, dgamma and dbeta bits on the same values, and dx the bfloat16
+// rounding of the float32 form's float dx.
+TEST(IsaLoops, LayerNormOfBfloat16TensorsGivesTheFloat32FormsBits) {
+  constexpr int64_t rows = 5, n = 67;
+  constexpr double epsilon = 1e-3;
+  auto rounded = [](std::vector<float> v) {
+    for (float& e : v) e = round_to_bfloat16_value(e);
+    return v;
+  };
+  const std::vector<float> x = rounded(finite_values(rows * n, 17)),
+                           dy = rounded(finite_values(rows * n, 18)), gamma = finite_values(n, 19),
+                           beta = finite_values(n, 20);
+  const Tensor tx = Tensor::from_vector(x, {rows, n}), tdy = Tensor::from_vector(dy, {rows, n});
+  const Tensor tg = Tensor::from_vector(gamma, {n}), tb = Tensor::from_vector(beta, {n});
+  const ops::LayerNormResult want = ops::layer_norm_forward(tx, tg, tb, epsilon, true);
+  const ops::NormGrads want_grads =
+      ops::layer_norm_backward(tdy, tx, tg, want.mean, want.inv_std, true);
+
+  const Tensor bx = tx.to(DType::bfloat16), bdy = tdy.to(DType::bfloat16);
+  const ops::LayerNormResult got = ops::layer_norm_forward(bx, tg, tb, epsilon);
+  ASSERT_EQ(got.output.dtype(), DType::bfloat16);
+  EXPECT_TRUE(
+      same_bits(got.output.to(DType::float32).data<float>(), want.output.data<float>(), x.size()));
+  EXPECT_TRUE(same_bits(got.mean.data<float>(), want.mean.data<float>(), rows));
+  EXPECT_TRUE(same_bits(got.inv_std.data<float>(), want.inv_std.data<float>(), rows));
+  const ops::NormGrads grads = ops::layer_norm_backward(bdy, bx, tg, got.mean, got.inv_std);
+  ASSERT_EQ(grads.x.dtype(), DType::bfloat16);
+  const std::vector<float> want_dx = rounded(
+      std::vector<float>(want_grads.x.data<float>(), want_grads.x.data<float>() + x.size()));
+  EXPECT_TRUE(same_bits(grads.x.to(DType::float32).data<float>(), want_dx.data(), x.size()));
+  EXPECT_TRUE(same_bits(grads.gamma.data<float>(), want_grads.gamma.data<float>(), n));
+  EXPECT_TRUE(same_bits(grads.beta.data<float>(), want_grads.beta.data<float>(), n));
+}
+
 TEST(IsaLoops, AddToBfloat16ValuesGivesTheRoundedScalarSum) {
   for (size_t n : {size_t{7}, size_t{333}, size_t{4101}}) {
     SCOPED_TRACE("n=" + std::to_string(n));
