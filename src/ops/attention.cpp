@@ -216,11 +216,25 @@ LOCKSTEP_DISPATCHED_LANES(void, softmax_columns_f32,
   typename Lanes<W>::F v, m, sum;
   for (int64_t c = 0; c < count; ++c, x += rows * ld) {
     for (int64_t j = 0; j < ld; j += W) {
+      // The column's max in four chains (rows 1, 5, 9, ... in the first), each started from row 0:
+      // the serial fold's value (it too skips NaN except in row 0, which every chain keeps), up to
+      // the sign of a zero max, which no difference x − max and so no probability sees.
+      typename Lanes<W>::F m4[4];
       load(m, x + j);
-      for (int64_t r = 1; r < rows; ++r) {
-        load(v, x + r * ld + j);
-        m = v > m ? v : m;
+      for (auto& e : m4) e = m;
+      int64_t r = 1;
+      for (; r + 4 <= rows; r += 4) {
+        for (int k = 0; k < 4; ++k) {
+          load(v, x + (r + k) * ld + j);
+          m4[k] = v > m4[k] ? v : m4[k];
+        }
       }
+      for (int k = 0; r < rows; ++r, ++k) {
+        load(v, x + r * ld + j);
+        m4[k] = v > m4[k] ? v : m4[k];
+      }
+      m = m4[0];
+      for (int k = 1; k < 4; ++k) m = m4[k] > m ? m4[k] : m;
       sum = typename Lanes<W>::F{};
       for (int64_t r = 0; r < rows; ++r) {
         load(v, x + r * ld + j);

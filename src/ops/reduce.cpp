@@ -2,9 +2,11 @@
 #include "lockstep/core/check.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
 
+#include "core/cpu_dispatch.h"
 #include "internal.h"
 #include "kernel_util.h"
 
@@ -193,6 +195,34 @@ Tensor reduce_max_backward(const Tensor& dy, const Tensor& x, const Tensor& y,
 }
 
 namespace detail {
+namespace {
+
+// acc[j] += Σ_i x[i, j], row after row: each column's sum in the order of the rows, so the ISA
+// builds (which vectorise across columns) give the same bits.
+LOCKSTEP_DISPATCHED(void, add_rows, (const float* x, int64_t rows, int64_t cols, float* acc),
+                    (x, rows, cols, acc)) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* __restrict row = x + i * cols;
+    float* __restrict a = acc;
+    for (int64_t j = 0; j < cols; ++j) a[j] += row[j];
+  }
+}
+LOCKSTEP_DISPATCHED(void, add_rows, (const bfloat16* x, int64_t rows, int64_t cols, float* acc),
+                    (x, rows, cols, acc)) {
+  const auto* bits = reinterpret_cast<const uint16_t*>(x);
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint16_t* __restrict row = bits + i * cols;
+    float* __restrict a = acc;
+    for (int64_t j = 0; j < cols; ++j) {
+      const uint32_t u = static_cast<uint32_t>(row[j]) << 16;  // the bfloat16's float value
+      float v;
+      std::memcpy(&v, &u, sizeof v);
+      a[j] += v;
+    }
+  }
+}
+
+}  // namespace
 
 void column_sums_into(const Tensor& x, const Tensor& out) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
@@ -204,9 +234,13 @@ void column_sums_into(const Tensor& x, const Tensor& out) {
     Tensor acc = direct ? out : Tensor(Shape{cols}, dtype_v<C>);
     C* pa = acc.data<C>();
     for (int64_t j = 0; j < cols; ++j) pa[j] = C(0);
-    for (int64_t i = 0; i < rows; ++i) {
-      const T* row = px + i * cols;
-      for (int64_t j = 0; j < cols; ++j) pa[j] += load(row[j]);
+    if constexpr (std::is_same_v<T, double>) {
+      for (int64_t i = 0; i < rows; ++i) {
+        const T* row = px + i * cols;
+        for (int64_t j = 0; j < cols; ++j) pa[j] += load(row[j]);
+      }
+    } else {
+      add_rows(px, rows, cols, pa);
     }
     if (!direct) {
       dispatch_floating(out.dtype(), "column_sums", [&](auto otag) {

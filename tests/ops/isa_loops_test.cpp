@@ -401,6 +401,26 @@ TEST(IsaLoops, LayerNormOfBfloat16TensorsGivesTheFloat32FormsBits) {
   EXPECT_TRUE(same_bits(grads.beta.data<float>(), want_grads.beta.data<float>(), n));
 }
 
+// A bias's gradient: each column of dy summed in float in the order of the rows (bfloat16 dy by
+// its float values), then stored in dy's dtype.
+TEST(IsaLoops, BiasGradientGivesTheScalarColumnSums) {
+  constexpr int64_t rows = 37, cols = 45;  // whole vectors of every build and a tail
+  const std::vector<float> dy = values(rows * cols, 21);
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor t = Tensor::from_vector(dy, {rows, cols}).to(dtype);
+    const Tensor as_float = t.to(DType::float32);
+    std::vector<float> want(cols, 0.0f);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) want[j] += as_float.data<float>()[i * cols + j];
+    }
+    const Tensor got = ops::bias_add_backward(t, false, true).dbias;
+    ASSERT_EQ(got.dtype(), dtype);
+    const Tensor want_t = Tensor::from_vector(want, {cols}).to(dtype).to(DType::float32);
+    EXPECT_TRUE(same_bits(got.to(DType::float32).data<float>(), want_t.data<float>(), cols));
+  }
+}
+
 TEST(IsaLoops, AddToBfloat16ValuesGivesTheRoundedScalarSum) {
   for (size_t n : {size_t{7}, size_t{333}, size_t{4101}}) {
     SCOPED_TRACE("n=" + std::to_string(n));
