@@ -8,7 +8,6 @@
 #include <optional>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "core/cpu_dispatch.h"
@@ -357,13 +356,13 @@ template <int W, bool kExact>
 }
 
 // NV vectors (W queries each) of rows s and, with TWO, s + 1 of yt; see scores_kernel.
-template <int W, int NV, bool TWO, bool kBf16>
-[[gnu::always_inline]] inline void scores_rows(const float* __restrict a0,
-                                               const float* __restrict a1,
+template <int W, int NV, bool TWO, typename T>
+[[gnu::always_inline]] inline void scores_rows(const T* __restrict a0, const T* __restrict a1,
                                                const float* __restrict bt, int64_t D, int64_t ld,
                                                float alpha, float* __restrict y0,
                                                float* __restrict y1) {
   using F = typename Lanes<W>::F;
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;  // both factors bfloat16 values
   F acc0[NV] = {}, acc1[NV] = {}, v;
   for (int64_t dd = 0; dd < D; ++dd) {
     const F x0 = value_of(a0[dd]) - F{};  // a broadcast: a − 0 is a for every float
@@ -380,115 +379,45 @@ template <int W, int NV, bool TWO, bool kBf16>
   }
 }
 
-// kBf16: a and b hold bfloat16 values (add_product).
-template <int W, int NV, bool kBf16>
-[[gnu::always_inline]] inline void scores_columns(const float* __restrict a, int64_t a_rs,
-                                                  int64_t S, const float* __restrict bt, int64_t D,
-                                                  int64_t ld, float alpha, float* __restrict yt) {
+template <int W, int NV, typename T>
+[[gnu::always_inline]] inline void scores_columns(const T* __restrict a, int64_t a_rs, int64_t S,
+                                                  const float* __restrict bt, int64_t D, int64_t ld,
+                                                  float alpha, float* __restrict yt) {
   int64_t s = 0;
   for (; s + 2 <= S; s += 2) {
-    scores_rows<W, NV, true, kBf16>(a + s * a_rs, a + (s + 1) * a_rs, bt, D, ld, alpha, yt + s * ld,
-                                    yt + (s + 1) * ld);
+    scores_rows<W, NV, true>(a + s * a_rs, a + (s + 1) * a_rs, bt, D, ld, alpha, yt + s * ld,
+                             yt + (s + 1) * ld);
   }
-  if (s < S) scores_rows<W, NV, false, kBf16>(a + s * a_rs, a, bt, D, ld, alpha, yt + s * ld, yt);
-}
-
-// In-register transposition of W rows of W lanes: one level per bit of the lane index, each
-// exchanging the off-diagonal H × H blocks of every 2H × 2H block (rows i and i + H, for i with
-// bit H clear). Lane j of the new row i: lane j of row i, or where bit H of j is set, lane j − H of
-// row i + H; of the new row i + H: lane j + H of row i where bit H of j is clear, else its own.
-// Moves only: the bits of the values are kept.
-constexpr int exchange_lane(int w, int h, bool second, int j) {
-  if (!second) return (j & h) ? w + j - h : j;
-  return (j & h) ? w + j : j + h;
-}
-template <int W, int H, size_t... J>
-[[gnu::always_inline]] inline void exchange(typename Lanes<W>::F& a, typename Lanes<W>::F& b,
-                                            std::index_sequence<J...>) {
-  const typename Lanes<W>::F first =
-      __builtin_shufflevector(a, b, exchange_lane(W, H, false, static_cast<int>(J))...);
-  b = __builtin_shufflevector(a, b, exchange_lane(W, H, true, static_cast<int>(J))...);
-  a = first;
-}
-template <int W, int H>
-[[gnu::always_inline]] inline void transpose_level(typename Lanes<W>::F (&r)[W]) {
-  [&]<size_t... I>(std::index_sequence<I...>) {
-    (((I & H) ? void() : exchange<W, H>(r[I], r[(I + H) % W], std::make_index_sequence<W>{})), ...);
-  }
-  (std::make_index_sequence<W>{});
-  if constexpr (H > 1) transpose_level<W, H / 2>(r);
-}
-
-// bt[d, t] = b[t, d] as float32 values for d < D and t < ld (0 for t >= T): W × W tiles through
-// registers where D is a multiple of W, else element by element.
-template <int W, typename T>
-[[gnu::always_inline]] inline void transpose_operand(const T* __restrict b, int64_t b_rs,
-                                                     int64_t T_, int64_t D, int64_t ld,
-                                                     float* __restrict bt) {
-  using F = typename Lanes<W>::F;
-  if (D % W != 0) {
-    for (int64_t dd = 0; dd < D; ++dd) {
-      for (int64_t t = 0; t < T_; ++t) bt[dd * ld + t] = value_of(b[t * b_rs + dd]);
-      for (int64_t t = T_; t < ld; ++t) bt[dd * ld + t] = 0.0f;
-    }
-    return;
-  }
-  for (int64_t t0 = 0; t0 < ld; t0 += W) {
-    for (int64_t d0 = 0; d0 < D; d0 += W) {
-      F r[W];
-      [&]<size_t... I>(std::index_sequence<I...>) {
-        (((t0 + static_cast<int64_t>(I) < T_ ? load<W>(r[I], b + (t0 + I) * b_rs + d0)
-                                             : void(r[I] = F{}))),
-         ...);
-      }
-      (std::make_index_sequence<W>{});
-      transpose_level<W, W / 2>(r);
-      [&]<size_t... I>(std::index_sequence<I...>) {
-        (store<W>(bt + (d0 + I) * ld + t0, r[I]), ...);
-      }
-      (std::make_index_sequence<W>{});
-    }
-  }
+  if (s < S) scores_rows<W, NV, false>(a + s * a_rs, a, bt, D, ld, alpha, yt + s * ld, yt);
 }
 
 // yt[s, t] = alpha · Σ_d a[s, d] · b[t, d] for s < S and t < ld (ld a multiple of 16, >= T): the
 // transposed scores as scores_t lays them out, float32. b is first transposed into bt [D, ld]
-// (float32 values, zero for t >= T, so the padding columns come out 0), and bfloat16 a converted
-// into [S, D] floats after it (so that its broadcasts are single loads); then each row of yt is a
+// (float32 values, zero for t >= T, so the padding columns come out 0); then each row of yt is a
 // sum of the D rows of bt scaled by broadcast elements of a: up to four vectors of queries of two
-// rows at a time, eight accumulators in registers at any width. bt holds D·ld + S·D floats.
+// rows at a time, eight accumulators in registers at any width.
 template <int W, typename T>
 [[gnu::always_inline]] inline void scores_kernel(const T* __restrict a, int64_t a_rs, int64_t S,
                                                  const T* __restrict b, int64_t b_rs, int64_t T_,
                                                  int64_t D, int64_t ld, float alpha,
                                                  float* __restrict bt, float* __restrict yt) {
-  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
-  transpose_operand<W>(b, b_rs, T_, D, ld, bt);
-  const float* af = nullptr;
-  int64_t af_rs = a_rs;
-  if constexpr (kBf16) {
-    float* __restrict converted = bt + D * ld;
-    for (int64_t s = 0; s < S; ++s) {
-      for (int64_t dd = 0; dd < D; ++dd) converted[s * D + dd] = value_of(a[s * a_rs + dd]);
-    }
-    af = converted;
-    af_rs = D;
-  } else {
-    af = a;
+  for (int64_t dd = 0; dd < D; ++dd) {
+    for (int64_t t = 0; t < T_; ++t) bt[dd * ld + t] = value_of(b[t * b_rs + dd]);
+    for (int64_t t = T_; t < ld; ++t) bt[dd * ld + t] = 0.0f;
   }
   for (int64_t j = 0; j < ld; j += 4 * W) {
     switch (std::min<int64_t>(4, (ld - j) / W)) {
       case 4:
-        scores_columns<W, 4, kBf16>(af, af_rs, S, bt + j, D, ld, alpha, yt + j);
+        scores_columns<W, 4>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
         break;
       case 3:
-        scores_columns<W, 3, kBf16>(af, af_rs, S, bt + j, D, ld, alpha, yt + j);
+        scores_columns<W, 3>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
         break;
       case 2:
-        scores_columns<W, 2, kBf16>(af, af_rs, S, bt + j, D, ld, alpha, yt + j);
+        scores_columns<W, 2>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
         break;
       default:
-        scores_columns<W, 1, kBf16>(af, af_rs, S, bt + j, D, ld, alpha, yt + j);
+        scores_columns<W, 1>(a, a_rs, S, bt + j, D, ld, alpha, yt + j);
         break;
     }
   }
@@ -670,7 +599,7 @@ void scores_product(const Tensor& a, int64_t a0, const Tensor& b, int64_t b0, in
   }
   const int64_t D = a.dim(3);
   const bool bf16 = a.dtype() == DType::bfloat16;
-  Tensor bt({std::max<int64_t>(1, D * (ld + d.S))}, DType::float32);  // scores_kernel's scratch
+  Tensor bt({std::max<int64_t>(1, D * ld)}, DType::float32);
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t h = 0; h < d.H; ++h) {
       float* y = yt.data<float>() + (e * d.H + h) * d.S * ld;

@@ -114,8 +114,7 @@ float exp_nonpositive_scalar(float x) {
   return under ? 0.0f : p * scale;
 }
 
-// Per head D features: 19 (element by element), 16 (whole vectors of every build: the transposed
-// operands go through registers in tiles).
+// Per head D features: 19 (a tail past the builds' vectors), 16 (whole vectors of every build).
 void expect_attention_gives_the_scalar_bits(const int64_t D) {
   SCOPED_TRACE("D=" + std::to_string(D));
   constexpr int64_t B = 2, T = 37, H = 2;
