@@ -17,13 +17,13 @@
 // The backward pass recomputes the scores and probabilities from query and key instead of keeping
 // them from the forward pass (they are cheaper to recompute than to store and reload).
 //
-// dtypes: query, key and value share one. float32 and bfloat16 multiply through oneDNN's float32
-// matmul (bfloat16 operands as float32 copies of their values: their products are exact, and the
-// sums accumulate in float32 as a bfloat16 matmul's do); scores, softmax and its gradient are
-// float32 either way (Keras keeps softmax in float32 under mixed precision), rounded to bfloat16
-// values only to multiply the values (P) and the keys and queries (dScores). float64 runs plain
-// loops (gradient checks). The output and the gradients have the inputs' dtype (bfloat16: one
-// rounding of the float32 result).
+// dtypes: query, key and value share one. float32 and bfloat16 multiply in loops written for a
+// head's few dozen rows (src/ops/attention.cpp; bfloat16 operands read as their float32 values:
+// their products are exact, and the sums accumulate in float32 as a bfloat16 matmul's do); scores,
+// softmax and its gradient are float32 either way (Keras keeps softmax in float32 under mixed
+// precision), rounded to bfloat16 values only to multiply the values (P) and the keys and queries
+// (dScores). float64 runs plain loops (gradient checks). The output and the gradients have the
+// inputs' dtype (bfloat16: one rounding of the float32 result).
 #include "lockstep/core/tensor.h"
 
 namespace lockstep::ops {
