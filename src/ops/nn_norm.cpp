@@ -264,25 +264,18 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    if constexpr (std::is_same_v<T, float>) {
-      if (bfloat16_values) {
+    // mixed_bfloat16's two forms in float32 arithmetic, as Keras normalizes bfloat16 inputs:
+    // bfloat16 tensors, and float32 tensors of bfloat16 values (the same bits).
+    if constexpr (!std::is_same_v<T, double>) {
+      if (std::is_same_v<T, bfloat16> || bfloat16_values) {
         thread_local std::vector<float> gf, bf;
-        gf.assign(g.begin(), g.end());  // exact: gamma and beta are float32
+        gf.assign(g.begin(), g.end());  // exact: gamma and beta are float32 or bfloat16
         bf.assign(b.begin(), b.end());
-        detail::layer_norm_rows_to_bfloat16_values(px, rows, features, gf.data(), bf.data(),
-                                                   static_cast<float>(epsilon), py, mean.data(),
-                                                   inv_std.data());
+        detail::layer_norm_rows_in_float(px, rows, features, gf.data(), bf.data(),
+                                         static_cast<float>(epsilon), py, mean.data(),
+                                         inv_std.data());
         return;
       }
-    }
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      // In float32, as Keras normalizes bfloat16 inputs (and as the float32 form does).
-      thread_local std::vector<float> gf, bf;
-      gf.assign(g.begin(), g.end());  // exact: gamma and beta are float32 or bfloat16
-      bf.assign(b.begin(), b.end());
-      detail::layer_norm_rows(px, rows, features, gf.data(), bf.data(), static_cast<float>(epsilon),
-                              py, mean.data(), inv_std.data());
-      return;
     }
     if constexpr (std::is_same_v<T, float>) {
       detail::layer_norm_rows(px, rows, features, g.data(), b.data(), epsilon, py, mean.data(),
@@ -342,23 +335,15 @@ NormGrads layer_norm_backward(const Tensor& grad_output, const Tensor& x, const 
   detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using C = detail::compute_t<T>;
-    if constexpr (std::is_same_v<T, float>) {
-      if (bfloat16_values) {
+    if constexpr (!std::is_same_v<T, double>) {
+      if (std::is_same_v<T, bfloat16> || bfloat16_values) {
         thread_local std::vector<float> gf;
-        gf.assign(g.begin(), g.end());  // exact: gamma is float32
-        detail::layer_norm_rows_grad_of_bfloat16_values(grad_output.data<T>(), x.data<T>(), rows,
-                                                        features, gf.data(), mu.data(), rstd.data(),
-                                                        dgamma.data(), dbeta.data(), dx.data<T>());
+        gf.assign(g.begin(), g.end());  // exact: gamma is float32 or bfloat16
+        detail::layer_norm_rows_grad_in_float(grad_output.data<T>(), x.data<T>(), rows, features,
+                                              gf.data(), mu.data(), rstd.data(), dgamma.data(),
+                                              dbeta.data(), dx.data<T>());
         return;
       }
-    }
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      thread_local std::vector<float> gf;
-      gf.assign(g.begin(), g.end());  // exact: gamma is float32 or bfloat16
-      detail::layer_norm_rows_grad(grad_output.data<T>(), x.data<T>(), rows, features, gf.data(),
-                                   mu.data(), rstd.data(), dgamma.data(), dbeta.data(),
-                                   dx.data<T>());
-      return;
     }
     if constexpr (std::is_same_v<T, float>) {
       detail::layer_norm_rows_grad(grad_output.data<T>(), x.data<T>(), rows, features, g.data(),

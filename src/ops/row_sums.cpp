@@ -142,9 +142,6 @@ template <int W, typename T>
       static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
   *p = bfloat16::from_bits(bits);
 }
-[[gnu::always_inline]] inline void store_as(bfloat16* p, double v) {
-  store_as(p, static_cast<float>(v));
-}
 
 template <typename T>
 [[gnu::always_inline]] inline void normalize_row(const T* __restrict x, const double* __restrict g,
@@ -364,7 +361,7 @@ LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows,
                           (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
   normalize_rows<kFloatLanes>(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
-LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows,
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_in_float,
                           (const bfloat16* x, int64_t rows, int64_t n, const float* g,
                            const float* b, float epsilon, bfloat16* y, double* mean,
                            double* inv_std),
@@ -378,7 +375,7 @@ LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
                           (dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx)) {
   normalize_rows_grad<kFloatLanes>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
-LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad_in_float,
                           (const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
                            const float* g, const double* mean, const double* inv_std,
                            double* dgamma, double* dbeta, bfloat16* dx),
@@ -386,13 +383,13 @@ LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad,
   normalize_rows_grad_in_float<kFloatLanes>(dy, x, rows, n, g, mean, inv_std, dgamma, dbeta, dx);
 }
 
-LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_to_bfloat16_values,
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_in_float,
                           (const float* x, int64_t rows, int64_t n, const float* g, const float* b,
                            float epsilon, float* y, double* mean, double* inv_std),
                           (x, rows, n, g, b, epsilon, y, mean, inv_std)) {
   normalize_rows_in_float<kFloatLanes>(x, rows, n, g, b, epsilon, y, mean, inv_std);
 }
-LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad_of_bfloat16_values,
+LOCKSTEP_DISPATCHED_LANES(void, layer_norm_rows_grad_in_float,
                           (const float* dy, const float* x, int64_t rows, int64_t n, const float* g,
                            const double* mean, const double* inv_std, double* dgamma, double* dbeta,
                            float* dx),

@@ -37,20 +37,20 @@ void layer_norm_rows_grad(const float* dy, const float* x, int64_t rows, int64_t
 // a float; the row sums in eight float lanes in the same fixed order; dgamma and dbeta still
 // accumulate over the rows in double). The forward stores y rounded to bfloat16 values, the
 // backward reads dy so rounded (round_to_bfloat16_value) and stores dx as a float.
-void layer_norm_rows_to_bfloat16_values(const float* x, int64_t rows, int64_t n, const float* g,
-                                        const float* b, float epsilon, float* y, double* mean,
-                                        double* inv_std);
-void layer_norm_rows_grad_of_bfloat16_values(const float* dy, const float* x, int64_t rows,
-                                             int64_t n, const float* g, const double* mean,
-                                             const double* inv_std, double* dgamma, double* dbeta,
-                                             float* dx);
+void layer_norm_rows_in_float(const float* x, int64_t rows, int64_t n, const float* g,
+                              const float* b, float epsilon, float* y, double* mean,
+                              double* inv_std);
+void layer_norm_rows_grad_in_float(const float* dy, const float* x, int64_t rows, int64_t n,
+                                   const float* g, const double* mean, const double* inv_std,
+                                   double* dgamma, double* dbeta, float* dx);
 // bfloat16 tensors (mixed_bfloat16's bfloat16 form): float32 arithmetic, as Keras normalizes
 // bfloat16 inputs, by the float32 form's code and with its bits; dx is stored rounded to bfloat16.
-void layer_norm_rows(const bfloat16* x, int64_t rows, int64_t n, const float* g, const float* b,
-                     float epsilon, bfloat16* y, double* mean, double* inv_std);
-void layer_norm_rows_grad(const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
-                          const float* g, const double* mean, const double* inv_std, double* dgamma,
-                          double* dbeta, bfloat16* dx);
+void layer_norm_rows_in_float(const bfloat16* x, int64_t rows, int64_t n, const float* g,
+                              const float* b, float epsilon, bfloat16* y, double* mean,
+                              double* inv_std);
+void layer_norm_rows_grad_in_float(const bfloat16* dy, const bfloat16* x, int64_t rows, int64_t n,
+                                   const float* g, const double* mean, const double* inv_std,
+                                   double* dgamma, double* dbeta, bfloat16* dx);
 
 inline double row_sum(const double* x, int64_t n) {
   double sum = 0;
