@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Lockstep vs PyTorch (tuned, Python and C++) vs the oneDNN floors, interleaved in one run.
 
-Every configuration runs once per round, in the same order each round (A B C ... A B C ...), so
-slow drifts of a shared machine hit all of them alike; medians over rounds are reported. Each
+Every configuration runs once per round, the order reversed every other round (A B C, C B A, ...),
+so slow drifts of a shared machine hit all of them alike and none always runs first or last after
+a floor; medians over rounds are reported. Each
 PyTorch peer is tuned: every round runs its grid (intra-op threads x OpenBLAS threads x global
 batch) and keeps the best point of that round. The float32 and bfloat16 floors (oneDNN's own
 matmul primitives on the seed step's shapes, one pinned copy per core at once) are measured at the
@@ -129,6 +130,20 @@ def with_conditions(args, configs):
 # per runnable thread — as between a host program's own threads, or jobs of one terminal, service
 # or container; "own" gives the co-runner a session of its own (--co-runner-session).
 CO_RUNNER_SESSION = "same"
+
+
+def round_order(configs, r):
+    """The configurations of round r: as listed in even rounds, reversed in odd ones. A row's runs
+    beside the co-runner stay right after its quiet run (they are reported as fractions of it)."""
+    groups = []
+    for c in configs:
+        if groups and c["condition"] != "quiet":
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    if r % 2:
+        groups.reverse()
+    return [c for g in groups for c in g]
 
 
 def start_co_runner(condition):
@@ -445,7 +460,7 @@ def main():
                 print("[round %d] floor %-8s %7.0f GFLOP/s (%s per core)" % (
                     r, precision, f["total_gflops"],
                     " + ".join("%.0f" % g for g in f["per_core_gflops"])), file=sys.stderr)
-        for c in configs:
+        for c in round_order(configs, r):
             start = time.time()
             result = run_one(c, args.run_timeout)
             if "error" in result:
