@@ -146,6 +146,42 @@ def round_order(configs, r):
     return [c for g in groups for c in g]
 
 
+def run_round(configs, r, timeout, runs, meta, timed_out, run=None):
+    """Round r's runs (floors apart), in round_order: each result appended to runs[id], each
+    failure to meta["failures"]. A PyTorch grid point that timed out is recorded in `timed_out`
+    and not run in later rounds (skipped_error). `run` stands in for run_one in tests."""
+    run = run or run_one
+    for c in round_order(configs, r):
+        if c["id"] in timed_out:
+            meta["failures"].append({"round": r, "id": c["id"],
+                                     "error": skipped_error(timeout, timed_out[c["id"]])})
+            continue
+        start = time.time()
+        result = run(c, timeout)
+        if result.get("timed_out") and c["kind"] == "torch":
+            timed_out[c["id"]] = r
+        if "error" in result:
+            print("[round %d] %s: FAILED %s" % (r, c["id"], result["error"]), file=sys.stderr)
+            meta["failures"].append({"round": r, "id": c["id"], "error": result["error"]})
+            continue
+        s = summarise(result)
+        s["load"] = loadavg()
+        s["round"] = r
+        runs[c["id"]].append(s)
+        print("[round %d] %-78s %9.0f samples/s  rss %4.0f MB  load %s (%.0fs)" % (
+            r, c["id"], s["samples_per_s"], s["peak_rss_mb"], s["load"], time.time() - start),
+            file=sys.stderr, flush=True)
+
+
+def skipped_error(timeout, first_round):
+    """Why a PyTorch grid point is not run again: it timed out in an earlier round. Such a point
+    (two intra-op threads and two OpenBLAS threads beside a spinning co-runner, typically) runs
+    tens of times slower than the grid's best and cannot be a round's best point; rerunning it
+    would only spend --run-timeout seconds every round."""
+    return "timed out after %.0f s (--run-timeout) in round %d, not run again" % (timeout,
+                                                                                 first_round)
+
+
 def start_co_runner(condition):
     if condition == "quiet":
         return None
@@ -188,7 +224,7 @@ def run_one(config, timeout):
                 co.kill()
                 co.wait()
         if timed_out.is_set():
-            return {"error": "timed out after %.0f s (--run-timeout)" % timeout}
+            return {"error": "timed out after %.0f s (--run-timeout)" % timeout, "timed_out": True}
         if status != 0:
             return {"error": lines[-1] if lines else "exit status %d" % status}
         result = json.load(open(out))
@@ -449,6 +485,7 @@ def main():
             "fma_peaks": [],
             "failures": []}
     runs = {c["id"]: [] for c in configs}
+    timed_out = {}  # id -> the round a PyTorch grid point timed out in
     started = time.time()
     for r in range(args.rounds):
         for precision in ("float32", "bfloat16") if bf16_floor else ("float32",):
@@ -460,20 +497,7 @@ def main():
                 print("[round %d] floor %-8s %7.0f GFLOP/s (%s per core)" % (
                     r, precision, f["total_gflops"],
                     " + ".join("%.0f" % g for g in f["per_core_gflops"])), file=sys.stderr)
-        for c in round_order(configs, r):
-            start = time.time()
-            result = run_one(c, args.run_timeout)
-            if "error" in result:
-                print("[round %d] %s: FAILED %s" % (r, c["id"], result["error"]), file=sys.stderr)
-                meta["failures"].append({"round": r, "id": c["id"], "error": result["error"]})
-                continue
-            s = summarise(result)
-            s["load"] = loadavg()
-            s["round"] = r
-            runs[c["id"]].append(s)
-            print("[round %d] %-78s %9.0f samples/s  rss %4.0f MB  load %s (%.0fs)" % (
-                r, c["id"], s["samples_per_s"], s["peak_rss_mb"], s["load"], time.time() - start),
-                file=sys.stderr, flush=True)
+        run_round(configs, r, args.run_timeout, runs, meta, timed_out)
     meta["load_after"] = loadavg()
     meta["minutes"] = (time.time() - started) / 60
     rows = report.rows_of(configs, runs, meta)
