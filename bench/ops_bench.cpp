@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -65,9 +66,11 @@ BENCHMARK(BM_SeedStepLinear)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 // hᵀ), in the layouts oneDNN prefers (format_tag::any), as if whoever writes them wrote them that
 // way: what the floor would be if the step never handed oneDNN an operand it copies into its own
 // layout first. Not the floor the targets use; a measure of what those copies cost.
+// `only` (0-4, in the order below): that one matmul alone.
 class OneDnnSeedStep {
  public:
-  explicit OneDnnSeedStep(bool bf16, bool packed = false) : packed_(packed) {
+  explicit OneDnnSeedStep(bool bf16, bool packed = false, int only = -1)
+      : packed_(packed), only_(only) {
     using dt = dnnl::memory::data_type;
     const dt a = bf16 ? dt::bf16 : dt::f32;
     const int64_t b = 128, in = 784, hid = 128, out = 10;
@@ -90,6 +93,7 @@ class OneDnnSeedStep {
   // src [m, k] (stored transposed when ta), weights [k, n] (stored transposed when tb).
   void add(dnnl::memory::dims src, bool ta, dnnl::memory::data_type st, dnnl::memory::dims wei,
            bool tb, dnnl::memory::data_type wt, dnnl::memory::data_type dst_t) {
+    if (only_ >= 0 && added_++ != only_) return;
     using tag = dnnl::memory::format_tag;
     dnnl::memory::desc sd(src, st, packed_ && ta ? tag::any : ta ? tag::ba : tag::ab);
     dnnl::memory::desc wd(wei, wt, packed_ ? tag::any : tb ? tag::ba : tag::ab);
@@ -115,6 +119,8 @@ class OneDnnSeedStep {
     return dnnl::engine(dnnl::engine::kind::cpu, 0);
   }
   bool packed_;
+  int only_;
+  int added_ = 0;
   dnnl::engine engine_ = capped_engine();
   dnnl::stream stream_{engine_};
   std::vector<Matmul> matmuls_;
@@ -148,6 +154,26 @@ void BM_SeedStepOneDnnPacked(benchmark::State& state) {
                                      : "bfloat16, preferred layouts");
 }
 BENCHMARK(BM_SeedStepOneDnnPacked)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// The two big matmuls of the seed step one at a time, plain and in the preferred layouts:
+// args {matmul: 0 = x·W1 (W1 preferred), 4 = dW1 = xᵀ·dh (xᵀ and dh preferred), bfloat16, packed}.
+// Where each of oneDNN's copies of a plain operand goes.
+void BM_SeedMatmulLayout(benchmark::State& state) {
+  const bool bf16 = state.range(1) != 0, packed = state.range(2) != 0;
+  if (bf16 && !ops::has_native_bfloat16_math()) {
+    state.SkipWithError("no bfloat16 kernels on this CPU (emulated)");
+    return;
+  }
+  const int which = static_cast<int>(state.range(0));
+  OneDnnSeedStep s(bf16, packed, which);
+  for (auto _ : state) s.run();
+  state.SetLabel(std::string(which == 0 ? "x·W1" : "dW1 = xᵀ·dh") +
+                 (bf16 ? ", bfloat16" : ", float32") +
+                 (packed ? ", preferred layouts" : ", plain"));
+}
+BENCHMARK(BM_SeedMatmulLayout)
+    ->ArgsProduct({{0, 4}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 
 // What one core's float32 FMA units can do at most: twelve independent chains of fused
 // multiply-adds (enough to cover their latency on two FMA ports), no memory traffic, as wide as the
