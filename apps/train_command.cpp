@@ -557,7 +557,7 @@ int run_train(const TrainArgs& a, const ClusterResolver& resolver) {
     j["steps_per_epoch"] = steps;
     j["seconds_per_epoch"] = *epoch_times;
     // The gradient all-reduce, as local replica 0 of this worker saw it: across workers when
-    // there are several, else the local reduce-scatter (0 steps with one replica in all).
+    // there are several, else the local sum-and-update pass (0 steps with one replica in all).
     distribute::SyncStats sync = model.gradient_sync_stats();
     double sync_seconds =
         strategy.num_workers() > 1 ? sync.cross_worker_seconds : sync.local_seconds;
