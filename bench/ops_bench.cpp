@@ -6,6 +6,8 @@
 // CPUs seen so far".
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <cmath>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
@@ -174,6 +176,55 @@ void BM_SeedMatmulLayout(benchmark::State& state) {
 BENCHMARK(BM_SeedMatmulLayout)
     ->ArgsProduct({{0, 4}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
+
+// What a core does right after the seed step's five matmuls (OneDnnSeedStep), in float32 (arg 0)
+// or bfloat16 (arg 1: AMX where oneDNN has it): the time of an Adam-like divider loop over 4,096
+// L1-resident elements and of a chain of dependent integer operations (its time is the clock's
+// inverse). Only the two loops are timed (manual time); "chain ns" is the chain alone. Where the
+// bfloat16 rows run slower than the float32 ones, the core's clock dropped after its matrix units
+// ran: what the update and the other hand-written loops of a mixed_bfloat16 step run at.
+__attribute__((noinline)) uint64_t dependent_chain(uint64_t x) {
+  for (int i = 0; i < 20000; ++i) {
+    asm volatile("" : "+r"(x));
+    x = x * 3 + 1;
+  }
+  return x;
+}
+__attribute__((noinline)) float divider_loop(std::vector<float>& w, std::vector<float>& m,
+                                             std::vector<float>& v, const std::vector<float>& g) {
+  for (size_t i = 0; i < w.size(); ++i) {
+    m[i] = m[i] + (g[i] - m[i]) * 0.1f;
+    v[i] = v[i] + (g[i] * g[i] - v[i]) * 0.001f;
+    w[i] = w[i] - m[i] * 0.001f / (std::sqrt(v[i]) + 1e-7f);
+  }
+  return w[7];
+}
+void BM_AfterSeedMatmuls(benchmark::State& state) {
+  const bool bf16 = state.range(0) != 0;
+  if (bf16 && !ops::has_native_bfloat16_math()) {
+    state.SkipWithError("no bfloat16 kernels on this CPU (emulated)");
+    return;
+  }
+  OneDnnSeedStep step(bf16);
+  std::vector<float> w(4096, 0.5f), m(4096, 0.0f), v(4096, 0.1f), g(4096, 0.01f);
+  double chain_seconds = 0;
+  uint64_t x = 1;
+  for (auto _ : state) {
+    step.run();
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(divider_loop(w, m, v, g));
+    const auto t1 = std::chrono::steady_clock::now();
+    x = dependent_chain(x);
+    const auto t2 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(x);
+    chain_seconds += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(std::chrono::duration<double>(t2 - t0).count());
+  }
+  state.counters["chain ns"] =
+      benchmark::Counter(chain_seconds * 1e9 / static_cast<double>(state.iterations()));
+  state.SetLabel(bf16 ? "after bfloat16 matmuls" : "after float32 matmuls");
+}
+BENCHMARK(BM_AfterSeedMatmuls)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // What one core's float32 FMA units can do at most: twelve independent chains of fused
 // multiply-adds (enough to cover their latency on two FMA ports), no memory traffic, as wide as the
