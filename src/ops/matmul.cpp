@@ -1,5 +1,6 @@
 #include "lockstep/ops/matmul.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <string>
 #include <tuple>
 
+#include "core/shared_blocks.h"
 #include "lockstep/core/check.h"
 #include "lockstep/ops/shape_ops.h"
 
@@ -266,6 +268,26 @@ void gemm_bf16_via_f32(const Tensor& a, const Tensor& b, const Tensor& bias, boo
                     static_cast<size_t>(out.num_elements()));
 }
 
+// aᵀ·b into out ([m, n]; a is [k, m], b [k, n], all float32 and dense) with oneDNN's sgemm, in
+// blocks of out's rows (weight_gradient_blocks). While a replica's weight gradient runs, the
+// thread of a replica that finished first has nothing to do: the blocks are its to take
+// (for_each_block). Returns false when sgemm refused the shape (nothing written that counts).
+bool weight_gradient_by_blocks(int64_t m, int64_t n, int64_t k, const float* a, const float* b,
+                               float* out) {
+  const RowBlocks split = weight_gradient_blocks(m, n, k);
+  std::atomic<bool> ok{true};
+  for_each_block(split.blocks, [&](int blk) {
+    const int64_t r0 = blk * split.rows, rows = std::min(split.rows, m - r0);
+    if (dnnl_sgemm('T', 'N', rows, n, k, 1.0f, a + r0, m, b, n, 0.0f, out + r0 * n, n) !=
+        dnnl_success)
+      ok.store(false, std::memory_order_relaxed);
+  });
+  return ok.load(std::memory_order_relaxed);
+}
+
+std::atomic<int64_t> g_block_macs{WeightGradientBlocking{}.macs_per_block};
+std::atomic<int64_t> g_block_min_rows{WeightGradientBlocking{}.min_rows};
+
 // oneDNN's matmul on the operands' own dtypes (float32 or bfloat16 kernels).
 void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
                  FusedActivation act, const Tensor& out) {
@@ -278,8 +300,7 @@ void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, 
   if (ta && !tb && !bias.defined() && act == FusedActivation::none && a.dtype() == DType::float32 &&
       b.dtype() == DType::float32 && out.dtype() == DType::float32) {
     onednn::apply_isa_cap();
-    if (dnnl_sgemm('T', 'N', m, n, k, 1.0f, a.data<float>(), m, b.data<float>(), n, 0.0f,
-                   out.data<float>(), n) == dnnl_success)
+    if (weight_gradient_by_blocks(m, n, k, a.data<float>(), b.data<float>(), out.data<float>()))
       return;
   }
   onednn::Key key("matmul");
@@ -330,6 +351,32 @@ void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, 
   }
 }
 }  // namespace
+
+void set_weight_gradient_blocking(WeightGradientBlocking blocking) {
+  LOCKSTEP_CHECK(blocking.macs_per_block >= 1 && blocking.min_rows >= 1,
+                 "set_weight_gradient_blocking: macs_per_block and min_rows must be at least 1. "
+                 "Received: ",
+                 blocking.macs_per_block, " and ", blocking.min_rows, ".");
+  g_block_macs.store(blocking.macs_per_block, std::memory_order_relaxed);
+  g_block_min_rows.store(blocking.min_rows, std::memory_order_relaxed);
+}
+
+WeightGradientBlocking weight_gradient_blocking() {
+  return {g_block_macs.load(std::memory_order_relaxed),
+          g_block_min_rows.load(std::memory_order_relaxed)};
+}
+
+RowBlocks weight_gradient_blocks(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kMaxBlocks = 8, kRowAlign = 16;
+  const WeightGradientBlocking b = weight_gradient_blocking();
+  if (m <= 0) return {1, m};
+  const int64_t macs = m * n * k;
+  const int64_t wanted = std::clamp<int64_t>(macs / b.macs_per_block, 1, kMaxBlocks);
+  int64_t rows = std::max(b.min_rows, (m + wanted - 1) / wanted);
+  if (rows >= kRowAlign) rows = (rows + kRowAlign - 1) / kRowAlign * kRowAlign;
+  rows = std::min(rows, m);
+  return {static_cast<int>((m + rows - 1) / rows), rows};
+}
 
 Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
   MatmulDims d = check_matmul(a, b, transpose_a, transpose_b, "matmul");

@@ -16,6 +16,7 @@
 #include "distribute/step/task_pool.h"
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras.h"
+#include "lockstep/ops/matmul.h"
 #include "testing/classification_data.h"
 #include "testing/policy_guard.h"
 
@@ -115,6 +116,25 @@ TEST(ReplicaScheduling, MixedBfloat16WeightsAreBitIdenticalOnAnyNumberOfThreads)
           << n << " replicas on " << t << " threads differ from 1 thread under mixed_bfloat16";
     }
   }
+}
+
+// The weight gradients split into blocks of rows that a thread done with its replica takes from
+// one still running (ops::weight_gradient_blocks, forced down to this model's size): the same
+// bytes on any number of threads.
+TEST(ReplicaScheduling, SharedWeightGradientBlocksKeepTheWeightsBitIdentical) {
+  const ops::WeightGradientBlocking saved = ops::weight_gradient_blocking();
+  ops::set_weight_gradient_blocking({.macs_per_block = 1, .min_rows = 2});
+  ASSERT_EQ(ops::weight_gradient_blocks(kInputs, kHidden, 8).blocks, 6);
+  for (int n : {2, 3}) {
+    distribute::Strategy reference_strategy(config(n, 1));
+    const std::string reference = fit_bytes(reference_strategy);
+    for (int t : {2, 3}) {
+      distribute::Strategy strategy(config(n, t));
+      EXPECT_TRUE(fit_bytes(strategy) == reference)
+          << n << " replicas on " << t << " threads differ from 1 thread with shared blocks";
+    }
+  }
+  ops::set_weight_gradient_blocking(saved);
 }
 
 // A model's update written with non-temporal stores (the path of models larger than the caches,

@@ -42,6 +42,25 @@ Bf16MatmulMode bf16_matmul_mode();
 bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool transpose_a = false,
                                  bool transpose_b = false);
 
+// A float32 product aᵀ·b with nothing fused — a dense layer's weight gradient, the last large
+// product of a replica's backward pass — runs in blocks of its output's rows, which idle threads
+// of the training step may take (src/core/shared_blocks.h): one block per `macs_per_block`
+// multiply-adds, each at least `min_rows` rows (a multiple of 16 from 16 up), at most 8. Every
+// block repacks b, so blocks stay large. The split depends on the shape alone. Process-wide; the
+// defaults suit the cores measured (docs/performance.md); tests force small blocks.
+struct WeightGradientBlocking {
+  int64_t macs_per_block = int64_t{4} << 20;
+  int64_t min_rows = 256;
+};
+void set_weight_gradient_blocking(WeightGradientBlocking blocking);
+WeightGradientBlocking weight_gradient_blocking();
+// How many blocks of how many rows an [m, n] weight gradient over k examples runs in.
+struct RowBlocks {
+  int blocks = 1;
+  int64_t rows = 0;
+};
+RowBlocks weight_gradient_blocks(int64_t m, int64_t n, int64_t k);
+
 MatmulGrads matmul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, bool transpose_a,
                             bool transpose_b, bool need_da = true, bool need_db = true);
 

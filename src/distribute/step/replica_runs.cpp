@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/shared_blocks.h"
+#include "lockstep/core/denormals.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/profiler.h"
 #include "lockstep/core/task_cancellation.h"
@@ -97,8 +99,13 @@ class ReplicaRuns::Phase : public TaskPhase {
   int kind() const override { return 0; }
   profiler::Phase trace_phase() const override { return profiler::Phase::replica; }
   int trace_replica(int task) const override { return task; }
-  void* run(int replica, int /*thread*/) override {
+  void* run(int replica, int thread) override {
     ReplicaRun* run = runs_.acquire();
+    // Blocks the run's kernels split their work into are left for idle threads to help with,
+    // while the machine has a spare core: on a busy one a helper that loses its CPU mid-block
+    // would hold this run up, and the threads have no time to spare anyway.
+    const bool share = runs_.strategy_.task_pool().spin_before_sleep().count() > 0;
+    const BlockBoardScope board(share ? &runs_.boards_[static_cast<size_t>(thread)] : nullptr);
     try {
       check_task_cancelled();
       run->reset(replica, overlap_);
@@ -123,7 +130,8 @@ class ReplicaRuns::Phase : public TaskPhase {
   // A thread done with its replica while another's still runs (or the update's last chunks do)
   // pulls a later step's input ahead, which the step would otherwise pull at its start: first
   // that of a replica still running, whose thread holds the step up.
-  bool idle_work(int pending) override { return input_.stage(pending); }
+  // Before that it helps a run still under way with the blocks it posted (shared_blocks.h).
+  bool idle_work(int pending) override { return runs_.help_runs() || input_.stage(pending); }
 
   // Before the pool runs the phase: how, and its sequence number there.
   void start(bool overlap, bool chained, uint64_t sequence) {
@@ -163,8 +171,24 @@ ReplicaRuns::ReplicaRuns(Strategy& strategy, const std::vector<Variable>& vars, 
     shapes_.push_back(v.shape());
     total_ += v.num_elements();
   }
+  TaskPool& pool = strategy_.task_pool();
+  num_boards_ = static_cast<size_t>(pool.total_threads());
+  boards_ = std::make_unique<BlockBoard[]>(num_boards_);
+  for (size_t i = 0; i < num_boards_; ++i) boards_[i].set_on_post([&pool] { pool.wake_idle(); });
   committed_[0].assign(static_cast<size_t>(num_local_), nullptr);
   committed_[1].assign(static_cast<size_t>(num_local_), nullptr);
+}
+
+bool ReplicaRuns::help_runs() {
+  for (size_t i = 0; i < num_boards_; ++i) {
+    BlockBoard& board = boards_[i];
+    if (!board.has_blocks()) continue;
+    // The blocks compute what the posting run would: in its floating-point mode.
+    const ScopedFlushDenormal flush;
+    profiler::ScopedSpan trace(profiler::Phase::backward);
+    if (board.help()) return true;
+  }
+  return false;
 }
 
 ReplicaRuns::~ReplicaRuns() {

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/shared_blocks.h"
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/core/tensor.h"
 #include "lockstep/distribute/replica_context.h"
@@ -164,12 +165,17 @@ class ReplicaRuns {
   class Phase;
   ReplicaRun* acquire();
   void release(ReplicaRun* run);
+  // An idle thread's help with the blocks a run under way posted; whether it ran any.
+  bool help_runs();
 
   Strategy& strategy_;
   std::vector<Shape> shapes_;
   int64_t total_ = 0;
   Options options_;
   int num_local_;
+  // Per pool thread: where the run it executes posts blocks for the others.
+  std::unique_ptr<BlockBoard[]> boards_;
+  size_t num_boards_ = 0;
   bool gang_ = false;
 
   std::mutex slots_mu_;

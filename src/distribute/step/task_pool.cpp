@@ -164,6 +164,11 @@ void TaskPool::wait_for_runs_before(uint64_t sequence) {
   }
 }
 
+void TaskPool::wake_idle() {
+  const uint64_t seq = current_.load(std::memory_order_acquire);
+  if (seq != 0) ring_[seq % kRing]->bump_progress();
+}
+
 int64_t TaskPool::backup_threshold_ns(int kind) const {
   const int64_t typical = typical_ns_[kind].load(std::memory_order_relaxed);
   return static_cast<int64_t>(options_.backup_factor * static_cast<double>(typical)) +

@@ -180,6 +180,10 @@ class TaskPool {
   using JoinHook = std::function<void(int thread, uint64_t phase)>;
   void set_join_hook(JoinHook hook);
 
+  // Wakes the threads waiting in the phase under way to look for work again: a task posted
+  // blocks they may help with (src/core/shared_blocks.h, TaskPhase::idle_work).
+  void wake_idle();
+
   TaskPoolStats stats() const;
   // Helper threads asleep between phases, waiting for the next one (for tests).
   int asleep_helpers() const;
