@@ -11,7 +11,7 @@
 namespace lockstep {
 
 struct BlockBoard::Loop {
-  const std::function<void(int)>* body = nullptr;
+  BlockBody body{};
   int n = 0;
   std::atomic<int> next{0};
   std::mutex error_mu;
@@ -25,7 +25,7 @@ struct BlockBoard::Loop {
          b = next.fetch_add(1, std::memory_order_relaxed)) {
       ran = true;
       try {
-        (*body)(b);
+        body.call(body.context, b);
       } catch (...) {
         std::lock_guard lock(error_mu);
         if (b < error_block) {
@@ -66,14 +66,14 @@ bool BlockBoard::help() {
   return ran;
 }
 
-void for_each_block(int n, const std::function<void(int)>& body) {
+void for_each_block(int n, BlockBody body) {
   BlockBoard* board = current_board;
   if (board == nullptr || n <= 1) {
-    for (int b = 0; b < n; ++b) body(b);
+    for (int b = 0; b < n; ++b) body.call(body.context, b);
     return;
   }
   BlockBoard::Loop loop;
-  loop.body = &body;
+  loop.body = body;
   loop.n = n;
   board->loop_.store(&loop, std::memory_order_seq_cst);
   if (board->on_post_) board->on_post_();

@@ -12,8 +12,16 @@
 // calling thread.
 #include <atomic>
 #include <functional>
+#include <type_traits>
 
 namespace lockstep {
+
+// A loop's body by reference, without std::function's allocation (the step calls it every time):
+// `call(context, b)` runs block b.
+struct BlockBody {
+  void* context;
+  void (*call)(void* context, int block);
+};
 
 class BlockBoard {
  public:
@@ -24,13 +32,13 @@ class BlockBoard {
   // Runs blocks of the loop posted here, if one is, until none is left to take; returns whether
   // it ran any. The caller establishes the floating-point mode the posting task runs in.
   bool help();
-  // Whether a loop is posted with blocks left to take (a hint: help() may still find none).
+  // Whether a loop is posted (a hint: help() may find its blocks all taken).
   bool has_blocks() const;
   // Called on the posting thread right after a loop is posted: how the idle threads hear of it.
   void set_on_post(std::function<void()> on_post) { on_post_ = std::move(on_post); }
 
  private:
-  friend void for_each_block(int, const std::function<void(int)>&);
+  friend void for_each_block(int, BlockBody);
   struct Loop;
   std::atomic<Loop*> loop_{nullptr};
   // Helpers between reading loop_ and leaving it: the poster waits for them before its loop
@@ -54,6 +62,12 @@ class BlockBoardScope {
 // Runs body(b) for every b in [0, n): on this thread and, inside a BlockBoardScope, on threads
 // that help. Blocks must be independent and write disjoint memory. Returns when every block is
 // done; rethrows the exception of the lowest failing block.
-void for_each_block(int n, const std::function<void(int)>& body);
+void for_each_block(int n, BlockBody body);
+template <typename Body>
+void for_each_block(int n, Body&& body) {
+  using B = std::remove_reference_t<Body>;
+  for_each_block(n, BlockBody{const_cast<void*>(static_cast<const void*>(&body)),
+                              [](void* c, int b) { (*static_cast<B*>(c))(b); }});
+}
 
 }  // namespace lockstep
