@@ -301,6 +301,23 @@ def isa_cap():
     return os.environ.get("LOCKSTEP_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA") or ""
 
 
+# PyTorch's own vectorized kernels (ATen) pick the widest the CPU has unless told otherwise; under
+# a cap they must take the same ceiling as Lockstep's loops, or a capped run compares AVX2 against
+# AVX-512. Its oneDNN takes the cap's own variable.
+ATEN_CAPABILITY = {"SSE41": "default", "AVX": "default", "AVX2": "avx2", "AVX2_VNNI": "avx2",
+                   "AVX2_VNNI_2": "avx2"}
+
+
+def torch_isa_env():
+    """The environment that caps PyTorch as Lockstep is capped ({} without a cap)."""
+    cap = isa_cap().upper()
+    if not cap:
+        return {}
+    env = {"ONEDNN_MAX_CPU_ISA": cap, "DNNL_MAX_CPU_ISA": cap}
+    env["ATEN_CPU_CAPABILITY"] = ATEN_CAPABILITY.get(cap, "avx512")
+    return env
+
+
 def choose_coretype():
     """Tries every OpenBLAS core type this CPU can execute under the cap and keeps the fastest.
     Returns (environment for PyTorch, {core type: GFLOP/s or the reason it was left out})."""
@@ -457,6 +474,7 @@ def main():
         return
     args.cpu = lockstep_cpu(args)
     args.torch_env, coretypes = choose_coretype()
+    args.torch_env.update(torch_isa_env())
     print("OpenBLAS core types (GFLOP/s, one thread): %s -> %s" % (
         "; ".join("%s %s" % (k, "%.1f" % v if isinstance(v, float) else v)
                   for k, v in coretypes.items()),
