@@ -103,8 +103,8 @@ StridedBatch heads(const Tensor& t, int64_t b0, int64_t n, int64_t H) {
 }
 
 // The block's transposed scores (or probabilities, or their gradients): n × H matrices [S, T],
-// each row padded to `ld` >= T elements (a multiple of 16) so that the softmax over s, a column of
-// these matrices, runs on whole vectors of 16 queries.
+// each row padded to `ld` >= T elements (padded(): whole vectors of the loops' build) so that the
+// softmax over s, a column of these matrices, runs on whole vectors of queries.
 StridedBatch scores_t(const Tensor& t, int64_t n, const Dims& d, int64_t ld) {
   return {.data = t.raw_data(),
           .dtype = t.dtype(),
@@ -118,8 +118,18 @@ StridedBatch scores_t(const Tensor& t, int64_t n, const Dims& d, int64_t ld) {
           .cs = 1};
 }
 
+// The float32 lanes of one register in the loops' build: 4, 8 or 16.
+LOCKSTEP_DISPATCHED_LANES(int64_t, loop_float_lanes, (), ()) {
+  return kFloatLanes;
+}
+
+// A row of the transposed scores holds T queries and is padded to whole vectors of the loops'
+// build: the padding columns are computed and thrown away, so the narrower the vector, the fewer
+// (49 queries: 64 columns in the AVX-512 build, 56 in the AVX2 one, 52 in the baseline). Every
+// column is computed on its own, so the padding changes no bits.
 int64_t padded(int64_t t) {
-  return (t + 15) / 16 * 16;
+  const int64_t w = loop_float_lanes();
+  return (t + w - 1) / w * w;
 }
 
 bool masking(const Plan& p) {
@@ -204,56 +214,81 @@ template <int W>
   v = (typename Lanes<W>::F)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
-// Softmax over each column of `count` matrices [rows, ld] (ld a multiple of 16), in place: the
-// max, the exponentials and their sum run down the columns, a vector at a time, with no reduction
-// across lanes. With `rounded`, the probabilities rounded to bfloat16 values also go there (same
-// layout), in the same pass.
+// The softmax of N adjacent vectors of columns (from column j) of one matrix [rows, ld]; see
+// softmax_columns_f32. N = 2 gives the core two independent exponentials per row to overlap (the
+// polynomial is a chain of dependent multiplies and adds); each lane's operations and their order
+// are those of N = 1.
+template <int W, int N>
+[[gnu::always_inline]] inline void softmax_column_vectors(float* __restrict x, int64_t rows,
+                                                          int64_t ld, int64_t j,
+                                                          float* __restrict rounded) {
+  using F = typename Lanes<W>::F;
+  F v, m[N], sum[N];
+  // Each vector's max in four chains (rows 1, 5, 9, ... in the first), each started from row 0:
+  // the serial fold's value (it too skips NaN except in row 0, which every chain keeps), up to the
+  // sign of a zero max, which no difference x − max and so no probability sees.
+  F m4[N][4];
+  for (int q = 0; q < N; ++q) {
+    load(v, x + j + q * W);
+    for (auto& e : m4[q]) e = v;
+  }
+  int64_t r = 1;
+  for (; r + 4 <= rows; r += 4) {
+    for (int k = 0; k < 4; ++k) {
+      for (int q = 0; q < N; ++q) {
+        load(v, x + (r + k) * ld + j + q * W);
+        m4[q][k] = v > m4[q][k] ? v : m4[q][k];
+      }
+    }
+  }
+  for (int k = 0; r < rows; ++r, ++k) {
+    for (int q = 0; q < N; ++q) {
+      load(v, x + r * ld + j + q * W);
+      m4[q][k] = v > m4[q][k] ? v : m4[q][k];
+    }
+  }
+  for (int q = 0; q < N; ++q) {
+    m[q] = m4[q][0];
+    for (int k = 1; k < 4; ++k) m[q] = m4[q][k] > m[q] ? m4[q][k] : m[q];
+    sum[q] = F{};
+  }
+  for (r = 0; r < rows; ++r) {
+    for (int q = 0; q < N; ++q) {
+      load(v, x + r * ld + j + q * W);
+      v -= m[q];
+      exp_nonpositive<W>(v);
+      sum[q] += v;
+      store(x + r * ld + j + q * W, v);
+    }
+  }
+  F inv[N];
+  for (int q = 0; q < N; ++q) inv[q] = 1.0f / sum[q];
+  for (r = 0; r < rows; ++r) {
+    for (int q = 0; q < N; ++q) {
+      load(v, x + r * ld + j + q * W);
+      v *= inv[q];
+      store(x + r * ld + j + q * W, v);
+      if (rounded) {
+        round_lanes_to_bfloat16<W>(v);
+        store(rounded + r * ld + j + q * W, v);
+      }
+    }
+  }
+}
+
+// Softmax over each column of `count` matrices [rows, ld] (ld whole vectors), in place: the
+// max, the exponentials and their sum run down the columns, two vectors at a time, with no
+// reduction across lanes. With `rounded`, the probabilities rounded to bfloat16 values also go
+// there (same layout), in the same pass.
 LOCKSTEP_DISPATCHED_LANES(void, softmax_columns_f32,
                           (float* __restrict x, int64_t count, int64_t rows, int64_t ld,
                            float* __restrict rounded),
                           (x, count, rows, ld, rounded)) {
   constexpr int W = kFloatLanes;
-  typename Lanes<W>::F v, m, sum;
   for (int64_t c = 0; c < count; ++c, x += rows * ld) {
-    for (int64_t j = 0; j < ld; j += W) {
-      // The column's max in four chains (rows 1, 5, 9, ... in the first), each started from row 0:
-      // the serial fold's value (it too skips NaN except in row 0, which every chain keeps), up to
-      // the sign of a zero max, which no difference x − max and so no probability sees.
-      typename Lanes<W>::F m4[4];
-      load(m, x + j);
-      for (auto& e : m4) e = m;
-      int64_t r = 1;
-      for (; r + 4 <= rows; r += 4) {
-        for (int k = 0; k < 4; ++k) {
-          load(v, x + (r + k) * ld + j);
-          m4[k] = v > m4[k] ? v : m4[k];
-        }
-      }
-      for (int k = 0; r < rows; ++r, ++k) {
-        load(v, x + r * ld + j);
-        m4[k] = v > m4[k] ? v : m4[k];
-      }
-      m = m4[0];
-      for (int k = 1; k < 4; ++k) m = m4[k] > m ? m4[k] : m;
-      sum = typename Lanes<W>::F{};
-      for (int64_t r = 0; r < rows; ++r) {
-        load(v, x + r * ld + j);
-        v -= m;
-        exp_nonpositive<W>(v);
-        sum += v;
-        store(x + r * ld + j, v);
-      }
-      const typename Lanes<W>::F inv = 1.0f / sum;
-      for (int64_t r = 0; r < rows; ++r) {
-        load(v, x + r * ld + j);
-        v *= inv;
-        store(x + r * ld + j, v);
-        if (rounded) {
-          round_lanes_to_bfloat16<W>(v);
-          store(rounded + r * ld + j, v);
-        }
-      }
-    }
+    int64_t j = 0;
+    for (; j + 2 * W <= ld; j += 2 * W) softmax_column_vectors<W, 2>(x, rows, ld, j, rounded);
+    if (j < ld) softmax_column_vectors<W, 1>(x, rows, ld, j, rounded);
     if (rounded) rounded += rows * ld;
   }
 }
@@ -391,7 +426,7 @@ template <int W, int NV, typename T>
   if (s < S) scores_rows<W, NV, false>(a + s * a_rs, a, bt, D, ld, alpha, yt + s * ld, yt);
 }
 
-// yt[s, t] = alpha · Σ_d a[s, d] · b[t, d] for s < S and t < ld (ld a multiple of 16, >= T): the
+// yt[s, t] = alpha · Σ_d a[s, d] · b[t, d] for s < S and t < ld (ld whole vectors, >= T): the
 // transposed scores as scores_t lays them out, float32. b is first transposed into bt [D, ld]
 // (float32 values, zero for t >= T, so the padding columns come out 0); then each row of yt is a
 // sum of the D rows of bt scaled by broadcast elements of a: up to four vectors of queries of two
