@@ -1,6 +1,8 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/check.h"
@@ -131,6 +133,22 @@ distribute::RoundedOut next_rounded_weights_out(const Variable& variable) {
   r->next_promised.store(1 - c, std::memory_order_release);
   if (kind == kValues) return {.values = copy.data<float>()};
   return {.bf16 = copy.data<bfloat16>()};
+}
+
+void swap_next_rounded_weights(const Variable& variable, Tensor& spare) {
+  RoundedWeights* r = existing(variable);
+  const int buffer = r != nullptr ? r->next_promised.load(std::memory_order_acquire) : -1;
+  LOCKSTEP_CHECK_AS(FailedPrecondition, buffer >= 0, "swap_next_rounded_weights: variable '",
+                    variable.name(), "' has no rounded copy handed out for its next buffer.");
+  const int kind = r->next_kind.load(std::memory_order_acquire);
+  std::lock_guard lock(r->mu);
+  Tensor& copy = r->copies[kind][buffer];
+  LOCKSTEP_CHECK_AS(
+      FailedPrecondition,
+      spare.defined() && spare.dtype() == copy.dtype() && spare.shape() == copy.shape(),
+      "swap_next_rounded_weights: variable '", variable.name(), "' needs a spare ", copy.describe(),
+      ". Received: ", spare.defined() ? spare.describe() : std::string("an undefined tensor"), ".");
+  std::swap(copy, spare);
 }
 
 }  // namespace lockstep::keras::mixed_precision

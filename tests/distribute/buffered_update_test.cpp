@@ -129,11 +129,13 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
 }
 
 // Chunk 1's first run never writes (it stands for a run still going when its backup won); the
-// backup's result reaches the weights, slots and rounding through the spares.
-void backup_published_through_the_spares(bool bfloat16_copy) {
+// backup's result reaches the weights, slots and rounding through the spares — the rounding
+// through a spare the rule swaps in when it can (first runs then write it directly), else copied
+// by the winner.
+void backup_published_through_the_spares(bool bfloat16_copy, bool swappable) {
   std::vector<Variable> vars = make_variables(kSizes);
   const std::vector<Variable> initial = make_variables(kSizes);
-  FakeUpdate rule(/*rounding=*/true, bfloat16_copy);
+  FakeUpdate rule(/*rounding=*/true, bfloat16_copy, swappable);
   ChunkLayout layout(vars, 1);
   BufferedUpdate update(layout, vars, rule, 2);
   std::vector<float> g = flat_sum(layout);
@@ -148,6 +150,8 @@ void backup_published_through_the_spares(bool bfloat16_copy) {
     update.commit_chunk(1, update.run_chunk(1, 1, /*backup=*/true));
     update.end_update();
     EXPECT_EQ(update.backup_publishes(), static_cast<uint64_t>(step + 1));
+    // One swap per update of the variable holding chunk 1, when the rule swaps.
+    EXPECT_EQ(rule.swaps, swappable ? step + 1 : 0);
     if (step == 0) expect_updated(vars, initial, rule, layout, g, /*rounding=*/true);
   }
   // Twice: w = w0 - g, m = 2g.
@@ -157,14 +161,19 @@ void backup_published_through_the_spares(bool bfloat16_copy) {
       const float w1 = initial[v].raw_value().data<float>()[j] - gj * 0.5f;
       ASSERT_EQ(vars[v].raw_value().data<float>()[j], w1 - gj * 0.5f);
       ASSERT_EQ(rule.slot(v).raw_value().data<float>()[j], gj + gj);
+      ASSERT_EQ(rule.rounded(v, static_cast<size_t>(j)),
+                static_cast<float>(bfloat16(w1 - gj * 0.5f)));
     }
   }
 }
 
 TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
-  for (bool bfloat16_copy : {false, true}) {
-    SCOPED_TRACE(bfloat16_copy ? "bfloat16 copy" : "float32 copy");
-    backup_published_through_the_spares(bfloat16_copy);
+  for (bool swappable : {true, false}) {
+    for (bool bfloat16_copy : {false, true}) {
+      SCOPED_TRACE(std::string(bfloat16_copy ? "bfloat16 copy" : "float32 copy") +
+                   (swappable ? ", swapped" : ", copied by the winner"));
+      backup_published_through_the_spares(bfloat16_copy, swappable);
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distribute/step/step_input.h"
@@ -20,17 +21,18 @@
 namespace lockstep::distribute::testing {
 
 // w' = w - g / 2, m' = m + g (one slot, m); with `rounding`, the bfloat16 rounding of w' goes to
-// a buffer kept beside each variable, as float32 values or (`bfloat16_copy`) as bfloat16. Counts
-// its begin/end calls.
+// a buffer kept beside each variable, as float32 values or (`bfloat16_copy`) as bfloat16, which
+// the step may swap a spare in for (`swappable`, as a Keras optimizer's copy). Counts its
+// begin/end calls and the swaps.
 class FakeUpdate : public ElementwiseUpdate {
  public:
-  explicit FakeUpdate(bool rounding = false, bool bfloat16_copy = false)
-      : rounding_(rounding), bfloat16_copy_(bfloat16_copy) {}
+  explicit FakeUpdate(bool rounding = false, bool bfloat16_copy = false, bool swappable = true)
+      : rounding_(rounding), bfloat16_copy_(bfloat16_copy), swappable_(swappable) {}
   void bind(const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) {
       slots_.push_back(Variable(Tensor::zeros(v.shape(), DType::float32), v.name() + "/m", false));
-      rounded_.emplace_back(static_cast<size_t>(v.num_elements()), 0.0f);
-      rounded_bf16_.emplace_back(static_cast<size_t>(v.num_elements()));
+      rounded_.push_back(
+          Tensor::zeros(v.shape(), bfloat16_copy_ ? DType::bfloat16 : DType::float32));
     }
   }
   std::vector<Variable> slot_variables(size_t i) const override { return {slots_[i]}; }
@@ -52,23 +54,31 @@ class FakeUpdate : public ElementwiseUpdate {
   void end_update() override { ++ends; }
   RoundedOut rounded_output(size_t i) const override {
     if (!rounding_) return {};
-    if (bfloat16_copy_) return {.bf16 = const_cast<bfloat16*>(rounded_bf16_[i].data())};
-    return {.values = const_cast<float*>(rounded_[i].data())};
+    if (bfloat16_copy_) return {.bf16 = rounded_[i].data<bfloat16>()};
+    return {.values = rounded_[i].data<float>()};
+  }
+  bool swaps_rounded_output() const override { return swappable_; }
+  void swap_rounded_output(size_t i, Tensor& spare) override {
+    if (!swappable_) throw Internal("FakeUpdate: swap_rounded_output on a rule that cannot");
+    if (spare.dtype() != rounded_[i].dtype() || !(spare.shape() == rounded_[i].shape()))
+      throw Internal("FakeUpdate: a spare of another dtype or shape");
+    std::swap(rounded_[i], spare);
+    ++swaps;
   }
 
   const Variable& slot(size_t i) const { return slots_[i]; }
   // The kept rounding of variable i's element j, as a float.
   float rounded(size_t i, size_t j) const {
-    return bfloat16_copy_ ? static_cast<float>(rounded_bf16_[i][j]) : rounded_[i][j];
+    return bfloat16_copy_ ? static_cast<float>(rounded_[i].data<bfloat16>()[j])
+                          : rounded_[i].data<float>()[j];
   }
   std::vector<double> norms_;
-  int begins = 0, ends = 0;
+  int begins = 0, ends = 0, swaps = 0;
 
  private:
-  bool rounding_, bfloat16_copy_;
+  bool rounding_, bfloat16_copy_, swappable_;
   std::vector<Variable> slots_;
-  std::vector<std::vector<float>> rounded_;
-  std::vector<std::vector<bfloat16>> rounded_bf16_;
+  std::vector<Tensor> rounded_;
 };
 
 // The cross-worker communicator of one worker of two whose other worker offers the same values:

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -185,6 +186,37 @@ TEST(Bfloat16Weights, FollowTheVariablesBuffers) {
   v.flip_buffers();
   EXPECT_EQ(rounded_weights_out(v).values, nullptr) << "the float32 copy was not written";
   expect_rounded(v, rounded_weights(v));
+  expect_bfloat16(v, bfloat16_weights(v));
+}
+
+// A spare swapped in for the handed-out copy (what the step does when a backup run won part of
+// the update) is what the flip makes current; the old copy comes back as the spare. A spare of
+// another dtype or shape, or a swap with no copy handed out, is refused with both named.
+TEST(Bfloat16Weights, ASpareSwappedInBeforeTheFlipBecomesTheCopy) {
+  Variable v(sample_values(500, 0.0f), "w");
+  v.enable_next_buffer();
+  bfloat16_weights(v);
+  Tensor none(v.shape(), DType::bfloat16);
+  EXPECT_THROW(swap_next_rounded_weights(v, none), FailedPrecondition) << "nothing handed out";
+  v.next_value().copy_from(sample_values(500, 0.75f));
+  const distribute::RoundedOut next = next_rounded_weights_out(v);
+  ASSERT_NE(next.bf16, nullptr);
+  Tensor wrong(v.shape(), DType::float32);
+  try {
+    swap_next_rounded_weights(v, wrong);
+    ADD_FAILURE() << "a float32 spare for a bfloat16 copy was accepted";
+  } catch (const FailedPrecondition& e) {
+    EXPECT_NE(std::string(e.what()).find("bfloat16[500]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("float32[500]"), std::string::npos) << e.what();
+  }
+  Tensor spare(v.shape(), DType::bfloat16);
+  const float* src = v.next_value().data<float>();
+  for (int64_t i = 0; i < 500; ++i) spare.data<bfloat16>()[i] = bfloat16(src[i]);
+  bfloat16* spare_data = spare.data<bfloat16>();
+  swap_next_rounded_weights(v, spare);
+  EXPECT_EQ(spare.data<bfloat16>(), next.bf16) << "the old copy comes back as the spare";
+  v.flip_buffers();
+  EXPECT_EQ(rounded_weights_out(v).bf16, spare_data);
   expect_bfloat16(v, bfloat16_weights(v));
 }
 

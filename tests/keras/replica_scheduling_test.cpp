@@ -265,5 +265,26 @@ TEST(ReplicaScheduling, AStalledUpdateBlockIsBackedUpAndItsLateRunChangesNothing
   }
 }
 
+// The same under mixed_bfloat16, where a block's first run also writes the weights' bfloat16
+// copy straight to its next buffer: the backup's copy goes through a spare the optimizer swaps in
+// (distribute::ElementwiseUpdate::swap_rounded_output). The later steps multiply by that copy, so
+// a wrong or stale chunk of it would change the weights at the end.
+TEST(ReplicaScheduling, AStalledUpdateBlockUnderMixedBfloat16PublishesTheBfloat16Copy) {
+  lockstep::testing::PolicyGuard policy("mixed_bfloat16");
+  distribute::Strategy reference_strategy(config(2, 1));
+  const std::string reference = fit_bytes(reference_strategy);
+
+  distribute::Strategy strategy(config(2, 2));
+  auto stall = std::make_shared<StallOneThread>(strategy.task_pool(), /*from_step=*/1,
+                                                /*task_kind=*/1);
+  distribute::SyncStats stats;
+  const std::string got = fit_bytes(strategy, {stall}, &stats);
+  ASSERT_TRUE(stall->stalled()) << "the helper thread never took a block of the update";
+  EXPECT_GE(strategy.task_pool().stats().backup_wins, 1u);
+  EXPECT_GE(stats.backup_publishes, 1u);
+  EXPECT_TRUE(got == reference) << "a backup's block of the update under mixed_bfloat16 changed "
+                                << "the weights";
+}
+
 }  // namespace
 }  // namespace lockstep::keras

@@ -72,6 +72,15 @@ class ElementwiseUpdate {
   // bfloat16 rounding this way). Asked once per variable before each update, on one thread; a
   // destination handed out is written in full before the step flips the variable's buffers.
   virtual RoundedOut rounded_output(size_t /*i*/) const { return {}; }
+  // Whether swap_rounded_output() works: the step then writes a first run's rounding straight to
+  // rounded_output(i), and a chunk a backup run wins through a spare destination it swaps in (the
+  // first run may still be writing the old one). Otherwise every rounding goes through scratch and
+  // the winner copies it.
+  virtual bool swaps_rounded_output() const { return false; }
+  // Makes `spare` (a tensor of the destination's dtype and variable i's shape) the destination
+  // rounded_output(i) handed out for this update, and hands the old one back in `spare`. On one
+  // thread, after the last apply() and before the step flips the variable's buffers.
+  virtual void swap_rounded_output(size_t /*i*/, Tensor& /*spare*/) {}
 };
 
 }  // namespace lockstep::distribute

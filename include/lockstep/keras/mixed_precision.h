@@ -77,6 +77,11 @@ distribute::RoundedOut rounded_weights_out(const Variable& variable);
 // when both are), else nothing. Whoever gets a destination must write it in full before
 // Variable::flip_buffers(), which then makes it the current copy (and leaves the other kind stale).
 distribute::RoundedOut next_rounded_weights_out(const Variable& variable);
+// Makes `spare` the copy next_rounded_weights_out() handed out (it must have the copy's dtype and
+// the variable's shape) and hands the old one back in `spare`, before Variable::flip_buffers():
+// for an update that wrote part of the copy elsewhere while another writer may still be writing
+// the old one. FailedPrecondition when no copy was handed out since the last flip.
+void swap_next_rounded_weights(const Variable& variable, Tensor& spare);
 
 // The memory of one training step of `model` on (x, y), measured from the storage pool's live
 // bytes (StoragePoolStats::live_bytes), not computed from shapes: after a warm-up step (layers

@@ -76,6 +76,8 @@ struct BufferedUpdate::Scratch {
   std::vector<const float*> slot_in;
   const Chunk* chunk = nullptr;
   bool direct = false;  // this run wrote the weights and slots straight to the next buffers
+  // ... and the rounding of each kind straight to the rule's rounded output.
+  bool values_direct = false, bf16_direct = false;
 };
 
 class BufferedUpdate::Phase : public TaskPhase {
@@ -127,9 +129,11 @@ BufferedUpdate::BufferedUpdate(const ChunkLayout& layout, std::vector<Variable> 
 #if defined(__x86_64__) || defined(__i386__)
   shared_reads_ = !streaming_ && threads > 1 && stream_shared_reads();
 #endif
+  direct_rounded_ = rule_.swaps_rounded_output();
   won_by_backup_.assign(layout_.chunks().size(), 0);
   spare_w_.resize(vars_.size());
   spare_s_.resize(vars_.size());
+  spare_r_.resize(vars_.size());
   // One scratch per thread that may run a chunk task, the busy-machine extras included.
   const size_t chunk = static_cast<size_t>(layout_.chunk_size());
   for (int t = 0; t < threads; ++t) {
@@ -247,8 +251,9 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   // the same bits. A task's first run writes the weights and slots straight to their next
   // buffers; a backup run writes them to this thread's scratch, and if it wins, commit_chunk()
   // publishes them through the spare buffers (publish_backup_updates), because the first run may
-  // still be writing the next buffers. The bfloat16 rounding always goes to scratch and is copied
-  // by the winner: it is a quarter of the bytes and keeps that copy single-writer.
+  // still be writing the next buffers. The rule's rounding of the weights follows them when the
+  // rule can swap a spare in for it (swaps_rounded_output); otherwise it goes to scratch and the
+  // winner copies it, which keeps that copy single-writer.
   sc.direct = !streaming_ && !backup;
   // The weights themselves are what the replicas multiply by unless the rule writes a rounded
   // copy for them: then a first run streams them to their next buffer through scratch
@@ -261,9 +266,17 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   const float* w = cur_w_[i] + c.offset;
   const std::span<const float* const> slots_in(sc.slot_in.data(), cur_slots.size());
   const std::span<float* const> slots_out(sc.slot_ptrs.data(), cur_slots.size());
+  // The rounding likewise, when the rule can swap in a spare for a chunk a backup wins; float32
+  // values the replicas multiply by still go through scratch when they are streamed.
+  sc.values_direct = sc.direct && direct_rounded_ && !shared_reads_ && next_r_[i].values != nullptr;
+  sc.bf16_direct = sc.direct && direct_rounded_ && next_r_[i].bf16 != nullptr;
   RoundedOut rounded;
-  if (next_r_[i].values != nullptr) rounded.values = sc.rounded.data() + base;
-  if (next_r_[i].bf16 != nullptr) rounded.bf16 = sc.rounded_bf16.data() + base;
+  if (next_r_[i].values != nullptr) {
+    rounded.values = sc.values_direct ? next_r_[i].values + c.offset : sc.rounded.data() + base;
+  }
+  if (next_r_[i].bf16 != nullptr) {
+    rounded.bf16 = sc.bf16_direct ? next_r_[i].bf16 + c.offset : sc.rounded_bf16.data() + base;
+  }
   const float* terms[2];
   const int count = sum_ == nullptr ? GradientReducer::chunk_terms(c, terms_, terms) : 0;
   if (count == 2) {
@@ -297,14 +310,21 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
   const size_t i = c.var;
   const size_t n = static_cast<size_t>(c.n);
   const RoundedOut& r = next_r_[i];
-  if (r.values != nullptr) {
-    copy_next(r.values + c.offset, sc.rounded.data(), n * sizeof(float), shared_reads_);
-    if (shared_reads_) fence_streaming_stores();
+  // A backup's rounding of a kind first runs write directly goes to the spare, as its weights do.
+  const bool rounded_to_spare = !sc.direct && !streaming_ && direct_rounded_;
+  if (rounded_to_spare) allocate_spares(i);
+  if (r.values != nullptr && !sc.values_direct) {
+    const bool spare = rounded_to_spare && !shared_reads_;
+    float* dst = spare ? spare_r_[i].data<float>() : r.values;
+    copy_next(dst + c.offset, sc.rounded.data(), n * sizeof(float), shared_reads_ && !spare);
+    if (shared_reads_ && !spare) fence_streaming_stores();
   }
   // The bfloat16 copy, half the bytes of the weights, is left in cache: streaming it cost the
   // step more than it saved (docs/performance.md, "Measured design choices").
-  if (r.bf16 != nullptr)
-    copy_next(r.bf16 + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), false);
+  if (r.bf16 != nullptr && !sc.bf16_direct) {
+    bfloat16* dst = rounded_to_spare ? spare_r_[i].data<bfloat16>() : r.bf16;
+    copy_next(dst + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), false);
+  }
   if (sc.direct) return;  // the weights and slots are in place already
   // Without streaming only a backup writes scratch, and it won: the chunk's first run may still
   // be writing the next buffers, so the result goes to the spares.
@@ -324,6 +344,19 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
 
 void BufferedUpdate::allocate_spares(size_t i) {
   std::lock_guard lock(spare_mu_);
+  // The rounded output's spare, for the kind first runs write directly (the kind can change
+  // between updates).
+  const RoundedOut& r = next_r_[i];
+  DType rounded = DType::float32;
+  bool wants_rounded = false;
+  if (direct_rounded_ && r.bf16 != nullptr) {
+    wants_rounded = true;
+    rounded = DType::bfloat16;
+  } else if (direct_rounded_ && r.values != nullptr && !shared_reads_) {
+    wants_rounded = true;
+  }
+  if (wants_rounded && (!spare_r_[i].defined() || spare_r_[i].dtype() != rounded))
+    spare_r_[i] = Tensor(vars_[i].shape(), rounded);
   if (spare_w_[i].defined()) return;
   spare_w_[i] = Tensor(vars_[i].shape(), DType::float32);
   for (const Variable& sv : slots_[i]) spare_s_[i].emplace_back(sv.shape(), DType::float32);
@@ -342,6 +375,15 @@ void BufferedUpdate::publish_backup_updates() {
     bool won = false;
     for (; end < chunks.size() && chunks[end].var == i; ++end) won = won || won_by_backup_[end];
     if (won) {
+      // The rounded output too when first runs wrote it directly (allocate_spares made its spare).
+      const RoundedOut& r = next_r_[i];
+      const void* rounded = nullptr;
+      if (direct_rounded_ && r.bf16 != nullptr) {
+        rounded = r.bf16;
+      } else if (direct_rounded_ && r.values != nullptr && !shared_reads_) {
+        rounded = r.values;
+      }
+      const size_t rounded_size = r.bf16 != nullptr ? sizeof(bfloat16) : sizeof(float);
       for (size_t k = c; k < end; ++k) {
         if (won_by_backup_[k]) continue;
         const Chunk& ck = chunks[k];
@@ -349,9 +391,16 @@ void BufferedUpdate::publish_backup_updates() {
         std::memcpy(spare_w_[i].data<float>() + ck.offset, next_w_[i] + ck.offset, bytes);
         for (size_t j = 0; j < next_s_[i].size(); ++j)
           std::memcpy(spare_s_[i][j].data<float>() + ck.offset, next_s_[i][j] + ck.offset, bytes);
+        if (rounded != nullptr) {
+          const size_t at = static_cast<size_t>(ck.offset) * rounded_size;
+          std::memcpy(static_cast<char*>(spare_r_[i].raw_data()) + at,
+                      static_cast<const char*>(rounded) + at,
+                      static_cast<size_t>(ck.n) * rounded_size);
+        }
       }
       vars_[i].swap_next_storage(spare_w_[i]);
       for (size_t j = 0; j < slots_[i].size(); ++j) slots_[i][j].swap_next_storage(spare_s_[i][j]);
+      if (rounded != nullptr) rule_.swap_rounded_output(i, spare_r_[i]);
     }
     c = end;
   }

@@ -8,11 +8,12 @@
 // thread's scratch. A chunk run twice computes the same bits and only the run that commits
 // writes: when a backup wins, its result goes to the variable's *spare* buffers (the first run
 // may still be writing the next ones), and at the end of the update the spares, completed with
-// the chunks the first runs wrote, become the next buffers. Then every variable flips to its
-// next buffer. Models whose update writes more than the caches hold write through scratch with
-// non-temporal stores instead (set_streaming_threshold), and with several threads on an AMD CPU
-// the float32 values the replicas multiply by are streamed too, since every core read their lines
-// (set_stream_shared_reads); the bits are the same either way.
+// the chunks the first runs wrote, become the next buffers (the rule's rounded copy of the weights
+// likewise, through ElementwiseUpdate::swap_rounded_output, when the rule has one and can swap
+// it). Then every variable flips to its next buffer. Models whose update writes more than the
+// caches hold write through scratch with non-temporal stores instead (set_streaming_threshold), and
+// with several threads on an AMD CPU the float32 values the replicas multiply by are streamed too,
+// since every core read their lines (set_stream_shared_reads); the bits are the same either way.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -88,6 +89,9 @@ class BufferedUpdate {
   ElementwiseUpdate& rule_;
   size_t max_slots_ = 0;
   bool streaming_ = false;
+  // The rule can swap a spare in for its rounded output (swaps_rounded_output): a first run then
+  // writes the rounding straight to it.
+  bool direct_rounded_ = false;
   // Several threads run the replicas and stream_shared_reads(), so the float32 values they
   // multiply by next step (the weights, or the rule's rounding of them held in float32) are written
   // with non-temporal stores (copy_next; x86 only, where there are such stores). A bfloat16 copy
@@ -110,6 +114,7 @@ class BufferedUpdate {
   std::vector<char> won_by_backup_;
   std::vector<Tensor> spare_w_;
   std::vector<std::vector<Tensor>> spare_s_;
+  std::vector<Tensor> spare_r_;  // the rounded output's, where a first run writes it directly
   std::mutex spare_mu_;
   uint64_t backup_publishes_ = 0;
 };

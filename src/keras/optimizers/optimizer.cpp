@@ -249,6 +249,10 @@ distribute::RoundedOut Optimizer::rounded_output(size_t i) const {
   return mixed_precision::next_rounded_weights_out(vars_[static_cast<size_t>(bound_.at(i))]);
 }
 
+void Optimizer::swap_rounded_output(size_t i, Tensor& spare) {
+  mixed_precision::swap_next_rounded_weights(vars_[static_cast<size_t>(bound_.at(i))], spare);
+}
+
 std::vector<Variable> Optimizer::slot_variables(size_t i) const {
   return slots_[static_cast<size_t>(bound_.at(i))];
 }
