@@ -192,6 +192,10 @@ class TaskPool {
   // task's first run write its result straight to a shared destination and give backups private
   // state, so that the common case — no backup — copies nothing.
   static bool in_backup_run();
+  // True on a helper thread of some pool (its own threads, the busy-machine extras included; not
+  // the caller of run()): what a phase's idle work, such as staging a replica's next input, runs
+  // on besides the tasks.
+  static bool on_helper_thread();
 
  private:
   struct TaskState;

@@ -24,6 +24,14 @@
 
 namespace lockstep::distribute {
 
+namespace {
+thread_local bool t_helper_thread = false;
+}  // namespace
+
+bool TaskPool::on_helper_thread() {
+  return t_helper_thread;
+}
+
 using namespace task_pool_detail;
 
 TaskPool::TaskPool(TaskPoolOptions options) : options_(std::move(options)) {
@@ -93,6 +101,7 @@ bool TaskPool::spinning_allowed() {
 }
 
 void TaskPool::helper(int thread) {
+  t_helper_thread = true;
   if (thread < static_cast<int>(options_.pin_cores.size()))
     pin_current_thread(options_.pin_cores[static_cast<size_t>(thread)]);
   {
