@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "column_softmax.h"
+#include "core/cpu_dispatch.h"
 #include "internal.h"
 #include "kernel_util.h"
 #include "onednn.h"
@@ -34,6 +36,37 @@ void softmax_f64(const Tensor& x, const Tensor& y, int axis) {
   }
 }
 
+// A classifier's softmax: a short last axis (its classes) of many rows. oneDNN's kernel runs along
+// a row, which for ten classes leaves most of each vector empty, and costs more to call than to
+// compute; here a block of rows is transposed into columns so that each lane of a vector holds
+// one row's softmax (column_softmax.h), then transposed back. The lanes are independent, so the
+// blocking and the build's vector width change no bit.
+constexpr int64_t kMaxShortAxis = 32;
+
+LOCKSTEP_DISPATCHED_LANES(void, softmax_short_rows_f32,
+                          (const float* __restrict x, float* __restrict y, int64_t rows, int64_t n),
+                          (x, y, rows, n)) {
+  constexpr int W = kFloatLanes;
+  constexpr int64_t kBlock = 4 * W;
+  alignas(64) float t[kMaxShortAxis * kBlock];
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+    const int64_t count = std::min(kBlock, rows - r0), ld = (count + W - 1) / W * W;
+    const float* in = x + r0 * n;
+    for (int64_t c = 0; c < n; ++c) {
+      float* col = t + c * ld;
+      for (int64_t i = 0; i < count; ++i) col[i] = in[i * n + c];
+      for (int64_t i = count; i < ld; ++i) col[i] = 0.0f;  // padding lanes: computed, dropped
+    }
+    int64_t j = 0;
+    for (; j + 2 * W <= ld; j += 2 * W)
+      column_softmax::softmax_column_vectors<W, 2>(t, n, ld, j, nullptr);
+    if (j < ld) column_softmax::softmax_column_vectors<W, 1>(t, n, ld, j, nullptr);
+    float* out = y + r0 * n;
+    for (int64_t i = 0; i < count; ++i)
+      for (int64_t c = 0; c < n; ++c) out[i * n + c] = t[c * ld + i];
+  }
+}
+
 template <bool LOG>
 Tensor softmax_forward(const Tensor& x, int axis, const char* op) {
   detail::check_floating(x, op, "x");
@@ -48,6 +81,11 @@ Tensor softmax_forward(const Tensor& x, int axis, const char* op) {
   }
   if (detail::emulates_bf16(x.dtype())) {
     return detail::narrow_to_bf16(softmax_forward<LOG>(detail::widen_to_f32(x), axis, op));
+  }
+  const int64_t n = x.dim(ax);
+  if (!LOG && x.dtype() == DType::float32 && ax == x.rank() - 1 && n <= kMaxShortAxis) {
+    softmax_short_rows_f32(x.data<float>(), y.data<float>(), x.num_elements() / n, n);
+    return y;
   }
   onednn::Key key(LOG ? "log_softmax" : "softmax");
   key.add(x.shape()).add(x.dtype()).add(ax);

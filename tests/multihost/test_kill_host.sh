@@ -13,10 +13,14 @@
 #   4. elastic restart: the backup of run 2 resumes on ls-host-a alone, one process of 2 replicas
 #      (2 in sync instead of 4: a replica is a shard of the global batch, which stays 256, each
 #      replica now taking 128), and ends epoch 3 with the weights of an uninterrupted 3-epoch run
-#      on both hosts up to float rounding (1e-5 relative: the sums run in another order, so only
-#      the first epoch after the resume is compared, before rounding differences grow through
-#      training); resuming it on global batches of 128 instead is refused at the first step,
-#      naming both layouts and both batches, and leaves the backup as it was;
+#      on both hosts up to float rounding: its sums run in another order, and the difference
+#      that makes compounds through training without a useful bound, so the check is that the
+#      resume continued the backup's state — within 1e-3 of how far that epoch moved the
+#      reference's weights (its largest change of any weight from epoch 2 to 3), where a resume
+#      from any other state (other weights, reset optimizer moments, another epoch) lands a sizable
+#      fraction of that movement away. The numerics of such resumes are checked against float64 in
+#      tests/keras (ElasticRestart); resuming it on global batches of 128 instead is refused at the
+#      first step, naming both layouts and both batches, and leaves the backup as it was;
 #   5. relaunched on both hosts instead, the backup of run 2 resumes to the reference's weights bit
 #      for bit.
 #   test_kill_host.sh <lockstep> <timeout_seconds>
@@ -42,9 +46,11 @@ two_hosts() {  # name [train arguments...]: starts the job in the background, ra
 }
 show() { grep -v setpgid "$W/$1/log"; for f in "$W/$1"/err.*; do echo "-- $f"; cat "$f"; done; }
 
-echo "==== 1. reference runs on both hosts (6 epochs, and 3 for the elastic restart)"
+echo "==== 1. reference runs on both hosts (6 epochs, and 2 and 3 for the elastic restart)"
 two_hosts reference --epochs 6 --save-weights "$W/reference.safetensors"
 wait $MPIRUN || { show reference; echo "FAIL: the reference run failed"; multihost_finish 1; }
+two_hosts reference2 --epochs 2 --save-weights "$W/reference2.safetensors"
+wait $MPIRUN || { show reference2; echo "FAIL: the 2-epoch reference run failed"; multihost_finish 1; }
 two_hosts reference3 --epochs 3 --save-weights "$W/reference3.safetensors"
 wait $MPIRUN || { show reference3; echo "FAIL: the 3-epoch reference run failed"; multihost_finish 1; }
 
@@ -112,7 +118,8 @@ else
     { echo "FAIL: the resume did not run 2 replicas on global batches of 256"; fail=1; }
   first=$(grep -m1 -o '^Epoch [0-9]*' "$W/elastic.log")
   [ "$first" = "Epoch 3" ] || { echo "FAIL: expected to resume at epoch 3, got '$first'"; fail=1; }
-  "$MULTIHOST_DIR/compare_weights.py" "$W/reference3.safetensors" "$W/elastic.safetensors" 1e-5 ||
+  "$MULTIHOST_DIR/compare_weights.py" "$W/reference3.safetensors" "$W/elastic.safetensors" 1e-3 \
+    --of-movement-from "$W/reference2.safetensors" ||
     { echo "FAIL: the elastic resume ended far from the reference"; fail=1; }
 fi
 

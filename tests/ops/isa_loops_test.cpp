@@ -18,6 +18,7 @@
 #include "lockstep/ops/bfloat16_values.h"
 #include "lockstep/ops/elementwise.h"
 #include "lockstep/ops/nn_norm.h"
+#include "lockstep/ops/softmax.h"
 
 namespace lockstep {
 namespace {
@@ -244,6 +245,27 @@ void expect_attention_gives_the_scalar_bits(const int64_t D) {
 TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   expect_attention_gives_the_scalar_bits(19);
   expect_attention_gives_the_scalar_bits(16);
+}
+
+// A softmax over a short last axis (a classifier's ten classes), by its scalar definition: per
+// row the largest logit, the exponentials of the differences summed in class order, then each
+// times the reciprocal of the sum. 37 rows: whole vectors of every build and a tail.
+TEST(IsaLoops, ShortAxisSoftmaxGivesTheScalarBits) {
+  constexpr int64_t rows = 37, n = 10;
+  const std::vector<float> x = finite_values(rows * n, 9);
+  std::vector<float> want(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * n;
+    float* wr = want.data() + r * n;
+    float m = xr[0];
+    for (int64_t k = 1; k < n; ++k) m = xr[k] > m ? xr[k] : m;
+    float sum = 0.0f;
+    for (int64_t k = 0; k < n; ++k) sum += (wr[k] = exp_nonpositive_scalar(xr[k] - m));
+    const float inv = 1.0f / sum;
+    for (int64_t k = 0; k < n; ++k) wr[k] *= inv;
+  }
+  const Tensor p = ops::softmax_forward(Tensor::from_vector(x, {rows, n}), -1);
+  EXPECT_TRUE(same_bits(p.data<float>(), want.data(), want.size()));
 }
 
 // Layer normalization's row sums, by their scalar definition: sums in eight lanes (lane i takes
