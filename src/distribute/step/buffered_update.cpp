@@ -342,21 +342,21 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
   if (streaming_) fence_streaming_stores();
 }
 
+BufferedUpdate::DirectRounded BufferedUpdate::direct_rounded(size_t i) const {
+  const RoundedOut& r = next_r_[i];
+  if (!direct_rounded_) return {};
+  if (r.bf16 != nullptr) return {r.bf16, DType::bfloat16};
+  if (r.values != nullptr && !shared_reads_) return {r.values, DType::float32};
+  return {};
+}
+
 void BufferedUpdate::allocate_spares(size_t i) {
   std::lock_guard lock(spare_mu_);
   // The rounded output's spare, for the kind first runs write directly (the kind can change
   // between updates).
-  const RoundedOut& r = next_r_[i];
-  DType rounded = DType::float32;
-  bool wants_rounded = false;
-  if (direct_rounded_ && r.bf16 != nullptr) {
-    wants_rounded = true;
-    rounded = DType::bfloat16;
-  } else if (direct_rounded_ && r.values != nullptr && !shared_reads_) {
-    wants_rounded = true;
-  }
-  if (wants_rounded && (!spare_r_[i].defined() || spare_r_[i].dtype() != rounded))
-    spare_r_[i] = Tensor(vars_[i].shape(), rounded);
+  const DirectRounded rounded = direct_rounded(i);
+  if (rounded.data != nullptr && (!spare_r_[i].defined() || spare_r_[i].dtype() != rounded.dtype))
+    spare_r_[i] = Tensor(vars_[i].shape(), rounded.dtype);
   if (spare_w_[i].defined()) return;
   spare_w_[i] = Tensor(vars_[i].shape(), DType::float32);
   for (const Variable& sv : slots_[i]) spare_s_[i].emplace_back(sv.shape(), DType::float32);
@@ -376,14 +376,10 @@ void BufferedUpdate::publish_backup_updates() {
     for (; end < chunks.size() && chunks[end].var == i; ++end) won = won || won_by_backup_[end];
     if (won) {
       // The rounded output too when first runs wrote it directly (allocate_spares made its spare).
-      const RoundedOut& r = next_r_[i];
-      const void* rounded = nullptr;
-      if (direct_rounded_ && r.bf16 != nullptr) {
-        rounded = r.bf16;
-      } else if (direct_rounded_ && r.values != nullptr && !shared_reads_) {
-        rounded = r.values;
-      }
-      const size_t rounded_size = r.bf16 != nullptr ? sizeof(bfloat16) : sizeof(float);
+      const DirectRounded direct = direct_rounded(i);
+      const void* rounded = direct.data;
+      const size_t rounded_size =
+          direct.dtype == DType::bfloat16 ? sizeof(bfloat16) : sizeof(float);
       for (size_t k = c; k < end; ++k) {
         if (won_by_backup_[k]) continue;
         const Chunk& ck = chunks[k];

@@ -80,6 +80,14 @@ class BufferedUpdate {
   struct Scratch;
   class Phase;
   void run_part(const Chunk& c, size_t base, Scratch& sc, bool backup);
+  // The rounding of variable i's weights that first runs write straight to its next buffer, and
+  // so a winning backup to its spare (direct_rounded_): the bfloat16 copy, else the float32 values
+  // when they are not streamed; null when there is none.
+  struct DirectRounded {
+    void* data = nullptr;
+    DType dtype = DType::float32;
+  };
+  DirectRounded direct_rounded(size_t i) const;
   void allocate_spares(size_t var);
   void publish_backup_updates();
 
