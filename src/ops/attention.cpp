@@ -26,7 +26,7 @@ namespace {
 using column_softmax::Lanes;
 using column_softmax::load;
 using column_softmax::round_lanes_to_bfloat16;
-using column_softmax::softmax_column_vectors;
+using column_softmax::softmax_columns;
 using column_softmax::store;
 
 using detail::StridedBatch;
@@ -177,9 +177,7 @@ LOCKSTEP_DISPATCHED_LANES(void, softmax_columns_f32,
                           (x, count, rows, ld, rounded)) {
   constexpr int W = kFloatLanes;
   for (int64_t c = 0; c < count; ++c, x += rows * ld) {
-    int64_t j = 0;
-    for (; j + 2 * W <= ld; j += 2 * W) softmax_column_vectors<W, 2>(x, rows, ld, j, rounded);
-    if (j < ld) softmax_column_vectors<W, 1>(x, rows, ld, j, rounded);
+    softmax_columns<W>(x, rows, ld, rounded);
     if (rounded) rounded += rows * ld;
   }
 }

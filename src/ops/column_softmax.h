@@ -125,4 +125,14 @@ template <int W, int N>
   }
 }
 
+// The softmax down every column of one matrix [rows, ld] (ld whole vectors of W), in place: two
+// vectors at a time, then the last one alone. With `rounded`, as softmax_column_vectors.
+template <int W>
+[[gnu::always_inline]] inline void softmax_columns(float* __restrict x, int64_t rows, int64_t ld,
+                                                   float* __restrict rounded) {
+  int64_t j = 0;
+  for (; j + 2 * W <= ld; j += 2 * W) softmax_column_vectors<W, 2>(x, rows, ld, j, rounded);
+  if (j < ld) softmax_column_vectors<W, 1>(x, rows, ld, j, rounded);
+}
+
 }  // namespace lockstep::ops::column_softmax

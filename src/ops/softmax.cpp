@@ -57,10 +57,7 @@ LOCKSTEP_DISPATCHED_LANES(void, softmax_short_rows_f32,
       for (int64_t i = 0; i < count; ++i) col[i] = in[i * n + c];
       for (int64_t i = count; i < ld; ++i) col[i] = 0.0f;  // padding lanes: computed, dropped
     }
-    int64_t j = 0;
-    for (; j + 2 * W <= ld; j += 2 * W)
-      column_softmax::softmax_column_vectors<W, 2>(t, n, ld, j, nullptr);
-    if (j < ld) column_softmax::softmax_column_vectors<W, 1>(t, n, ld, j, nullptr);
+    column_softmax::softmax_columns<W>(t, n, ld, nullptr);
     float* out = y + r0 * n;
     for (int64_t i = 0; i < count; ++i)
       for (int64_t c = 0; c < n; ++c) out[i * n + c] = t[c * ld + i];
