@@ -18,6 +18,7 @@
 #include "broadcast_mask.h"
 #include "column_softmax.h"
 #include "kernel_util.h"
+#include "lane_transpose.h"
 #include "onednn.h"
 
 namespace lockstep::ops {
@@ -317,7 +318,8 @@ template <int W, int NV, typename T>
 
 // yt[s, t] = alpha · Σ_d a[s, d] · b[t, d] for s < S and t < ld (ld whole vectors, >= T): the
 // transposed scores as scores_t lays them out, float32. b is first transposed into bt [D, ld]
-// (float32 values, zero for t >= T, so the padding columns come out 0); then each row of yt is a
+// (float32 values, zero for t >= T, so the padding columns come out 0), W × W blocks at a time in
+// registers and the features past the last whole block one at a time; then each row of yt is a
 // sum of the D rows of bt scaled by broadcast elements of a: up to four vectors of queries of two
 // rows at a time, eight accumulators in registers at any width.
 template <int W, typename T>
@@ -325,7 +327,23 @@ template <int W, typename T>
                                                  const T* __restrict b, int64_t b_rs, int64_t T_,
                                                  int64_t D, int64_t ld, float alpha,
                                                  float* __restrict bt, float* __restrict yt) {
-  for (int64_t dd = 0; dd < D; ++dd) {
+  using F = typename Lanes<W>::F;
+  int64_t d0 = 0;
+  for (; d0 + W <= D; d0 += W) {
+    for (int64_t t0 = 0; t0 < ld; t0 += W) {
+      F r[W];
+      for (int i = 0; i < W; ++i) {
+        if (t0 + i < T_) {
+          load<W>(r[i], b + (t0 + i) * b_rs + d0);
+        } else {
+          r[i] = F{};
+        }
+      }
+      lane_transpose::transpose<W>(r);
+      for (int i = 0; i < W; ++i) store(bt + (d0 + i) * ld + t0, r[i]);
+    }
+  }
+  for (int64_t dd = d0; dd < D; ++dd) {
     for (int64_t t = 0; t < T_; ++t) bt[dd * ld + t] = value_of(b[t * b_rs + dd]);
     for (int64_t t = T_; t < ld; ++t) bt[dd * ld + t] = 0.0f;
   }

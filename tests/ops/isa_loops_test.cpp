@@ -115,7 +115,8 @@ float exp_nonpositive_scalar(float x) {
   return under ? 0.0f : p * scale;
 }
 
-// Per head D features: 19 (a tail past the builds' vectors), 16 (whole vectors of every build).
+// Per head D features: 19 (a tail past the builds' vectors), 16 (whole vectors of every build), 8
+// (fewer than the widest build's lanes).
 void expect_attention_gives_the_scalar_bits(const int64_t D) {
   SCOPED_TRACE("D=" + std::to_string(D));
   constexpr int64_t B = 2, T = 37, H = 2;
@@ -245,6 +246,7 @@ void expect_attention_gives_the_scalar_bits(const int64_t D) {
 TEST(IsaLoops, AttentionForwardAndBackwardGiveTheScalarBits) {
   expect_attention_gives_the_scalar_bits(19);
   expect_attention_gives_the_scalar_bits(16);
+  expect_attention_gives_the_scalar_bits(8);
 }
 
 // A softmax over a short last axis (a classifier's ten classes), by its scalar definition: per
