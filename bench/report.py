@@ -119,9 +119,10 @@ def header(meta):
     cpu = meta.get("cpu") or {}
     if cpu:
         out.append("CPU: %s; host ISA %s; oneDNN ISA %s; cap %s; Lockstep's loops %s; bfloat16 "
-                   "math %s  " % (cpu.get("model", "?"), cpu.get("host_isa", "?"),
-                                  cpu.get("onednn_isa", "?"), meta.get("isa_cap") or "none",
-                                  cpu.get("loops", "?"), cpu.get("bfloat16_math", "?")))
+                   "math %s; mixed_bfloat16 in its %s form  " % (
+                       cpu.get("model", "?"), cpu.get("host_isa", "?"), cpu.get("onednn_isa", "?"),
+                       meta.get("isa_cap") or "none", cpu.get("loops", "?"),
+                       cpu.get("bfloat16_math", "?"), cpu.get("mixed_bfloat16_form", "?")))
     if meta.get("openblas_coretypes"):
         out.append("OpenBLAS core types tried (one thread, GFLOP/s): %s  " % "; ".join(
             "%s %s" % (k, "%.1f" % v if isinstance(v, float) else v)

@@ -212,6 +212,22 @@ bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool 
   return it->second;
 }
 
+bool mixed_bfloat16_computes_in_f32() {
+  if (!onednn::has_bf16()) return true;
+  if (bf16_matmul_mode() != Bf16MatmulMode::measured) return false;
+  // Large enough that both kernels run at their compute rate, small enough to measure in
+  // milliseconds.
+  constexpr int64_t kSide = 256;
+  // Asked at every layer call: the answer is kept apart from the per-shape map and its lock.
+  static std::atomic<int> answer{-1};
+  int a = answer.load(std::memory_order_relaxed);
+  if (a < 0) {
+    a = bf16_matmul_computes_in_f32(kSide, kSide, kSide) ? 1 : 0;
+    answer.store(a, std::memory_order_relaxed);
+  }
+  return a != 0;
+}
+
 const char* activation_name(FusedActivation act) {
   switch (act) {
     case FusedActivation::none:

@@ -42,6 +42,25 @@ TEST(Bf16MatmulMode, TheMeasuredModeComputesInFloat32WhereNoBfloat16KernelExists
   EXPECT_TRUE(in_f32 || ops::has_native_bfloat16_math());
 }
 
+// mixed_bfloat16's float32 form (keras::Layer::computes_bfloat16_in_float32): where oneDNN has
+// no bfloat16 kernels; in the measured mode also where they lost to the float32 kernel on the
+// compute-bound reference product, so the policy's form and that product's path agree (on an
+// Intel core without AMX, or under ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on one, both are float32;
+// with AMX or on an AMD Zen 4 or 5, both bfloat16). A forced mode keeps bfloat16 activations
+// wherever bfloat16 kernels exist, and the answer never changes within a process.
+TEST(Bf16MatmulMode, Mixed_bfloat16TakesItsFloat32FormWhereBfloat16KernelsAreNotFaster) {
+  for (Bf16MatmulMode forced :
+       {Bf16MatmulMode::float32_compute, Bf16MatmulMode::bfloat16_kernels}) {
+    testing::Bf16MatmulModeGuard g(forced);
+    EXPECT_EQ(ops::mixed_bfloat16_computes_in_f32(), !ops::has_native_bfloat16_math());
+  }
+  testing::Bf16MatmulModeGuard g(Bf16MatmulMode::measured);
+  const bool form = ops::mixed_bfloat16_computes_in_f32();
+  EXPECT_EQ(form, ops::bf16_matmul_computes_in_f32(256, 256, 256));
+  EXPECT_TRUE(form || ops::has_native_bfloat16_math());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ops::mixed_bfloat16_computes_in_f32(), form);
+}
+
 TEST(Bf16MatmulMode, TheAutomaticChoiceIsOnePerShapeForAllThreads) {
   testing::Bf16MatmulModeGuard g(Bf16MatmulMode::measured);
   // Shapes no other test multiplies, asked by 4 threads at once, twice each.

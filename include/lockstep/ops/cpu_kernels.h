@@ -22,8 +22,10 @@ std::string_view onednn_cpu_isa();
 std::string onednn_matmul_kernel();
 // True when oneDNN has bfloat16 kernels here.
 bool has_native_bfloat16_math();
-// One line for users: "bfloat16 math: native (AVX512_CORE_AMX)" or "bfloat16 emulated in float32
-// kernels on this CPU (AVX2): same numerics, no speed-up".
+// One line for users: "bfloat16 math: native (AVX512_CORE_AMX)", the same with "but no faster
+// than float32 here" where mixed_bfloat16 takes its float32 form although bfloat16 kernels exist
+// (ops::mixed_bfloat16_computes_in_f32, measured), or "bfloat16 emulated in float32 kernels on
+// this CPU (AVX2): same numerics, no speed-up".
 std::string bfloat16_math_summary();
 
 }  // namespace lockstep::ops

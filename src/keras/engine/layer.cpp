@@ -9,7 +9,7 @@
 #include "lockstep/core/task_cancellation.h"
 #include "lockstep/keras/keras_tensor.h"
 #include "lockstep/keras/mixed_precision.h"
-#include "lockstep/ops/cpu_kernels.h"
+#include "lockstep/ops/matmul.h"
 
 namespace lockstep::keras {
 
@@ -91,7 +91,7 @@ Tensor Layer::operator()(const std::vector<Tensor>& inputs, bool training) {
 }
 
 bool Layer::computes_bfloat16_in_float32() const {
-  return dtype_policy_.name() == "mixed_bfloat16" && !ops::has_native_bfloat16_math();
+  return dtype_policy_.name() == "mixed_bfloat16" && ops::mixed_bfloat16_computes_in_f32();
 }
 
 DType Layer::compute_dtype() const {
