@@ -43,10 +43,10 @@ bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool transpose
                                  bool transpose_b = false);
 // Whether mixed_bfloat16 layers take the policy's float32 form here
 // (keras::Layer::computes_bfloat16_in_float32): where oneDNN has no bfloat16 kernels, and, in the
-// measured mode, where its bfloat16 kernels are not faster than its float32 ones on a
-// compute-bound product (bf16_matmul_computes_in_f32 for 256 x 256 x 256, measured once per
-// process) — an Intel core without AMX, whose vdpbf16ps runs at half the FMA rate. There the
-// matmuls widen their operands anyway, and bfloat16 activations would only add a widening before
+// measured mode, where its bfloat16 matmul kernel does not run a compute-bound product
+// (256 x 256 x 256) in under 3/4 of its float32 kernel's time, measured once per process — an
+// Intel core without AMX, whose vdpbf16ps runs at half the FMA rate. There the matmuls would
+// mostly widen their operands anyway, and bfloat16 activations would only add a widening before
 // and a narrowing after each of them. The forced modes keep bfloat16 activations.
 bool mixed_bfloat16_computes_in_f32();
 
