@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "core/shared_blocks.h"
 #include "lockstep/core/check.h"
@@ -157,6 +158,30 @@ std::atomic<Bf16MatmulMode>& mode_flag() {
   static std::atomic<Bf16MatmulMode> mode{mode_from_environment()};
   return mode;
 }
+
+// The best times of two ways of computing a product, `run(true)` and `run(false)`, in seconds. The
+// two alternate, so that a stretch of time when the VM gives this thread less of its core (a
+// millisecond or more) slows runs of both rather than every run of one: timed one after the
+// other, such a stretch can make the faster lose for the whole process. The first two rounds
+// create and warm the kernels; the best of the nine after them is kept.
+template <typename Run>
+std::pair<double, double> best_alternated_seconds(Run run) {
+  auto seconds = [&](bool which) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run(which);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  double when_true = 1e30, when_false = 1e30;
+  for (int rep = 0; rep < 11; ++rep) {
+    const bool true_first = rep % 2 == 0;
+    const double first = seconds(true_first), second = seconds(!true_first);
+    if (rep < 2) continue;
+    when_true = std::min(when_true, true_first ? first : second);
+    when_false = std::min(when_false, true_first ? second : first);
+  }
+  return {when_true, when_false};
+}
+
 }  // namespace
 
 void set_bf16_matmul_mode(Bf16MatmulMode mode) {
@@ -187,27 +212,13 @@ bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool 
   Tensor a = Tensor::zeros(ta ? Shape{k, m} : Shape{m, k}, DType::bfloat16);
   Tensor b = Tensor::zeros(tb ? Shape{n, k} : Shape{k, n}, DType::bfloat16);
   Tensor out = Tensor::zeros({m, n}, DType::bfloat16);
-  auto seconds = [&](bool via_f32) {
-    const auto t0 = std::chrono::steady_clock::now();
+  const auto [f32, bf16] = best_alternated_seconds([&](bool via_f32) {
     if (via_f32) {
       gemm_bf16_via_f32(a, b, Tensor(), ta, tb, FusedActivation::none, out);
     } else {
       gemm_onednn(a, b, Tensor(), ta, tb, FusedActivation::none, out);
     }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  // The two kernels alternate, so that a stretch of time when the VM gives this thread less of
-  // its core (a millisecond or more) slows runs of both rather than every run of one: timed one
-  // kernel after the other, such a stretch can make the faster kernel lose for the whole process.
-  // The first runs create and warm the kernels.
-  double f32 = 1e30, bf16 = 1e30;
-  for (int rep = 0; rep < 11; ++rep) {
-    const bool f32_first = rep % 2 == 0;
-    const double first = seconds(f32_first), second = seconds(!f32_first);
-    if (rep < 2) continue;
-    f32 = std::min(f32, f32_first ? first : second);
-    bf16 = std::min(bf16, f32_first ? second : first);
-  }
+  });
   it->second = !(bf16 < 0.9 * f32);
   return it->second;
 }
@@ -224,34 +235,24 @@ bool mixed_bfloat16_computes_in_f32() {
   known = answer.load(std::memory_order_relaxed);
   if (known >= 0) return known != 0;
   // The two kernels alone on a product large enough that both run at their compute rate: the
-  // float32 kernel on float32 operands against the bfloat16 kernel on bfloat16 ones, alternated
-  // as in bf16_matmul_computes_in_f32, the best of nine runs each. The bfloat16 form only where
-  // its kernel is clearly faster — AMX runs it in a third of the float32 time or less, Zen 4 and 5
-  // in about half, an Intel core without AMX in more than the float32 time (and, on the one
-  // measured, sometimes close to it: a narrower margin would let the form flip from run to run).
+  // float32 kernel on float32 operands against the bfloat16 kernel on bfloat16 ones
+  // (best_alternated_seconds). The bfloat16 form only where its kernel is clearly faster — AMX
+  // runs it in a third of the float32 time or less, Zen 4 and 5 in about half, an Intel core
+  // without AMX in more than the float32 time (and, on the one measured, sometimes close to it: a
+  // narrower margin would let the form flip from run to run).
   constexpr int64_t kSide = 256;
   const Tensor a32 = Tensor::zeros({kSide, kSide}), b32 = Tensor::zeros({kSide, kSide});
   const Tensor out32 = Tensor::zeros({kSide, kSide});
   const Tensor a16 = Tensor::zeros({kSide, kSide}, DType::bfloat16);
   const Tensor b16 = Tensor::zeros({kSide, kSide}, DType::bfloat16);
   const Tensor out16 = Tensor::zeros({kSide, kSide}, DType::bfloat16);
-  auto seconds = [&](bool f32) {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (f32) {
+  const auto [f32, bf16] = best_alternated_seconds([&](bool in_f32) {
+    if (in_f32) {
       gemm_onednn(a32, b32, Tensor(), false, false, FusedActivation::none, out32);
     } else {
       gemm_onednn(a16, b16, Tensor(), false, false, FusedActivation::none, out16);
     }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  double f32 = 1e30, bf16 = 1e30;
-  for (int rep = 0; rep < 11; ++rep) {
-    const bool f32_first = rep % 2 == 0;
-    const double first = seconds(f32_first), second = seconds(!f32_first);
-    if (rep < 2) continue;
-    f32 = std::min(f32, f32_first ? first : second);
-    bf16 = std::min(bf16, f32_first ? second : first);
-  }
+  });
   known = bf16 < 0.75 * f32 ? 0 : 1;
   answer.store(known, std::memory_order_relaxed);
   return known != 0;
