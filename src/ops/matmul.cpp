@@ -223,23 +223,15 @@ bool bf16_matmul_computes_in_f32(int64_t m, int64_t k, int64_t n, bool ta, bool 
   return it->second;
 }
 
-bool mixed_bfloat16_computes_in_f32() {
-  if (!onednn::has_bf16()) return true;
-  if (bf16_matmul_mode() != Bf16MatmulMode::measured) return false;
-  // Asked at every layer call: the answer is kept apart from the per-shape map and its lock.
-  static std::atomic<int> answer{-1};
-  int known = answer.load(std::memory_order_relaxed);
-  if (known >= 0) return known != 0;
-  static std::mutex mu;
-  std::lock_guard lock(mu);
-  known = answer.load(std::memory_order_relaxed);
-  if (known >= 0) return known != 0;
-  // The two kernels alone on a product large enough that both run at their compute rate: the
-  // float32 kernel on float32 operands against the bfloat16 kernel on bfloat16 ones
-  // (best_alternated_seconds). The bfloat16 form only where its kernel is clearly faster — AMX
-  // runs it in a third of the float32 time or less, Zen 4 and 5 in about half, an Intel core
-  // without AMX in more than the float32 time (and, on the one measured, sometimes close to it: a
-  // narrower margin would let the form flip from run to run).
+namespace {
+
+// mixed_bfloat16_computes_in_f32's measurement: the two kernels alone on a product large enough
+// that both run at their compute rate, the float32 kernel on float32 operands against the
+// bfloat16 kernel on bfloat16 ones (best_alternated_seconds). The bfloat16 form only where its
+// kernel is clearly faster — AMX runs it in a third of the float32 time or less, Zen 4 and 5 in
+// about half, an Intel core without AMX in more than the float32 time (and, on the one measured,
+// sometimes close to it: a narrower margin would let the form flip from run to run).
+bool bfloat16_kernel_not_clearly_faster() {
   constexpr int64_t kSide = 256;
   const Tensor a32 = Tensor::zeros({kSide, kSide}), b32 = Tensor::zeros({kSide, kSide});
   const Tensor out32 = Tensor::zeros({kSide, kSide});
@@ -253,9 +245,17 @@ bool mixed_bfloat16_computes_in_f32() {
       gemm_onednn(a16, b16, Tensor(), false, false, FusedActivation::none, out16);
     }
   });
-  known = bf16 < 0.75 * f32 ? 0 : 1;
-  answer.store(known, std::memory_order_relaxed);
-  return known != 0;
+  return !(bf16 < 0.75 * f32);
+}
+
+}  // namespace
+
+bool mixed_bfloat16_computes_in_f32() {
+  if (!onednn::has_bf16()) return true;
+  if (bf16_matmul_mode() != Bf16MatmulMode::measured) return false;
+  // Measured once per process, by the first caller (the others wait for it).
+  static const bool in_f32 = bfloat16_kernel_not_clearly_faster();
+  return in_f32;
 }
 
 const char* activation_name(FusedActivation act) {

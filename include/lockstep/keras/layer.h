@@ -91,13 +91,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // mixed_bfloat16's float32 form, on a CPU where oneDNN has no bfloat16 math (or under an ISA
   // cap below AVX512_CORE) or where its bfloat16 kernels are no faster than its float32 ones
   // (ops::mixed_bfloat16_computes_in_f32: an Intel core without AMX): the layer computes in
-  // float32 kernels on float32 tensors that hold
-  // bfloat16 values (Tensor::holds_bfloat16_values). Its inputs and weights are rounded to
-  // bfloat16 as they come in (autocast), its outputs as they leave (operator()), and the
-  // gradients of its inputs as they leave the backward pass; inside the layer, float32, as a
-  // bfloat16 kernel accumulates. Each layer call saves a widening before and a narrowing after
-  // every kernel; the activations take float32's memory. The outermost call (a model's output, a
-  // layer called on its own) still returns bfloat16, as the policy says.
+  // float32 kernels on float32 tensors that hold bfloat16 values (Tensor::holds_bfloat16_values).
+  // Its inputs and weights are rounded to bfloat16 as they come in (autocast), its outputs as
+  // they leave (operator()), and the gradients of its inputs as they leave the backward pass;
+  // inside the layer, float32, as a bfloat16 kernel accumulates. Each layer call saves a widening
+  // before and a narrowing after every kernel; the activations take float32's memory. The outermost
+  // call (a model's output, a layer called on its own) still returns bfloat16, as the policy says.
   bool computes_bfloat16_in_float32() const;
   void set_trainable(bool trainable) { trainable_ = trainable; }
 
