@@ -130,9 +130,12 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
 
 // Chunk 1's first run never writes (it stands for a run still going when its backup won); the
 // backup's result reaches the weights, slots and rounding through the spares — the rounding
-// through a spare the rule swaps in when it can (first runs then write it directly), else copied
-// by the winner.
-void backup_published_through_the_spares(bool bfloat16_copy, bool swappable) {
+// through a spare the rule swaps in when it can and first runs write it directly, else copied by
+// the winner. A float32 rounding the replicas multiply by is streamed through scratch when
+// stream_shared_reads is on (the default on AMD CPUs), so it is never written directly.
+void backup_published_through_the_spares(bool bfloat16_copy, bool swappable, bool stream) {
+  BufferedUpdate::set_stream_shared_reads(stream);
+  const bool swaps = swappable && (bfloat16_copy || !stream);
   std::vector<Variable> vars = make_variables(kSizes);
   const std::vector<Variable> initial = make_variables(kSizes);
   FakeUpdate rule(/*rounding=*/true, bfloat16_copy, swappable);
@@ -150,8 +153,8 @@ void backup_published_through_the_spares(bool bfloat16_copy, bool swappable) {
     update.commit_chunk(1, update.run_chunk(1, 1, /*backup=*/true));
     update.end_update();
     EXPECT_EQ(update.backup_publishes(), static_cast<uint64_t>(step + 1));
-    // One swap per update of the variable holding chunk 1, when the rule swaps.
-    EXPECT_EQ(rule.swaps, swappable ? step + 1 : 0);
+    // One swap per update of the variable holding chunk 1, when the rounding is swapped.
+    EXPECT_EQ(rule.swaps, swaps ? step + 1 : 0);
     if (step == 0) expect_updated(vars, initial, rule, layout, g, /*rounding=*/true);
   }
   // Twice: w = w0 - g, m = 2g.
@@ -168,13 +171,18 @@ void backup_published_through_the_spares(bool bfloat16_copy, bool swappable) {
 }
 
 TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
-  for (bool swappable : {true, false}) {
-    for (bool bfloat16_copy : {false, true}) {
-      SCOPED_TRACE(std::string(bfloat16_copy ? "bfloat16 copy" : "float32 copy") +
-                   (swappable ? ", swapped" : ", copied by the winner"));
-      backup_published_through_the_spares(bfloat16_copy, swappable);
+  const bool saved = BufferedUpdate::stream_shared_reads();
+  for (bool stream : {true, false}) {
+    for (bool swappable : {true, false}) {
+      for (bool bfloat16_copy : {false, true}) {
+        SCOPED_TRACE(std::string(stream ? "streamed, " : "stored, ") +
+                     (bfloat16_copy ? "bfloat16 copy" : "float32 copy") +
+                     (swappable ? ", swappable" : ", copied by the winner"));
+        backup_published_through_the_spares(bfloat16_copy, swappable, stream);
+      }
     }
   }
+  BufferedUpdate::set_stream_shared_reads(saved);
 }
 
 // The update summing the replicas' gradients per chunk reads what the reducer would have summed.
