@@ -37,7 +37,7 @@ import report  # noqa: E402
 SPIN = ["sh", "-c", "while :; do :; done"]
 
 # OpenBLAS core types PyTorch's BLAS may be forced to, with the CPU flags each one's kernels need.
-# Debian's OpenBLAS 0.3.21 detects some CPUs of this machine class wrongly (Zen 4/5 as Prescott:
+# Debian's OpenBLAS 0.3.21 detects some CPUs of this machine class wrongly (the Zen 5 as Prescott:
 # SSE3 kernels), and a core type the CPU cannot execute dies with SIGILL, so the harness tries the
 # candidates this CPU can run (and that the ISA cap allows) and keeps the fastest.
 CORETYPES = [("", ()), ("Haswell", ("avx2", "fma")), ("Zen", ("avx2", "fma")),
