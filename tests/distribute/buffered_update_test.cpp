@@ -32,6 +32,17 @@ std::vector<float> flat_sum(const ChunkLayout& layout) {
   return g;
 }
 
+// Puts back the process's stream_shared_reads setting (the CPU vendor's default) when a test that
+// runs both settings ends.
+class StreamSharedReadsRestored {
+ public:
+  StreamSharedReadsRestored() : saved_(BufferedUpdate::stream_shared_reads()) {}
+  ~StreamSharedReadsRestored() { BufferedUpdate::set_stream_shared_reads(saved_); }
+
+ private:
+  bool saved_;
+};
+
 // After one update from gradient g: w = w0 - g / 2, m = g, and the rounding of w when kept.
 void expect_updated(const std::vector<Variable>& vars, const std::vector<Variable>& initial,
                     const FakeUpdate& rule, const ChunkLayout& layout, const std::vector<float>& g,
@@ -101,7 +112,7 @@ TEST(BufferedUpdate, StreamingStoresWriteTheSameBits) {
 // bfloat16 rounding is copied with ordinary stores); variables of 7 and 1 elements take the copy's
 // unaligned head and tail. Without it they store in place. Both ways on any CPU.
 TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
-  const bool saved = BufferedUpdate::stream_shared_reads();
+  const StreamSharedReadsRestored restore;
   for (bool stream : {true, false}) {
     BufferedUpdate::set_stream_shared_reads(stream);
     for (int threads : {1, 2}) {
@@ -125,7 +136,6 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
       }
     }
   }
-  BufferedUpdate::set_stream_shared_reads(saved);
 }
 
 // Chunk 1's first run never writes (it stands for a run still going when its backup won); the
@@ -171,7 +181,7 @@ void backup_published_through_the_spares(bool bfloat16_copy, bool swappable, boo
 }
 
 TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
-  const bool saved = BufferedUpdate::stream_shared_reads();
+  const StreamSharedReadsRestored restore;
   for (bool stream : {true, false}) {
     for (bool swappable : {true, false}) {
       for (bool bfloat16_copy : {false, true}) {
@@ -182,7 +192,6 @@ TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
       }
     }
   }
-  BufferedUpdate::set_stream_shared_reads(saved);
 }
 
 // The update summing the replicas' gradients per chunk reads what the reducer would have summed.
