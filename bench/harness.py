@@ -9,7 +9,8 @@ batch) and keeps the best point of that round. The float32 and bfloat16 floors (
 matmul primitives on the seed step's shapes, one pinned copy per core at once) are measured at the
 start of every round. With --co-runner, the contention-sensitive rows also run beside one spinning
 process (`sh -c 'while :; do :; done'`), unpinned and pinned to one core, right after their quiet
-run. Writes results.json, table.md and samples_per_s.svg into --out. See docs/performance.md.
+run, and the float32 floor is measured beside each (timed by the wall clock): the limit of a
+two-thread run there. Writes results.json, table.md and samples_per_s.svg into --out. See docs/performance.md.
 """
 import argparse
 import datetime
@@ -35,6 +36,7 @@ import plot  # noqa: E402
 import report  # noqa: E402
 
 SPIN = ["sh", "-c", "while :; do :; done"]
+CO_RUNNER_CONDITIONS = report.CO_RUNNERS
 
 # OpenBLAS core types PyTorch's BLAS may be forced to, with the CPU flags each one's kernels need.
 # Debian's OpenBLAS 0.3.21 detects some CPUs of this machine class wrongly (the Zen 5 as Prescott:
@@ -116,7 +118,7 @@ def with_conditions(args, configs):
     for c in configs:
         out.append(dict(c, condition="quiet"))
         if args.co_runner and under_co_runner(c):
-            out += [dict(c, condition="co-runner"), dict(c, condition="co-runner pinned")]
+            out += [dict(c, condition=cond) for cond in CO_RUNNER_CONDITIONS]
     for c in out:
         c["id"] = "%s: %s [%s]" % (c["model"], c["name"], c["condition"])
     return out
@@ -247,25 +249,37 @@ def summarise(result):
     return out
 
 
-def measure_floor(args, bfloat16):
+def measure_floor(args, bfloat16, condition="quiet"):
     """oneDNN's own matmul primitives on the seed step's five matmuls (ops_bench
-    BM_SeedStepOneDnn): one pinned single-threaded copy per core, all at once. GFLOP/s in all."""
+    BM_SeedStepOneDnn): one pinned single-threaded copy per core, all at once. GFLOP/s in all.
+    Beside a co-runner (condition "co-runner" or "co-runner pinned", started as for the runs) the
+    copies are timed by the wall clock (BM_SeedStepOneDnnWallClock): what the cores the scheduler
+    leaves to two threads can do, the limit of a two-thread run beside the same co-runner."""
     if not os.path.exists(args.ops_bench):
         return None
     procs = []
     # The float32 run also measures each core's FMA peak (BM_FmaPeak), so the table can say how
     # close the floor itself is to the hardware.
-    pattern = "BM_SeedStepOneDnn/1$" if bfloat16 else "BM_SeedStepOneDnn/0$|BM_FmaPeak$"
-    for core in sorted(os.sched_getaffinity(0)):
-        cmd = ["taskset", "-c", str(core), args.ops_bench,
-               "--benchmark_filter=" + pattern,
-               "--benchmark_format=json", "--benchmark_repetitions=%d" % args.floor_repetitions,
-               "--benchmark_min_time=0.2", "--benchmark_report_aggregates_only=true"]
-        procs.append(subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
+    if condition != "quiet":
+        pattern = "BM_SeedStepOneDnnWallClock/%d/real_time$" % (1 if bfloat16 else 0)
+    else:
+        pattern = "BM_SeedStepOneDnn/1$" if bfloat16 else "BM_SeedStepOneDnn/0$|BM_FmaPeak$"
+    co = start_co_runner(condition)
+    try:
+        for core in sorted(os.sched_getaffinity(0)):
+            cmd = ["taskset", "-c", str(core), args.ops_bench,
+                   "--benchmark_filter=" + pattern,
+                   "--benchmark_format=json", "--benchmark_repetitions=%d" % args.floor_repetitions,
+                   "--benchmark_min_time=0.2", "--benchmark_report_aggregates_only=true"]
+            procs.append(subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
+        outputs = [p.communicate()[0] for p in procs]
+    finally:
+        if co:
+            co.kill()
+            co.wait()
     rates, peaks = [], []
-    for p in procs:
-        raw = p.communicate()[0]
+    for p, raw in zip(procs, outputs):
         try:
             data = json.loads(raw or b"{}")
         except ValueError:
@@ -501,6 +515,7 @@ def main():
             "co_runner_session": args.co_runner_session,
             "load_before": loadavg(), "floors": {"float32": [], "bfloat16": []},
             "fma_peaks": [],
+            "co_runner_floors": {c: [] for c in CO_RUNNER_CONDITIONS},
             "failures": []}
     runs = {c["id"]: [] for c in configs}
     timed_out = {}  # id -> the round a PyTorch grid point timed out in
@@ -514,6 +529,13 @@ def main():
                     meta["fma_peaks"].append(f["peak_gflops"])
                 print("[round %d] floor %-8s %7.0f GFLOP/s (%s per core)" % (
                     r, precision, f["total_gflops"],
+                    " + ".join("%.0f" % g for g in f["per_core_gflops"])), file=sys.stderr)
+        for condition in CO_RUNNER_CONDITIONS if args.co_runner else ():
+            f = measure_floor(args, False, condition)
+            if f:
+                meta["co_runner_floors"][condition].append(f["total_gflops"])
+                print("[round %d] floor float32 beside the %s %7.0f GFLOP/s (%s per core)" % (
+                    r, condition, f["total_gflops"],
                     " + ".join("%.0f" % g for g in f["per_core_gflops"])), file=sys.stderr)
         run_round(configs, r, args.run_timeout, runs, meta, timed_out)
     meta["load_after"] = loadavg()

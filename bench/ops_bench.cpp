@@ -141,6 +141,16 @@ void BM_SeedStepOneDnn(benchmark::State& state) {
 }
 BENCHMARK(BM_SeedStepOneDnn)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
+// The same floor timed by the wall clock instead of the thread's CPU time: beside a co-runner a
+// copy that is descheduled for part of the time loses that part, as a training run does. The
+// harness measures the floor beside its co-runner with it.
+void BM_SeedStepOneDnnWallClock(benchmark::State& state) { BM_SeedStepOneDnn(state); }
+BENCHMARK(BM_SeedStepOneDnnWallClock)
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The same five matmuls with their operands already in oneDNN's preferred layouts (OneDnnSeedStep's
 // `packed`): the difference from BM_SeedStepOneDnn is what oneDNN's copies of plain operands cost.
 void BM_SeedStepOneDnnPacked(benchmark::State& state) {
