@@ -249,21 +249,11 @@ def summarise(result):
     return out
 
 
-def measure_floor(args, bfloat16, condition="quiet"):
-    """oneDNN's own matmul primitives on the seed step's five matmuls (ops_bench
-    BM_SeedStepOneDnn): one pinned single-threaded copy per core, all at once. GFLOP/s in all.
-    Beside a co-runner (condition "co-runner" or "co-runner pinned", started as for the runs) the
-    copies are timed by the wall clock (BM_SeedStepOneDnnWallClock): what the cores the scheduler
-    leaves to two threads can do, the limit of a two-thread run beside the same co-runner."""
-    if not os.path.exists(args.ops_bench):
-        return None
+def pinned_copies(args, pattern, what, condition="quiet"):
+    """Runs the ops_bench benchmarks matching `pattern` as one pinned single-threaded copy per core,
+    all at once (beside the co-runner `condition` if not quiet); returns, per copy, the medians'
+    counters by benchmark run name, or None (and says why) when a copy printed no JSON."""
     procs = []
-    # The float32 run also measures each core's FMA peak (BM_FmaPeak), so the table can say how
-    # close the floor itself is to the hardware.
-    if condition != "quiet":
-        pattern = "BM_SeedStepOneDnnWallClock/%d/real_time$" % (1 if bfloat16 else 0)
-    else:
-        pattern = "BM_SeedStepOneDnn/1$" if bfloat16 else "BM_SeedStepOneDnn/0$|BM_FmaPeak$"
     co = start_co_runner(condition)
     try:
         for core in sorted(os.sched_getaffinity(0)):
@@ -278,25 +268,69 @@ def measure_floor(args, bfloat16, condition="quiet"):
         if co:
             co.kill()
             co.wait()
-    rates, peaks = [], []
+    copies = []
     for p, raw in zip(procs, outputs):
         try:
             data = json.loads(raw or b"{}")
         except ValueError:
-            print("floor %s: ops_bench printed no JSON (exit %d)" % (
-                "bfloat16" if bfloat16 else "float32", p.returncode), file=sys.stderr)
+            print("%s: ops_bench printed no JSON (exit %d)" % (what, p.returncode),
+                  file=sys.stderr)
             return None
-        for b in data.get("benchmarks", []):
-            if b.get("aggregate_name") == "median":
-                if b.get("run_name", b.get("name", "")).startswith("BM_FmaPeak"):
-                    peaks.append(b["GFLOP/s"])
-                else:
-                    rates.append(b["GFLOP/s"])
-    if len(rates) != len(procs):
+        copies.append({b.get("run_name", b.get("name", "")): b
+                       for b in data.get("benchmarks", []) if b.get("aggregate_name") == "median"})
+    return copies
+
+
+def measure_floor(args, bfloat16, condition="quiet"):
+    """oneDNN's own matmul primitives on the seed step's five matmuls (ops_bench
+    BM_SeedStepOneDnn): one pinned single-threaded copy per core, all at once. GFLOP/s in all.
+    Beside a co-runner (condition "co-runner" or "co-runner pinned", started as for the runs) the
+    copies are timed by the wall clock (BM_SeedStepOneDnnWallClock): what the cores the scheduler
+    leaves to two threads can do, the limit of a two-thread run beside the same co-runner."""
+    if not os.path.exists(args.ops_bench):
+        return None
+    # The float32 run also measures each core's FMA peak (BM_FmaPeak), so the table can say how
+    # close the floor itself is to the hardware.
+    if condition != "quiet":
+        pattern = "BM_SeedStepOneDnnWallClock/%d/real_time$" % (1 if bfloat16 else 0)
+    else:
+        pattern = "BM_SeedStepOneDnn/1$" if bfloat16 else "BM_SeedStepOneDnn/0$|BM_FmaPeak$"
+    copies = pinned_copies(args, pattern, "floor %s" % ("bfloat16" if bfloat16 else "float32"),
+                           condition)
+    if copies is None:
+        return None
+    rates, peaks = [], []
+    for medians in copies:
+        for name, b in medians.items():
+            (peaks if name.startswith("BM_FmaPeak") else rates).append(b["GFLOP/s"])
+    if len(rates) != len(copies):
         return None
     out = {"per_core_gflops": rates, "total_gflops": sum(rates)}
-    if len(peaks) == len(procs) and all(x > 0 for x in peaks):
+    if len(peaks) == len(copies) and all(x > 0 for x in peaks):
         out["peak_gflops"] = sum(peaks)
+    return out
+
+
+def measure_wide_limits(args):
+    """The wide model's float32 floor (ops_bench BM_WideStepOneDnn: its eight matmuls, batch 128,
+    with plain operands and, BM_WideStepOneDnnPacked, in oneDNN's preferred layouts; each copy's
+    faster of the two) and the memory bandwidth an optimizer's pass over its weights gets
+    (BM_UpdateStream: half the wide model's weights a copy, 28 bytes moved an element), each as one
+    pinned copy per core at once, timed by the wall clock. {"gflops": in all, "stream_gbs": in
+    all, and each per core} or None."""
+    if not os.path.exists(args.ops_bench):
+        return None
+    out = {}
+    for key, pattern, counter in (
+            ("gflops", "BM_WideStepOneDnn/0/real_time$|BM_WideStepOneDnnPacked/0/real_time$",
+             "GFLOP/s"),
+            ("stream_gbs", "BM_UpdateStream/2912261/real_time$", "GB/s")):
+        copies = pinned_copies(args, pattern, "wide %s" % key)
+        if not copies or not all(copies):
+            return None
+        values = [max(b[counter] for b in medians.values()) for medians in copies]
+        out[key] = sum(values)
+        out[key + "_per_core"] = values
     return out
 
 
@@ -516,6 +550,7 @@ def main():
             "load_before": loadavg(), "floors": {"float32": [], "bfloat16": []},
             "fma_peaks": [],
             "co_runner_floors": {c: [] for c in CO_RUNNER_CONDITIONS},
+            "wide_floors": [], "update_streams": [],
             "failures": []}
     runs = {c["id"]: [] for c in configs}
     timed_out = {}  # id -> the round a PyTorch grid point timed out in
@@ -530,6 +565,15 @@ def main():
                 print("[round %d] floor %-8s %7.0f GFLOP/s (%s per core)" % (
                     r, precision, f["total_gflops"],
                     " + ".join("%.0f" % g for g in f["per_core_gflops"])), file=sys.stderr)
+        if "wide" in args.models.split(","):
+            w = measure_wide_limits(args)
+            if w:
+                meta["wide_floors"].append(w["gflops"])
+                meta["update_streams"].append(w["stream_gbs"])
+                print("[round %d] wide floor float32 %7.0f GFLOP/s (%s per core); update stream "
+                      "%.1f GB/s (%s)" % (r, w["gflops"], " + ".join(
+                          "%.0f" % g for g in w["gflops_per_core"]), w["stream_gbs"], " + ".join(
+                          "%.1f" % g for g in w["stream_gbs_per_core"])), file=sys.stderr)
         for condition in CO_RUNNER_CONDITIONS if args.co_runner else ():
             f = measure_floor(args, False, condition)
             if f:

@@ -68,19 +68,27 @@ BENCHMARK(BM_SeedStepLinear)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 // hᵀ), in the layouts oneDNN prefers (format_tag::any), as if whoever writes them wrote them that
 // way: what the floor would be if the step never handed oneDNN an operand it copies into its own
 // layout first. Not the floor the targets use; a measure of what those copies cost.
-// `only` (0-4, in the order below): that one matmul alone.
-class OneDnnSeedStep {
+// `only` (in the order below; 0-4 for the seed model): that one matmul alone.
+// `widths`: the layers' widths, input first (the seed model's 784-128-10 by default; the wide
+// model's 784-2048-2048-10 for its floor): forward x·W for every layer, then from the last layer
+// back its weight gradient and, but for the first layer, its input gradient; batch 128.
+class OneDnnMlpStep {
  public:
-  explicit OneDnnSeedStep(bool bf16, bool packed = false, int only = -1)
+  explicit OneDnnMlpStep(bool bf16, bool packed = false, int only = -1,
+                         const std::vector<int64_t>& widths = {784, 128, 10})
       : packed_(packed), only_(only) {
     using dt = dnnl::memory::data_type;
     const dt a = bf16 ? dt::bf16 : dt::f32;
-    const int64_t b = 128, in = 784, hid = 128, out = 10;
-    add({b, in}, false, a, {in, hid}, false, a, a);       // h = x · W1
-    add({b, hid}, false, a, {hid, out}, false, a, a);     // y = h · W2
-    add({hid, b}, true, a, {b, out}, false, a, dt::f32);  // dW2 = hᵀ · dy
-    add({b, out}, false, a, {out, hid}, true, a, a);      // dh = dy · W2ᵀ
-    add({in, b}, true, a, {b, hid}, false, a, dt::f32);   // dW1 = xᵀ · dh
+    const int64_t b = 128;
+    const size_t layers = widths.size() - 1;
+    for (size_t l = 0; l < layers; ++l) {
+      add({b, widths[l]}, false, a, {widths[l], widths[l + 1]}, false, a, a);  // y = x · W
+    }
+    for (size_t l = layers; l-- > 0;) {
+      const int64_t in = widths[l], out = widths[l + 1];
+      add({in, b}, true, a, {b, out}, false, a, dt::f32);         // dW = xᵀ · dy
+      if (l > 0) add({b, out}, false, a, {out, in}, true, a, a);  // dx = dy · Wᵀ
+    }
   }
   void run() {
     for (auto& m : matmuls_) m.prim.execute(stream_, m.args);
@@ -133,7 +141,7 @@ void BM_SeedStepOneDnn(benchmark::State& state) {
     state.SkipWithError("no bfloat16 floor: oneDNN has no bfloat16 kernels on this CPU (emulated)");
     return;
   }
-  OneDnnSeedStep s(state.range(0) != 0);
+  OneDnnMlpStep s(state.range(0) != 0);
   for (auto _ : state) s.run();
   state.counters["GFLOP/s"] = benchmark::Counter(
       kSeedStepFlop * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
@@ -141,24 +149,83 @@ void BM_SeedStepOneDnn(benchmark::State& state) {
 }
 BENCHMARK(BM_SeedStepOneDnn)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
+// The wide model's floor (784-2048-2048-10, batch 128 a replica): its eight matmuls through
+// oneDNN's own primitives, as BM_SeedStepOneDnn for the seed model. scripts/bench runs one pinned
+// copy per core at once when the wide model is measured.
+constexpr double kWideStepFlop =
+    128.0 * (3 * 2 * (784.0 * 2048 + 2048.0 * 2048 + 2048.0 * 10) - 2 * 784.0 * 2048);
+void BM_WideStepOneDnn(benchmark::State& state) {
+  if (state.range(0) != 0 && !ops::has_native_bfloat16_math()) {
+    state.SkipWithError("no bfloat16 floor: oneDNN has no bfloat16 kernels on this CPU (emulated)");
+    return;
+  }
+  OneDnnMlpStep s(state.range(0) != 0, false, -1, {784, 2048, 2048, 10});
+  for (auto _ : state) s.run();
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      kWideStepFlop * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(state.range(0) == 0 ? "float32" : "bfloat16");
+}
+BENCHMARK(BM_WideStepOneDnn)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The wide step's matmuls with the operands in oneDNN's preferred layouts (as
+// BM_SeedStepOneDnnPacked): what oneDNN's copies of plain weights cost at the wide shapes.
+void BM_WideStepOneDnnPacked(benchmark::State& state) {
+  if (state.range(0) != 0 && !ops::has_native_bfloat16_math()) {
+    state.SkipWithError("no bfloat16 kernels on this CPU (emulated)");
+    return;
+  }
+  OneDnnMlpStep s(state.range(0) != 0, /*packed=*/true, -1, {784, 2048, 2048, 10});
+  for (auto _ : state) s.run();
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      kWideStepFlop * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(state.range(0) == 0 ? "float32, preferred layouts"
+                                     : "bfloat16, preferred layouts");
+}
+BENCHMARK(BM_WideStepOneDnnPacked)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// What an optimizer's pass over weights too big for the caches can move at most: per element, read
+// a gradient, the weight and two moments, write the weight and the moments (28 bytes), with no
+// arithmetic to wait for. Arg: elements per copy; scripts/bench runs one pinned copy per core at
+// once over half the wide model's weights each, and reads GB/s (wall clock).
+__attribute__((noinline)) void stream_pass(float* __restrict w, float* __restrict m,
+                                           float* __restrict v, const float* __restrict g,
+                                           size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    m[i] += gi;
+    v[i] += gi;
+    w[i] += gi;
+  }
+}
+void BM_UpdateStream(benchmark::State& state) {
+  const auto n = static_cast<size_t>(state.range(0));
+  std::vector<float> w(n, 0.5f), m(n, 0.0f), v(n, 0.1f), g(n, 1e-30f);
+  for (auto _ : state) {
+    stream_pass(w.data(), m.data(), v.data(), g.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(
+      28.0 * static_cast<double>(n) * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_UpdateStream)->Arg(2912261)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // The same floor timed by the wall clock instead of the thread's CPU time: beside a co-runner a
 // copy that is descheduled for part of the time loses that part, as a training run does. The
 // harness measures the floor beside its co-runner with it.
-void BM_SeedStepOneDnnWallClock(benchmark::State& state) { BM_SeedStepOneDnn(state); }
-BENCHMARK(BM_SeedStepOneDnnWallClock)
-    ->Arg(0)
-    ->Arg(1)
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+void BM_SeedStepOneDnnWallClock(benchmark::State& state) {
+  BM_SeedStepOneDnn(state);
+}
+BENCHMARK(BM_SeedStepOneDnnWallClock)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// The same five matmuls with their operands already in oneDNN's preferred layouts (OneDnnSeedStep's
+// The same five matmuls with their operands already in oneDNN's preferred layouts (OneDnnMlpStep's
 // `packed`): the difference from BM_SeedStepOneDnn is what oneDNN's copies of plain operands cost.
 void BM_SeedStepOneDnnPacked(benchmark::State& state) {
   if (state.range(0) != 0 && !ops::has_native_bfloat16_math()) {
     state.SkipWithError("no bfloat16 floor: oneDNN has no bfloat16 kernels on this CPU (emulated)");
     return;
   }
-  OneDnnSeedStep s(state.range(0) != 0, /*packed=*/true);
+  OneDnnMlpStep s(state.range(0) != 0, /*packed=*/true);
   for (auto _ : state) s.run();
   state.counters["GFLOP/s"] = benchmark::Counter(
       kSeedStepFlop * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
@@ -177,7 +244,7 @@ void BM_SeedMatmulLayout(benchmark::State& state) {
     return;
   }
   const int which = static_cast<int>(state.range(0));
-  OneDnnSeedStep s(bf16, packed, which);
+  OneDnnMlpStep s(bf16, packed, which);
   for (auto _ : state) s.run();
   state.SetLabel(std::string(which == 0 ? "x·W1" : "dW1 = xᵀ·dh") +
                  (bf16 ? ", bfloat16" : ", float32") +
@@ -187,7 +254,7 @@ BENCHMARK(BM_SeedMatmulLayout)
     ->ArgsProduct({{0, 4}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
 
-// What a core does right after the seed step's five matmuls (OneDnnSeedStep), in float32 (arg 0)
+// What a core does right after the seed step's five matmuls (OneDnnMlpStep), in float32 (arg 0)
 // or bfloat16 (arg 1: AMX where oneDNN has it): the time of an Adam-like divider loop over 4,096
 // L1-resident elements and of a chain of dependent integer operations (its time is the clock's
 // inverse). Only the two loops are timed (manual time); "chain ns" is the chain alone. Where the
@@ -215,7 +282,7 @@ void BM_AfterSeedMatmuls(benchmark::State& state) {
     state.SkipWithError("no bfloat16 kernels on this CPU (emulated)");
     return;
   }
-  OneDnnSeedStep step(bf16);
+  OneDnnMlpStep step(bf16);
   std::vector<float> w(4096, 0.5f), m(4096, 0.0f), v(4096, 0.1f), g(4096, 0.01f);
   double chain_seconds = 0;
   uint64_t x = 1;

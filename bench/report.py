@@ -13,6 +13,11 @@ FLOP_PER_EXAMPLE = {
 # core; two ranks copying at once share the all-core copy bandwidth, about 12-13 GB/s each.
 COPY_BANDWIDTH = 13e9
 CO_RUNNERS = ("co-runner", "co-runner pinned")
+# The wide model's weights (784-2048-2048-10 with biases), and the bytes an optimizer's pass must
+# move for each at least: the weight and Adam's two moments, read and written (the gradients are
+# left out, as if they never left the cache).
+WIDE_WEIGHTS = 784 * 2048 + 2048 + 2048 * 2048 + 2048 + 2048 * 10 + 10
+UPDATE_BYTES = 24
 
 
 def median(values):
@@ -144,6 +149,22 @@ def header(meta):
             out.append("Floor float32 beside the %s: the same copies timed by the wall clock while "
                        "the co-runner spins: %.0f GFLOP/s in all (rounds: %s) → %.0f samples/s  "
                        % (cond, median(gflops), ", ".join("%.0f" % g for g in gflops), rate))
+    wide = median(meta.get("wide_floors") or [])
+    stream = median(meta.get("update_streams") or [])
+    if wide:
+        out.append("Wide floor float32: oneDNN's own matmuls on the wide step's eight shapes (batch "
+                   "128; the faster of plain operands and oneDNN's preferred layouts), one pinned "
+                   "copy per core at once, wall clock: %.0f GFLOP/s in all "
+                   "(rounds: %s) → %.0f samples/s  " % (
+                       wide, ", ".join("%.0f" % g for g in meta["wide_floors"]),
+                       wide * 1e9 / FLOP_PER_EXAMPLE["wide"]))
+    if stream:
+        out.append("Update stream: a pass reading a gradient, a weight and two moments and writing "
+                   "the three (28 bytes an element), one pinned copy per core over half the wide "
+                   "model's weights each: %.1f GB/s in all (rounds: %s); the %d bytes a weight "
+                   "any Adam pass must move take %.2f ms for the wide model's %d weights  " % (
+                       stream, ", ".join("%.1f" % g for g in meta["update_streams"]),
+                       UPDATE_BYTES, UPDATE_BYTES * WIDE_WEIGHTS / stream / 1e6, WIDE_WEIGHTS))
     peaks = meta.get("fma_peaks") or []
     f32 = floors(meta).get("float32")
     if peaks and f32:
@@ -310,6 +331,7 @@ def speed_checks(rows, meta):
         if a and torch_rss:
             checks.append(("%s: peak RSS ≤ PyTorch's (smallest PyTorch RSS / all-core Lockstep "
                            "RSS)" % model, min(torch_rss) / a["peak_rss_mb"], 1.0))
+    checks += wide_limit_checks(rows, meta)
     for precision, group, target in (("float32", "PyTorch", 2.5),
                                      ("mixed_bfloat16", "PyTorch bf16 autocast", 1.5)):
         vit = pick(rows, "vit", system="Lockstep", defaults=True, precision=precision)
@@ -354,6 +376,37 @@ def speed_checks(rows, meta):
     if f32 and base:
         checks.append(("mlp: quiet all-core defaults ≥ the baseline binary's (no slower than "
                        "before)", f32[0]["samples_per_s"] / base[0]["samples_per_s"], 1.0))
+    return checks
+
+
+def wide_limit_checks(rows, meta):
+    """What the machine allows the wide model against the tuned PyTorch: its matmuls alone at
+    oneDNN's wide floor; every flop of the step at the FMA peak (nothing on this chip does more);
+    and that peak with the update's compulsory bytes at the measured bandwidth after it (a step
+    that does not overlap the two)."""
+    a = fastest(all_core_f32(rows, "wide"))
+    t = fastest(pick(rows, "wide", tuned=True))
+    wide = median(meta.get("wide_floors") or [])
+    if not (a and t and wide):
+        return []
+    flop = FLOP_PER_EXAMPLE["wide"]
+    rate = wide * 1e9 / flop
+    checks = [("wide: oneDNN's float32 floor on the wide step's shapes, matmuls only, ≥ 1.5x the "
+               "best tuned PyTorch (all-core Lockstep at %.0f%% of it)" % (
+                   100 * a["samples_per_s"] / rate), rate / t["samples_per_s"], 1.5)]
+    peak = median(meta.get("fma_peaks") or [])
+    if peak:
+        checks.append(("wide: every flop of the step at the FMA peak and nothing else ≥ 1.5x the "
+                       "best tuned PyTorch (the hard limit)",
+                       peak * 1e9 / flop / t["samples_per_s"], 1.5))
+    stream = median(meta.get("update_streams") or [])
+    if peak and stream:
+        batch = a["global_batch"]
+        step = batch * flop / (peak * 1e9) + UPDATE_BYTES * WIDE_WEIGHTS / (stream * 1e9)
+        checks.append(("wide: the FMA peak, then %d bytes a weight at the measured bandwidth, ≥ "
+                       "1.5x the best tuned PyTorch (the limit of a step that does not overlap "
+                       "its update with its matmuls; global batch %d)" % (UPDATE_BYTES, batch),
+                       batch / step / t["samples_per_s"], 1.5))
     return checks
 
 

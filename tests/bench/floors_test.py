@@ -1,10 +1,13 @@
 #!/usr/bin/python3
-"""The float32 floor beside the co-runner (bench/harness.py measure_floor with a co-runner
-condition, bench/report.py co_runner_checks):
+"""The floors bench/harness.py measures with ops_bench, and what bench/report.py makes of them —
+the float32 floor beside the co-runner (measure_floor with a co-runner condition,
+co_runner_checks) and the wide model's limits (measure_wide_limits):
 
 * the harness starts the co-runner before the floor's copies and stops it after them, pinned to the
   first core for "co-runner pinned" and free for "co-runner", and asks ops_bench for the wall-clock
   variant of the floor (a CPU-time rate would not see the share the co-runner takes);
+* the wide model's floor and the update stream run as one pinned copy per core each, one after the
+  other, quiet, and their sums are reported;
 * the report turns that floor into samples/s by the seed step's flop per example and holds it, and
   all-core Lockstep, against the best tuned PyTorch under the same co-runner — the expected values
   are worked out by hand below.
@@ -45,7 +48,8 @@ def fake_ops_bench(argv):
     # The harness starts the co-runner first, but taskset's exec of sh may not be done yet. A pinned
     # co-runner is `taskset -c N sh ...`: until its exec, its command line is taskset's, which
     # already names the loop, and its affinity is already set once taskset has run.
-    deadline = time.monotonic() + 30
+    # Quiet calls look once: the harness started no co-runner for them to wait for.
+    deadline = time.monotonic() + (30 if os.environ["FAKE_EXPECT_CO_RUNNER"] == "1" else 0)
     co = co_runner_affinities(os.getppid())
     while not co and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -55,10 +59,13 @@ def fake_ops_bench(argv):
     record = {"pattern": pattern, "core": core, "co_runners": co}
     with open(os.path.join(os.environ["FAKE_OPS_BENCH_DIR"], "core%d.json" % core[0]), "w") as f:
         json.dump(record, f)
-    name = "BM_SeedStepOneDnnWallClock/0/real_time" if "WallClock" in pattern else \
-        "BM_SeedStepOneDnn/0"
+    name, counter = pattern.rstrip("$"), "GFLOP/s"
+    if "UpdateStream" in pattern:
+        counter = "GB/s"
+    elif "|" in pattern:
+        name = pattern.split("|")[0].rstrip("$")
     print(json.dumps({"benchmarks": [
-        {"run_name": name, "aggregate_name": "median", "GFLOP/s": 50.0 + core[0]}]}))
+        {"run_name": name, "aggregate_name": "median", counter: 50.0 + core[0]}]}))
 
 
 def check_harness(failures):
@@ -72,6 +79,7 @@ def check_harness(failures):
         os.environ["FAKE_OPS_BENCH_DIR"] = d
         args = types.SimpleNamespace(ops_bench=wrapper, floor_repetitions=1)
         cores = sorted(os.sched_getaffinity(0))
+        os.environ["FAKE_EXPECT_CO_RUNNER"] = "1"
         for condition in ("co-runner", "co-runner pinned"):
             f = harness.measure_floor(args, False, condition)
             want_total = sum(50.0 + c for c in cores)
@@ -94,6 +102,16 @@ def check_harness(failures):
             if left:
                 failures.append("%s: a co-runner is still running after the floor: %s" % (
                     condition, left))
+        os.environ["FAKE_EXPECT_CO_RUNNER"] = "0"
+        wide = harness.measure_wide_limits(args)
+        want = sum(50.0 + c for c in cores)
+        if not wide or wide["gflops"] != want or wide["stream_gbs"] != want:
+            failures.append("wide limits %s, expected %s GFLOP/s and %s GB/s in all" % (
+                wide, want, want))
+        rec = json.load(open(os.path.join(d, "core%d.json" % cores[-1])))
+        if rec["pattern"] != "BM_UpdateStream/2912261/real_time$" or rec["co_runners"]:
+            failures.append("wide limits: the last copy asked %r beside %s" % (
+                rec["pattern"], rec["co_runners"]))
         quiet = harness.measure_floor(args, False)
         for c in cores:
             rec = json.load(open(os.path.join(d, "core%d.json" % c)))
