@@ -10,20 +10,19 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import co_runners  # noqa: E402
 
 
 def co_runner_sessions(parent):
-    co = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    sessions = []
+    for pid in co_runners.co_runner_pids(parent):
         try:
-            stat = open("/proc/%s/stat" % pid).read()
-            cmdline = open("/proc/%s/cmdline" % pid, "rb").read().decode(errors="replace")
+            sessions.append(os.getsid(pid))
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and "while :; do :; done" in cmdline:
-            co.append(os.getsid(int(pid)))
-    return co
+    return sessions
 
 
 def probe(out):

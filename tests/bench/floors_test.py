@@ -25,22 +25,17 @@ import types
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import co_runners  # noqa: E402
 
 
 def co_runner_affinities(parent):
     found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in co_runners.co_runner_pids(parent):
         try:
-            text = open("/proc/%s/stat" % pid).read()
-            cmdline = open("/proc/%s/cmdline" % pid, "rb").read().decode(errors="replace")
+            found.append(sorted(os.sched_getaffinity(pid)))
         except OSError:
             continue
-        ppid = int(text.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and "while :; do :; done" in cmdline:
-            try:
-                found.append(sorted(os.sched_getaffinity(int(pid))))
-            except OSError:
-                continue
     return found
 
 
