@@ -131,7 +131,7 @@ class ArenaUpdate final : public TaskPhase {
     }
     float* w_out = streaming_ ? scratch : region(1 - current_, 0) + c.flat;
     rule_.apply(c.var, c.offset, region(current_, 0) + c.flat, const_cast<float*>(sum_ + c.flat),
-                {in, slots_}, w_out, {out, slots_}, n, {});
+                {in, slots_}, w_out, {out, slots_}, n, {}, {});
     return scratch;
   }
   void commit(int task, void* result) override {

@@ -101,7 +101,7 @@ void BM_AdamUpdate(benchmark::State& state) {
   const distribute::RoundedOut rounded{.bf16 = copy.empty() ? nullptr : copy.data()};
   for (auto _ : state) {
     adam.begin_update({});
-    adam.apply(0, 0, wp, g.data<float>(), in, wp, out, kSeedParameters, rounded);
+    adam.apply(0, 0, wp, g.data<float>(), in, wp, out, kSeedParameters, rounded, {});
     adam.end_update();
     benchmark::DoNotOptimize(wp);
   }

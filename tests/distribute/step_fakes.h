@@ -42,8 +42,8 @@ class FakeUpdate : public ElementwiseUpdate {
     norms_.assign(norms.begin(), norms.end());
   }
   void apply(size_t, int64_t, const float* w, float* g, std::span<const float* const> slots,
-             float* w_out, std::span<float* const> slots_out, size_t n,
-             RoundedOut rounded) const override {
+             float* w_out, std::span<float* const> slots_out, size_t n, RoundedOut rounded,
+             Streamed) const override {
     for (size_t j = 0; j < n; ++j) {
       w_out[j] = w[j] - g[j] * 0.5f;
       slots_out[0][j] = slots[0][j] + g[j];

@@ -1,11 +1,13 @@
 // The training step's fused path: ElementwiseUpdate::apply_sum_of_two(a, b) must write exactly
 // the bits of apply() on g = a + b (summed here, element by element in float32), for every
-// optimizer and for the options that take the sum-then-apply path (clipping, weight decay).
+// optimizer and for the options that take the sum-then-apply path (clipping, weight decay); and
+// either path with its outputs streamed (non-temporal stores) the bits of it with them stored.
 // The step relies on it: N replicas on any number of threads give the same weights only if the
 // path a chunk takes does not change its bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -56,7 +58,31 @@ struct Outputs {
   std::vector<float> rounded;
 };
 
-Outputs run_update(const Case& c, size_t n, bool fused, bool with_rounded) {
+// Outputs at `shift` floats past a 64-byte boundary (0: every non-temporal store's alignment; 3:
+// none), streamed as `streamed` says.
+struct Placement {
+  size_t shift = 0;
+  distribute::Streamed streamed{};
+};
+
+// n floats at `shift` floats past a 64-byte boundary, copied out as a vector.
+class ShiftedBuffer {
+ public:
+  ShiftedBuffer(size_t n, size_t shift) : storage_(n + shift + 16), n_(n) {
+    const auto address = reinterpret_cast<uintptr_t>(storage_.data());
+    data_ = storage_.data() + ((64 - address % 64) % 64) / sizeof(float) + shift;
+  }
+  float* data() { return data_; }
+  std::vector<float> values() const { return {data_, data_ + n_}; }
+
+ private:
+  std::vector<float> storage_;
+  size_t n_;
+  float* data_;
+};
+
+Outputs run_update(const Case& c, size_t n, bool fused, bool with_rounded,
+                   const Placement& place = {}) {
   std::unique_ptr<Optimizer> opt = c.make();
   Variable v(Tensor::from_vector(random_values(n, 1.0f, 1), {static_cast<int64_t>(n)}), "w");
   opt->bind({v});
@@ -72,26 +98,41 @@ Outputs run_update(const Case& c, size_t n, bool fused, bool with_rounded) {
   const std::vector<float> a = random_values(n, 0.1f, 3);
   const std::vector<float> b = random_values(n, 0.1f, 4);
   opt->begin_update({});
-  Outputs out{std::vector<float>(n), std::vector<std::vector<float>>(slot_vars.size()),
-              std::vector<float>(n)};
+  ShiftedBuffer w_out(n, place.shift);
+  std::vector<ShiftedBuffer> slots_out;
   std::vector<const float*> in_ptrs;
   std::vector<float*> out_ptrs;
   for (size_t k = 0; k < slot_vars.size(); ++k) {
-    out.slots[k].resize(n);
+    slots_out.emplace_back(n, place.shift);
     in_ptrs.push_back(slots_in[k].data());
-    out_ptrs.push_back(out.slots[k].data());
   }
+  for (ShiftedBuffer& b : slots_out) out_ptrs.push_back(b.data());
+  Outputs out{{}, {}, std::vector<float>(n)};
   std::vector<float> g(n);
   const distribute::RoundedOut rounded{.values = with_rounded ? out.rounded.data() : nullptr};
   if (fused) {
-    opt->apply_sum_of_two(0, 0, w.data(), a.data(), b.data(), g.data(), in_ptrs, out.w.data(),
-                          out_ptrs, n, rounded);
+    opt->apply_sum_of_two(0, 0, w.data(), a.data(), b.data(), g.data(), in_ptrs, w_out.data(),
+                          out_ptrs, n, rounded, place.streamed);
   } else {
     for (size_t j = 0; j < n; ++j) g[j] = a[j] + b[j];
-    opt->apply(0, 0, w.data(), g.data(), in_ptrs, out.w.data(), out_ptrs, n, rounded);
+    opt->apply(0, 0, w.data(), g.data(), in_ptrs, w_out.data(), out_ptrs, n, rounded,
+               place.streamed);
   }
   opt->end_update();
+  out.w = w_out.values();
+  for (const ShiftedBuffer& b : slots_out) out.slots.push_back(b.values());
   return out;
+}
+
+void expect_same_bits(const Outputs& got, const Outputs& want, bool with_rounded) {
+  EXPECT_TRUE(same_bits(got.w, want.w));
+  ASSERT_EQ(got.slots.size(), want.slots.size());
+  for (size_t k = 0; k < got.slots.size(); ++k) {
+    EXPECT_TRUE(same_bits(got.slots[k], want.slots[k])) << "slot " << k;
+  }
+  if (with_rounded) {
+    EXPECT_TRUE(same_bits(got.rounded, want.rounded));
+  }
 }
 
 TEST(OptimizerSumOfTwo, WritesTheBitsOfApplyOnTheSum) {
@@ -102,13 +143,34 @@ TEST(OptimizerSumOfTwo, WritesTheBitsOfApplyOnTheSum) {
                      (with_rounded ? " with rounded copy" : ""));
         const Outputs fused = run_update(c, n, true, with_rounded);
         const Outputs unfused = run_update(c, n, false, with_rounded);
-        EXPECT_TRUE(same_bits(fused.w, unfused.w));
-        ASSERT_EQ(fused.slots.size(), unfused.slots.size());
-        for (size_t k = 0; k < fused.slots.size(); ++k) {
-          EXPECT_TRUE(same_bits(fused.slots[k], unfused.slots[k])) << "slot " << k;
-        }
-        if (with_rounded) {
-          EXPECT_TRUE(same_bits(fused.rounded, unfused.rounded));
+        expect_same_bits(fused, unfused, with_rounded);
+      }
+    }
+  }
+}
+
+// The step streams the outputs of an update larger than the caches (BufferedUpdate): the rule
+// then runs block by block into a buffer that goes out with non-temporal stores, and must write
+// the bits of the ordinary loop — for every optimizer, both paths, any length (whole blocks, a
+// short last block, less than one register) and outputs aligned for those stores or not (then
+// copied ordinarily). The isa label runs it on every build's store width.
+TEST(OptimizerSumOfTwo, StreamedOutputsHoldTheBitsOfStoredOnes) {
+  const std::vector<distribute::Streamed> ways = {
+      {.weights = true, .slots = true}, {.weights = true}, {.slots = true}};
+  for (const Case& c : cases()) {
+    for (size_t n : {size_t{1}, size_t{13}, size_t{64}, size_t{314}, size_t{2049}}) {
+      for (bool fused : {true, false}) {
+        const bool with_rounded = n % 2 == 1;
+        const Outputs stored = run_update(c, n, fused, with_rounded);
+        for (size_t shift : {size_t{0}, size_t{3}}) {
+          for (const distribute::Streamed& way : ways) {
+            SCOPED_TRACE(::testing::Message()
+                         << c.name << " n=" << n << (fused ? " fused" : " summed first")
+                         << " shift " << shift << (way.weights ? " weights" : "")
+                         << (way.slots ? " slots" : ""));
+            expect_same_bits(run_update(c, n, fused, with_rounded, {shift, way}), stored,
+                             with_rounded);
+          }
         }
       }
     }

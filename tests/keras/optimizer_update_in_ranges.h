@@ -43,7 +43,7 @@ inline void update_in_ranges(Optimizer& opt, const std::vector<Tensor>& grads,
       const std::vector<const float*> slots_in(slots.begin(), slots.end());
       float* w = vars[i].raw_value().data<float>() + offset;
       opt.apply(i, offset, w, g.data(), slots_in, w, slots, count,
-                mixed_precision::rounded_weights_out(vars[i]).at(static_cast<size_t>(offset)));
+                mixed_precision::rounded_weights_out(vars[i]).at(static_cast<size_t>(offset)), {});
     }
   };
   std::vector<std::thread> threads;

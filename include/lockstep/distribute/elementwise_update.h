@@ -30,6 +30,17 @@ struct RoundedOut {
   }
 };
 
+// Which of an update's outputs may bypass the caches (non-temporal stores): the new weights, the
+// new slots. The step asks for it where nothing reads them before the next step but other cores
+// or memory (BufferedUpdate's streaming); a hint, which apply() may ignore. The caller orders
+// such stores (a fence) before another thread reads them.
+struct Streamed {
+  bool weights = false;
+  bool slots = false;
+
+  explicit operator bool() const { return weights || slots; }
+};
+
 class ElementwiseUpdate {
  public:
   virtual ~ElementwiseUpdate() = default;
@@ -50,12 +61,14 @@ class ElementwiseUpdate {
   // The rule on elements [offset, offset + n) of variable i, out of place: reads w (the
   // variable), g (the summed gradient, which it may overwrite) and slots (slot_variables(i)'s
   // elements); writes the new values to w_out and slots_out and, when rounded is set, the
-  // bfloat16 rounding of the new w to it (RoundedOut). Inputs and outputs do not overlap. Called
-  // concurrently for disjoint or identical ranges; must depend on nothing but these elements
-  // and what begin_update() computed.
+  // bfloat16 rounding of the new w to it (RoundedOut), the outputs `streamed` names preferably
+  // with non-temporal stores. Inputs and outputs do not overlap. Called concurrently for disjoint
+  // or identical ranges; must depend on nothing but these elements and what begin_update()
+  // computed.
   virtual void apply(size_t i, int64_t offset, const float* w, float* g,
                      std::span<const float* const> slots, float* w_out,
-                     std::span<float* const> slots_out, size_t n, RoundedOut rounded) const = 0;
+                     std::span<float* const> slots_out, size_t n, RoundedOut rounded,
+                     Streamed streamed) const = 0;
   // apply() on the sum of two gradients, g = a + b element by element in float32 (the step's
   // common case: two local replicas), for rules that can add as they read instead of summing into
   // a buffer first. The same bits as writing a + b into g and calling apply(); g is n floats of
@@ -63,7 +76,7 @@ class ElementwiseUpdate {
   virtual void apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a,
                                 const float* b, float* g, std::span<const float* const> slots,
                                 float* w_out, std::span<float* const> slots_out, size_t n,
-                                RoundedOut rounded) const;
+                                RoundedOut rounded, Streamed streamed) const;
   // Once per update, after every apply() and after the step has made the variables' next buffers
   // current, on one thread (e.g. iterations += 1).
   virtual void end_update() = 0;

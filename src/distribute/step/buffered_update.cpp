@@ -254,12 +254,13 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   // still be writing the next buffers. The rule's rounding of the weights follows them when the
   // rule can swap a spare in for it (swaps_rounded_output); otherwise it goes to scratch and the
   // winner copies it, which keeps that copy single-writer.
-  sc.direct = !streaming_ && !backup;
-  // The weights themselves are what the replicas multiply by unless the rule writes a rounded
-  // copy for them: then a first run streams them to their next buffer through scratch
-  // (copy_next).
-  const bool stream_w = sc.direct && shared_reads_ && !next_r_[i];
-  float* w_out = sc.direct && !stream_w ? next_w_[i] + c.offset : sc.w.data() + base;
+  sc.direct = !backup;
+  // A first run streams the weights and slots of a model beyond the caches, and the weights
+  // themselves when they are what the replicas multiply by (no rounded copy for them) and
+  // shared_reads_ (copy_next says why).
+  const Streamed streamed{.weights = sc.direct && (streaming_ || (shared_reads_ && !next_r_[i])),
+                          .slots = sc.direct && streaming_};
+  float* w_out = sc.direct ? next_w_[i] + c.offset : sc.w.data() + base;
   if (sc.direct) {
     for (size_t k = 0; k < cur_slots.size(); ++k) sc.slot_ptrs[k] = next_s_[i][k] + c.offset;
   }
@@ -283,7 +284,7 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
     // Two terms (two local replicas, or one and the accumulator): the rule adds them as it
     // reads them, one pass instead of a sum pass and an update pass.
     rule_.apply_sum_of_two(i, c.offset, w, terms[0], terms[1], g, slots_in, w_out, slots_out, n,
-                           rounded);
+                           rounded, streamed);
   } else {
     if (sum_ == nullptr) {
       const float* only =
@@ -296,12 +297,9 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
         GradientReducer::sum_chunk(c, terms_, g);
       }
     }
-    rule_.apply(i, c.offset, w, g, slots_in, w_out, slots_out, n, rounded);
+    rule_.apply(i, c.offset, w, g, slots_in, w_out, slots_out, n, rounded, streamed);
   }
-  if (stream_w) {
-    copy_next(next_w_[i] + c.offset, w_out, n * sizeof(float), true);
-    fence_streaming_stores();
-  }
+  if (streamed) fence_streaming_stores();
 }
 
 void BufferedUpdate::commit_chunk(int task, void* result) {
@@ -311,7 +309,7 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
   const size_t n = static_cast<size_t>(c.n);
   const RoundedOut& r = next_r_[i];
   // A backup's rounding of a kind first runs write directly goes to the spare, as its weights do.
-  const bool rounded_to_spare = !sc.direct && !streaming_ && direct_rounded_;
+  const bool rounded_to_spare = !sc.direct && direct_rounded_;
   if (rounded_to_spare) allocate_spares(i);
   if (r.values != nullptr && !sc.values_direct) {
     const bool spare = rounded_to_spare && !shared_reads_;
@@ -326,18 +324,14 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
     copy_next(dst + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), false);
   }
   if (sc.direct) return;  // the weights and slots are in place already
-  // Without streaming only a backup writes scratch, and it won: the chunk's first run may still
-  // be writing the next buffers, so the result goes to the spares.
-  const bool to_spare = !streaming_;
-  if (to_spare) {
-    allocate_spares(i);
-    won_by_backup_[static_cast<size_t>(task)] = 1;
-  }
-  float* w_dst = to_spare ? spare_w_[i].data<float>() : next_w_[i];
-  copy_next(w_dst + c.offset, sc.w.data(), n * sizeof(float), streaming_);
+  // Only a backup writes scratch, and it won: the chunk's first run may still be writing the next
+  // buffers, so the result goes to the spares.
+  allocate_spares(i);
+  won_by_backup_[static_cast<size_t>(task)] = 1;
+  copy_next(spare_w_[i].data<float>() + c.offset, sc.w.data(), n * sizeof(float), streaming_);
   for (size_t k = 0; k < next_s_[i].size(); ++k) {
-    float* dst = to_spare ? spare_s_[i][k].data<float>() : next_s_[i][k];
-    copy_next(dst + c.offset, sc.slots[k].data(), n * sizeof(float), streaming_);
+    copy_next(spare_s_[i][k].data<float>() + c.offset, sc.slots[k].data(), n * sizeof(float),
+              streaming_);
   }
   if (streaming_) fence_streaming_stores();
 }

@@ -11,9 +11,10 @@
 // the chunks the first runs wrote, become the next buffers (the rule's rounded copy of the weights
 // likewise, through ElementwiseUpdate::swap_rounded_output, when the rule has one and can swap
 // it). Then every variable flips to its next buffer. Models whose update writes more than the
-// caches hold write through scratch with non-temporal stores instead (set_streaming_threshold), and
-// with several threads on an AMD CPU the float32 values the replicas multiply by are streamed too,
-// since every core read their lines (set_stream_shared_reads); the bits are the same either way.
+// caches hold have first runs write the weights and slots with non-temporal stores (Streamed;
+// set_streaming_threshold), and with several threads on an AMD CPU the float32 values the
+// replicas multiply by are streamed too, since every core read their lines
+// (set_stream_shared_reads); the bits are the same either way.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

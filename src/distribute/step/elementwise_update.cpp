@@ -8,9 +8,9 @@ void ElementwiseUpdate::apply_sum_of_two(size_t i, int64_t offset, const float* 
                                          const float* b, float* g,
                                          std::span<const float* const> slots, float* w_out,
                                          std::span<float* const> slots_out, size_t n,
-                                         RoundedOut rounded) const {
+                                         RoundedOut rounded, Streamed streamed) const {
   ops::sum_into(g, a, b, static_cast<int64_t>(n));
-  apply(i, offset, w, g, slots, w_out, slots_out, n, rounded);
+  apply(i, offset, w, g, slots, w_out, slots_out, n, rounded, streamed);
 }
 
 }  // namespace lockstep::distribute

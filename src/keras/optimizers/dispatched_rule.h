@@ -10,15 +10,15 @@ namespace lockstep::keras::optimizers::detail {
 #if defined(__x86_64__)
 template <typename Rule>
 void expand_rule_x86_64(const Rule& rule, const UpdateSpan& s) {
-  expand_rule(rule, s);
+  expand_rule<4>(rule, s);
 }
 template <typename Rule>
 LOCKSTEP_TARGET_X86_64_V3 void expand_rule_x86_64_v3(const Rule& rule, const UpdateSpan& s) {
-  expand_rule(rule, s);
+  expand_rule<8>(rule, s);
 }
 template <typename Rule>
 LOCKSTEP_TARGET_X86_64_V4 void expand_rule_x86_64_v4(const Rule& rule, const UpdateSpan& s) {
-  expand_rule(rule, s);
+  expand_rule<16>(rule, s);
 }
 
 template <typename Rule>

@@ -181,7 +181,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
         gc = scratch;
       }
       apply(i, static_cast<int64_t>(c0), w + c0, gc, {slot_ptr, slots.size()}, w + c0,
-            {slot_ptr, slots.size()}, m, rounded.at(c0));
+            {slot_ptr, slots.size()}, m, rounded.at(c0), {});
     }
   }
   end_update();
@@ -291,21 +291,23 @@ void Optimizer::begin_update(std::span<const double> squared_norms) {
 void Optimizer::apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a,
                                  const float* b, float* g, std::span<const float* const> slots,
                                  float* w_out, std::span<float* const> slots_out, size_t n,
-                                 distribute::RoundedOut rounded) const {
+                                 distribute::RoundedOut rounded,
+                                 distribute::Streamed streamed) const {
   // Clipping, scaling and weight decay act on the summed gradient or the weights before the rule:
   // those take the sum-then-apply path.
   if (options_.base.clipvalue || bound_scale_[i] != 1.0f ||
       decay_[static_cast<size_t>(bound_[i])] != 0) {
-    ElementwiseUpdate::apply_sum_of_two(i, offset, w, a, b, g, slots, w_out, slots_out, n, rounded);
+    ElementwiseUpdate::apply_sum_of_two(i, offset, w, a, b, g, slots, w_out, slots_out, n, rounded,
+                                        streamed);
     return;
   }
-  update_step(UpdateSpan{w, a, b, slots, w_out, slots_out, rounded, n}, update_info_);
+  update_step(UpdateSpan{w, a, b, slots, w_out, slots_out, rounded, n, streamed}, update_info_);
 }
 
 void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
                       std::span<const float* const> slots, float* w_out,
-                      std::span<float* const> slots_out, size_t n,
-                      distribute::RoundedOut rounded) const {
+                      std::span<float* const> slots_out, size_t n, distribute::RoundedOut rounded,
+                      distribute::Streamed streamed) const {
   const float scale = bound_scale_[i];
   if (options_.base.clipvalue) {
     const float clip = static_cast<float>(*options_.base.clipvalue);
@@ -320,7 +322,8 @@ void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
     for (size_t j = 0; j < n; ++j) w_out[j] = w[j] - w[j] * wd_lr;
     w = w_out;
   }
-  update_step(UpdateSpan{w, g, nullptr, slots, w_out, slots_out, rounded, n}, update_info_);
+  update_step(UpdateSpan{w, g, nullptr, slots, w_out, slots_out, rounded, n, streamed},
+              update_info_);
 }
 
 }  // namespace lockstep::keras::optimizers

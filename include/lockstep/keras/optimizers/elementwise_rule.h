@@ -9,6 +9,7 @@
 // rule over the n elements of an UpdateSpan; the optimizer's update_step picks the rule and calls
 // it (the built-in optimizers through a build chosen per ISA). The rule is inlined into every loop,
 // so a loop makes no call per element, and the same rule gives the same bits in every loop.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +25,8 @@ namespace lockstep::keras::optimizers {
 // set: two replicas' gradients summed as they are read) and the slots; writes w_out, slots_out
 // and, when rounded is set, the bfloat16 rounding of each new weight (as float32 or bfloat16). An
 // output may be the very array of its input (an update in place) but overlaps no other array.
+// The outputs `streamed` names go out with non-temporal stores where the loop's build has them
+// (expand_rule); the caller fences.
 struct UpdateSpan {
   const float* w = nullptr;
   const float* g = nullptr;
@@ -33,6 +36,7 @@ struct UpdateSpan {
   std::span<float* const> slots_out{};
   distribute::RoundedOut rounded{};
   size_t n = 0;
+  distribute::Streamed streamed{};
 };
 
 namespace detail {
@@ -82,22 +86,112 @@ template <bool kSum, Rounded kRounded, typename Rule>
   }
 }
 
+// n floats from src to dst with non-temporal stores of kLanes floats (one register of the build
+// that inlines it: 4 SSE2, 8 AVX, 16 AVX-512), or with memcpy where dst is not aligned to one, n
+// is not a multiple of one, or kLanes is 0 (no such stores: not x86-64). The stores are inline
+// assembly: GCC has no generic non-temporal store, and an intrinsic would not inline into a
+// template every build shares; the assembler's operand is only ever given a register of the
+// build's width.
+#if defined(__x86_64__)
+typedef float StreamVector4 __attribute__((vector_size(16)));
+typedef float StreamVector8 __attribute__((vector_size(32)));
+typedef float StreamVector16 __attribute__((vector_size(64)));
+#endif
+
+template <int kLanes>
+[[gnu::always_inline]] inline void stream_floats(float* dst, const float* src, size_t n) {
+#if defined(__x86_64__)
+  if constexpr (kLanes == 4 || kLanes == 8 || kLanes == 16) {
+    constexpr size_t kBytes = 4 * kLanes;
+    if (reinterpret_cast<uintptr_t>(dst) % kBytes == 0 && n % kLanes == 0) {
+      for (size_t i = 0; i < n; i += kLanes) {
+        if constexpr (kLanes == 16) {
+          StreamVector16 v;
+          std::memcpy(&v, src + i, sizeof v);
+          asm("vmovntps %1, %0" : "=m"(*reinterpret_cast<StreamVector16*>(dst + i)) : "v"(v));
+        } else if constexpr (kLanes == 8) {
+          StreamVector8 v;
+          std::memcpy(&v, src + i, sizeof v);
+          asm("vmovntps %1, %0" : "=m"(*reinterpret_cast<StreamVector8*>(dst + i)) : "x"(v));
+        } else {
+          StreamVector4 v;
+          std::memcpy(&v, src + i, sizeof v);
+          asm("movntps %1, %0" : "=m"(*reinterpret_cast<StreamVector4*>(dst + i)) : "x"(v));
+        }
+      }
+      return;
+    }
+  }
+#endif
+  std::memcpy(dst, src, n * sizeof(float));
+}
+
+// rule_loop with the outputs s.streamed names written around the caches: the rule runs over
+// blocks small enough to stay in L1, into a block buffer, and each block goes out with
+// non-temporal stores right away. Streaming straight from the loop's registers is not something
+// GCC's vectoriser emits; through a larger buffer the copies wait on L2 and the stores bunch
+// up behind them. The rule's arithmetic is rule_loop's, so the bits are the same.
+template <bool kSum, Rounded kRounded, int kLanes, typename Rule>
+[[gnu::always_inline]] inline void rule_loop_streamed(const Rule& rule, const UpdateSpan& s) {
+  constexpr size_t kSlots = Rule::kSlots;
+  constexpr size_t kBlock = 64;  // 256 bytes an array: four cache lines
+  alignas(64) float w_block[kBlock];
+  alignas(64) float slot_block[kSlots > 0 ? kSlots : 1][kBlock];
+  std::array<const float*, kSlots> slot_in{};
+  std::array<float*, kSlots> slot_out{};
+  UpdateSpan part = s;
+  part.slots = std::span<const float* const>(slot_in.data(), kSlots);
+  part.slots_out = std::span<float* const>(slot_out.data(), kSlots);
+  part.streamed = {};
+  for (size_t b = 0; b < s.n; b += kBlock) {
+    const size_t m = std::min(kBlock, s.n - b);
+    part.w = s.w + b;
+    part.g = s.g + b;
+    if constexpr (kSum) part.g2 = s.g2 + b;
+    part.w_out = s.streamed.weights ? w_block : s.w_out + b;
+    for (size_t k = 0; k < kSlots; ++k) {
+      slot_in[k] = s.slots[k] + b;
+      slot_out[k] = s.streamed.slots ? slot_block[k] : s.slots_out[k] + b;
+    }
+    part.rounded = s.rounded.at(b);
+    part.n = m;
+    rule_loop<kSum, kRounded>(rule, part);
+    if (s.streamed.weights) stream_floats<kLanes>(s.w_out + b, w_block, m);
+    if (s.streamed.slots) {
+      for (size_t k = 0; k < kSlots; ++k)
+        stream_floats<kLanes>(s.slots_out[k] + b, slot_block[k], m);
+    }
+  }
+}
+
+template <bool kSum, Rounded kRounded, int kLanes, typename Rule>
+[[gnu::always_inline]] inline void rule_loop_stored(const Rule& rule, const UpdateSpan& s) {
+  if (kLanes > 0 && s.streamed) return rule_loop_streamed<kSum, kRounded, kLanes>(rule, s);
+  rule_loop<kSum, kRounded>(rule, s);
+}
+
 }  // namespace detail
 
 // The rule over every element of s: one loop per (summed gradient, rounded copy) combination, so
-// that no element tests either.
-template <typename Rule>
+// that no element tests either. kStoreLanes: the floats of one non-temporal store in the build
+// that inlines it (detail::stream_floats), 0 to store every output ordinarily (s.streamed is a
+// hint).
+template <int kStoreLanes = 0, typename Rule>
 [[gnu::always_inline]] inline void expand_rule(const Rule& rule, const UpdateSpan& s) {
   using detail::Rounded;
+  using detail::rule_loop_stored;
   if (s.g2 == nullptr) {
     if (s.rounded.values != nullptr)
-      return detail::rule_loop<false, Rounded::float32_values>(rule, s);
-    if (s.rounded.bf16 != nullptr) return detail::rule_loop<false, Rounded::bfloat16>(rule, s);
-    return detail::rule_loop<false, Rounded::none>(rule, s);
+      return rule_loop_stored<false, Rounded::float32_values, kStoreLanes>(rule, s);
+    if (s.rounded.bf16 != nullptr)
+      return rule_loop_stored<false, Rounded::bfloat16, kStoreLanes>(rule, s);
+    return rule_loop_stored<false, Rounded::none, kStoreLanes>(rule, s);
   }
-  if (s.rounded.values != nullptr) return detail::rule_loop<true, Rounded::float32_values>(rule, s);
-  if (s.rounded.bf16 != nullptr) return detail::rule_loop<true, Rounded::bfloat16>(rule, s);
-  detail::rule_loop<true, Rounded::none>(rule, s);
+  if (s.rounded.values != nullptr)
+    return rule_loop_stored<true, Rounded::float32_values, kStoreLanes>(rule, s);
+  if (s.rounded.bf16 != nullptr)
+    return rule_loop_stored<true, Rounded::bfloat16, kStoreLanes>(rule, s);
+  rule_loop_stored<true, Rounded::none, kStoreLanes>(rule, s);
 }
 
 }  // namespace lockstep::keras::optimizers

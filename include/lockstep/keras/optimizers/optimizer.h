@@ -166,11 +166,12 @@ class Optimizer : public distribute::ElementwiseUpdate {
   void begin_update(std::span<const double> squared_norms) override;
   void apply(size_t i, int64_t offset, const float* w, float* g,
              std::span<const float* const> slots, float* w_out, std::span<float* const> slots_out,
-             size_t n, distribute::RoundedOut rounded) const override;
+             size_t n, distribute::RoundedOut rounded,
+             distribute::Streamed streamed) const override;
   void apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a, const float* b,
                         float* g, std::span<const float* const> slots, float* w_out,
-                        std::span<float* const> slots_out, size_t n,
-                        distribute::RoundedOut rounded) const override;
+                        std::span<float* const> slots_out, size_t n, distribute::RoundedOut rounded,
+                        distribute::Streamed streamed) const override;
   void end_update() override;
   // The variable's bfloat16-rounded copy (mixed_precision::next_rounded_weights_out) when the
   // policy keeps one, so that the update rewrites it instead of the next forward pass.
