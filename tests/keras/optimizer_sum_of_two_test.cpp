@@ -51,7 +51,12 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// One update of n elements through apply() on a summed gradient, or through apply_sum_of_two().
+// What the update writes beside the new weights: nothing, the bfloat16 rounding of each as a
+// float32 value, or as bfloat16 (RoundedOut's two forms).
+enum class RoundedKind { none, values, bf16 };
+
+// One update of n elements through apply() on a summed gradient, or through apply_sum_of_two();
+// the rounded copy, of either form, as float32 values.
 struct Outputs {
   std::vector<float> w;
   std::vector<std::vector<float>> slots;
@@ -81,7 +86,7 @@ class ShiftedBuffer {
   float* data_;
 };
 
-Outputs run_update(const Case& c, size_t n, bool fused, bool with_rounded,
+Outputs run_update(const Case& c, size_t n, bool fused, RoundedKind kind,
                    const Placement& place = {}) {
   std::unique_ptr<Optimizer> opt = c.make();
   Variable v(Tensor::from_vector(random_values(n, 1.0f, 1), {static_cast<int64_t>(n)}), "w");
@@ -107,9 +112,13 @@ Outputs run_update(const Case& c, size_t n, bool fused, bool with_rounded,
     in_ptrs.push_back(slots_in[k].data());
   }
   for (ShiftedBuffer& b : slots_out) out_ptrs.push_back(b.data());
-  Outputs out{{}, {}, std::vector<float>(n)};
+  Outputs out;
   std::vector<float> g(n);
-  const distribute::RoundedOut rounded{.values = with_rounded ? out.rounded.data() : nullptr};
+  // n floats, or n bfloat16 in their first half: at the same shift from a 64-byte boundary.
+  ShiftedBuffer rounded_out(n, place.shift);
+  distribute::RoundedOut rounded{};
+  if (kind == RoundedKind::values) rounded.values = rounded_out.data();
+  if (kind == RoundedKind::bf16) rounded.bf16 = reinterpret_cast<bfloat16*>(rounded_out.data());
   if (fused) {
     opt->apply_sum_of_two(0, 0, w.data(), a.data(), b.data(), g.data(), in_ptrs, w_out.data(),
                           out_ptrs, n, rounded, place.streamed);
@@ -121,29 +130,35 @@ Outputs run_update(const Case& c, size_t n, bool fused, bool with_rounded,
   opt->end_update();
   out.w = w_out.values();
   for (const ShiftedBuffer& b : slots_out) out.slots.push_back(b.values());
+  if (kind == RoundedKind::values) out.rounded = rounded_out.values();
+  if (kind == RoundedKind::bf16) {
+    for (size_t j = 0; j < n; ++j) {
+      bfloat16 h;
+      std::memcpy(&h, reinterpret_cast<const char*>(rounded_out.data()) + j * sizeof h, sizeof h);
+      out.rounded.push_back(static_cast<float>(h));
+    }
+  }
   return out;
 }
 
-void expect_same_bits(const Outputs& got, const Outputs& want, bool with_rounded) {
+void expect_same_bits(const Outputs& got, const Outputs& want) {
   EXPECT_TRUE(same_bits(got.w, want.w));
   ASSERT_EQ(got.slots.size(), want.slots.size());
   for (size_t k = 0; k < got.slots.size(); ++k) {
     EXPECT_TRUE(same_bits(got.slots[k], want.slots[k])) << "slot " << k;
   }
-  if (with_rounded) {
-    EXPECT_TRUE(same_bits(got.rounded, want.rounded));
-  }
+  EXPECT_TRUE(same_bits(got.rounded, want.rounded));
 }
 
 TEST(OptimizerSumOfTwo, WritesTheBitsOfApplyOnTheSum) {
   for (const Case& c : cases()) {
     for (size_t n : {size_t{1}, size_t{13}, size_t{314}, size_t{2049}}) {
-      for (bool with_rounded : {false, true}) {
-        SCOPED_TRACE(c.name + " n=" + std::to_string(n) +
-                     (with_rounded ? " with rounded copy" : ""));
-        const Outputs fused = run_update(c, n, true, with_rounded);
-        const Outputs unfused = run_update(c, n, false, with_rounded);
-        expect_same_bits(fused, unfused, with_rounded);
+      for (RoundedKind kind : {RoundedKind::none, RoundedKind::values, RoundedKind::bf16}) {
+        SCOPED_TRACE(c.name + " n=" + std::to_string(n) + " rounded copy " +
+                     std::to_string(static_cast<int>(kind)));
+        const Outputs fused = run_update(c, n, true, kind);
+        const Outputs unfused = run_update(c, n, false, kind);
+        expect_same_bits(fused, unfused);
       }
     }
   }
@@ -151,25 +166,29 @@ TEST(OptimizerSumOfTwo, WritesTheBitsOfApplyOnTheSum) {
 
 // The step streams the outputs of an update larger than the caches (BufferedUpdate): the rule
 // then runs block by block into a buffer that goes out with non-temporal stores, and must write
-// the bits of the ordinary loop — for every optimizer, both paths, any length (whole blocks, a
-// short last block, less than one register) and outputs aligned for those stores or not (then
-// copied ordinarily). The isa label runs it on every build's store width.
+// the bits of the ordinary loop — for every optimizer, both paths, either form of the rounded
+// copy, any length (whole blocks, a short last block, an odd count of bfloat16, less than one
+// register) and outputs aligned for those stores or not (then copied ordinarily). The isa label
+// runs it on every build's store width.
 TEST(OptimizerSumOfTwo, StreamedOutputsHoldTheBitsOfStoredOnes) {
-  const std::vector<distribute::Streamed> ways = {
-      {.weights = true, .slots = true}, {.weights = true}, {.slots = true}};
+  const std::vector<distribute::Streamed> ways = {{.weights = true, .slots = true, .rounded = true},
+                                                  {.weights = true},
+                                                  {.slots = true},
+                                                  {.rounded = true}};
   for (const Case& c : cases()) {
     for (size_t n : {size_t{1}, size_t{13}, size_t{64}, size_t{314}, size_t{2049}}) {
       for (bool fused : {true, false}) {
-        const bool with_rounded = n % 2 == 1;
-        const Outputs stored = run_update(c, n, fused, with_rounded);
-        for (size_t shift : {size_t{0}, size_t{3}}) {
-          for (const distribute::Streamed& way : ways) {
-            SCOPED_TRACE(::testing::Message()
-                         << c.name << " n=" << n << (fused ? " fused" : " summed first")
-                         << " shift " << shift << (way.weights ? " weights" : "")
-                         << (way.slots ? " slots" : ""));
-            expect_same_bits(run_update(c, n, fused, with_rounded, {shift, way}), stored,
-                             with_rounded);
+        for (RoundedKind kind : {RoundedKind::none, RoundedKind::values, RoundedKind::bf16}) {
+          const Outputs stored = run_update(c, n, fused, kind);
+          for (size_t shift : {size_t{0}, size_t{3}}) {
+            for (const distribute::Streamed& way : ways) {
+              SCOPED_TRACE(::testing::Message()
+                           << c.name << " n=" << n << (fused ? " fused" : " summed first")
+                           << " rounded copy " << static_cast<int>(kind) << " shift " << shift
+                           << (way.weights ? " weights" : "") << (way.slots ? " slots" : "")
+                           << (way.rounded ? " rounded" : ""));
+              expect_same_bits(run_update(c, n, fused, kind, {shift, way}), stored);
+            }
           }
         }
       }
@@ -181,7 +200,7 @@ TEST(OptimizerSumOfTwo, StreamedOutputsHoldTheBitsOfStoredOnes) {
 // float32 rounding (a step on one term alone would miss by ~lr).
 TEST(OptimizerSumOfTwo, AdamFollowsTheRuleOnTheSum) {
   const size_t n = 257;
-  const Outputs fused = run_update(cases()[0], n, true, false);
+  const Outputs fused = run_update(cases()[0], n, true, RoundedKind::none);
   const std::vector<float> w = random_values(n, 1.0f, 2);
   const std::vector<float> a = random_values(n, 0.1f, 3);
   const std::vector<float> b = random_values(n, 0.1f, 4);
@@ -208,8 +227,8 @@ TEST(OptimizerSumOfTwo, AdamFollowsTheRuleOnTheSum) {
 TEST(OptimizerSumOfTwo, AdamsLoopGivesTheScalarRulesBitsOnEveryIsa) {
   for (size_t n : {size_t{1}, size_t{13}, size_t{314}, size_t{2049}}) {
     SCOPED_TRACE("n=" + std::to_string(n));
-    for (bool with_rounded : {false, true}) {
-      const Outputs got = run_update(cases()[0], n, false, with_rounded);
+    for (RoundedKind kind : {RoundedKind::none, RoundedKind::values, RoundedKind::bf16}) {
+      const Outputs got = run_update(cases()[0], n, false, kind);
       const std::vector<float> w = random_values(n, 1.0f, 2);
       const std::vector<float> a = random_values(n, 0.1f, 3);
       const std::vector<float> b = random_values(n, 0.1f, 4);
@@ -229,7 +248,7 @@ TEST(OptimizerSumOfTwo, AdamsLoopGivesTheScalarRulesBitsOnEveryIsa) {
       EXPECT_TRUE(same_bits(got.w, want_w));
       EXPECT_TRUE(same_bits(got.slots[0], want_m));
       EXPECT_TRUE(same_bits(got.slots[1], want_v));
-      EXPECT_TRUE(!with_rounded || same_bits(got.rounded, want_rounded));
+      EXPECT_TRUE(kind == RoundedKind::none || same_bits(got.rounded, want_rounded));
     }
   }
 }

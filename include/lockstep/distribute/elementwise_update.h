@@ -31,14 +31,15 @@ struct RoundedOut {
 };
 
 // Which of an update's outputs may bypass the caches (non-temporal stores): the new weights, the
-// new slots. The step asks for it where nothing reads them before the next step but other cores
-// or memory (BufferedUpdate's streaming); a hint, which apply() may ignore. The caller orders
-// such stores (a fence) before another thread reads them.
+// new slots, the rounded copy (RoundedOut). The step asks for it where nothing reads them before
+// the next step but other cores or memory (BufferedUpdate's streaming); a hint, which apply() may
+// ignore. The caller orders such stores (a fence) before another thread reads them.
 struct Streamed {
   bool weights = false;
   bool slots = false;
+  bool rounded = false;
 
-  explicit operator bool() const { return weights || slots; }
+  explicit operator bool() const { return weights || slots || rounded; }
 };
 
 class ElementwiseUpdate {

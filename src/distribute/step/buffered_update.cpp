@@ -255,11 +255,6 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   // rule can swap a spare in for it (swaps_rounded_output); otherwise it goes to scratch and the
   // winner copies it, which keeps that copy single-writer.
   sc.direct = !backup;
-  // A first run streams the weights and slots of a model beyond the caches, and the weights
-  // themselves when they are what the replicas multiply by (no rounded copy for them) and
-  // shared_reads_ (copy_next says why).
-  const Streamed streamed{.weights = sc.direct && (streaming_ || (shared_reads_ && !next_r_[i])),
-                          .slots = sc.direct && streaming_};
   float* w_out = sc.direct ? next_w_[i] + c.offset : sc.w.data() + base;
   if (sc.direct) {
     for (size_t k = 0; k < cur_slots.size(); ++k) sc.slot_ptrs[k] = next_s_[i][k] + c.offset;
@@ -271,6 +266,12 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   // values the replicas multiply by still go through scratch when they are streamed.
   sc.values_direct = sc.direct && direct_rounded_ && !shared_reads_ && next_r_[i].values != nullptr;
   sc.bf16_direct = sc.direct && direct_rounded_ && next_r_[i].bf16 != nullptr;
+  // A first run streams the weights and slots of a model beyond the caches, and, when
+  // shared_reads_ (copy_next says why), what the replicas multiply by: the weights themselves, or
+  // the bfloat16 copy it writes directly.
+  const Streamed streamed{.weights = sc.direct && (streaming_ || (shared_reads_ && !next_r_[i])),
+                          .slots = sc.direct && streaming_,
+                          .rounded = sc.bf16_direct && shared_reads_};
   RoundedOut rounded;
   if (next_r_[i].values != nullptr) {
     rounded.values = sc.values_direct ? next_r_[i].values + c.offset : sc.rounded.data() + base;
@@ -317,8 +318,6 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
     copy_next(dst + c.offset, sc.rounded.data(), n * sizeof(float), shared_reads_ && !spare);
     if (shared_reads_ && !spare) fence_streaming_stores();
   }
-  // The bfloat16 copy, half the bytes of the weights, is left in cache: streaming it cost the
-  // step more than it saved (docs/performance.md, "Measured design choices").
   if (r.bf16 != nullptr && !sc.bf16_direct) {
     bfloat16* dst = rounded_to_spare ? spare_r_[i].data<bfloat16>() : r.bf16;
     copy_next(dst + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), false);

@@ -137,6 +137,8 @@ template <bool kSum, Rounded kRounded, int kLanes, typename Rule>
   constexpr size_t kBlock = 64;  // 256 bytes an array: four cache lines
   alignas(64) float w_block[kBlock];
   alignas(64) float slot_block[kSlots > 0 ? kSlots : 1][kBlock];
+  // The rounded copy's block: kBlock floats, or kBlock bfloat16 in its first half.
+  alignas(64) float rounded_block[kBlock];
   std::array<const float*, kSlots> slot_in{};
   std::array<float*, kSlots> slot_out{};
   UpdateSpan part = s;
@@ -154,9 +156,28 @@ template <bool kSum, Rounded kRounded, int kLanes, typename Rule>
       slot_out[k] = s.streamed.slots ? slot_block[k] : s.slots_out[k] + b;
     }
     part.rounded = s.rounded.at(b);
+    if constexpr (kRounded == Rounded::float32_values) {
+      if (s.streamed.rounded) part.rounded.values = rounded_block;
+    }
+    if constexpr (kRounded == Rounded::bfloat16) {
+      if (s.streamed.rounded) part.rounded.bf16 = reinterpret_cast<bfloat16*>(rounded_block);
+    }
     part.n = m;
     rule_loop<kSum, kRounded>(rule, part);
     if (s.streamed.weights) stream_floats<kLanes>(s.w_out + b, w_block, m);
+    if constexpr (kRounded == Rounded::float32_values) {
+      if (s.streamed.rounded) stream_floats<kLanes>(s.rounded.values + b, rounded_block, m);
+    }
+    if constexpr (kRounded == Rounded::bfloat16) {
+      // Two bfloat16 a float; an odd tail goes out ordinarily.
+      if (s.streamed.rounded) {
+        stream_floats<kLanes>(reinterpret_cast<float*>(s.rounded.bf16 + b), rounded_block, m / 2);
+        if (m % 2 != 0) {
+          std::memcpy(s.rounded.bf16 + b + m - 1,
+                      reinterpret_cast<const bfloat16*>(rounded_block) + m - 1, sizeof(bfloat16));
+        }
+      }
+    }
     if (s.streamed.slots) {
       for (size_t k = 0; k < kSlots; ++k)
         stream_floats<kLanes>(s.slots_out[k] + b, slot_block[k], m);
