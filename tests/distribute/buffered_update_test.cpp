@@ -108,10 +108,11 @@ TEST(BufferedUpdate, StreamingStoresWriteTheSameBits) {
   }
 }
 
-// On several threads, with stream_shared_reads (the default on AMD CPUs), the first runs stream
-// the weights (no rounding kept; Streamed) or their float32 rounding (through scratch) to the
-// next buffers (a bfloat16 rounding is copied with ordinary stores); variables of 7 and 1 elements
-// take the copy's unaligned head and tail. Without it they store in place. Both ways on any CPU.
+// On several threads, with stream_shared_reads (the default on AMD CPUs), the first runs write
+// what the replicas multiply by straight to the next buffers asking the rule to stream it: the
+// weights (no rounding kept) or their rounding, float32 or bfloat16 (Streamed::rounded; the
+// optimizers' streaming loops are OptimizerSumOfTwo's). Without it, or on one thread, nothing is
+// streamed. The same values every way, on any CPU.
 TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
   const StreamSharedReadsRestored restore;
   for (bool stream : {true, false}) {
@@ -134,6 +135,10 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
         // same values either way.
         expect_updated(vars, initial, rule, layout, g, /*rounding=*/rounding > 0);
         strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+        // Every chunk has a first run (a backup starts beside one); a rounding is asked to be
+        // streamed only by first runs on several threads with streaming on.
+        const bool asked = stream && rounding > 0 && strategy->task_pool().total_threads() > 1;
+        EXPECT_EQ(rule.rounded_streamed.load() > 0, asked);
       }
     }
   }
@@ -141,17 +146,14 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
 
 // Chunk 1's first run never writes (it stands for a run still going when its backup won); the
 // backup's result reaches the weights, slots and rounding through the spares — the rounding
-// through a spare the rule swaps in when it can and first runs write it directly, else copied by
-// the winner. A float32 rounding the replicas multiply by is streamed through scratch when
-// stream_shared_reads is on (the default on AMD CPUs) and the model fits in the caches, so it is
-// never written directly. Beyond the caches (a streaming threshold of 0 here) first runs stream
-// their weights and slots straight to the next buffers, and a backup's result takes the spares
-// all the same.
+// through a spare the rule swaps in when it can (first runs then write it directly, streamed
+// when stream_shared_reads is on and the model fits in the caches), else copied by the winner.
+// Beyond the caches (a streaming threshold of 0 here) first runs stream their weights and slots
+// straight to the next buffers, and a backup's result takes the spares all the same.
 void backup_published_through_the_spares(bool bfloat16_copy, bool swappable, bool stream,
                                          bool beyond_caches) {
   BufferedUpdate::set_stream_shared_reads(stream);
-  const bool shared_reads = stream && !beyond_caches;
-  const bool swaps = swappable && (bfloat16_copy || !shared_reads);
+  const bool swaps = swappable;
   std::vector<Variable> vars = make_variables(kSizes);
   const std::vector<Variable> initial = make_variables(kSizes);
   FakeUpdate rule(/*rounding=*/true, bfloat16_copy, swappable);

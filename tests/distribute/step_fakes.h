@@ -3,6 +3,7 @@
 // communicator standing for two identical workers, a strategy of N replicas on T threads,
 // variables of odd sizes (several chunks, a chunk cut short at the end of each), and per-replica
 // input pipelines that count their pulls.
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -43,7 +44,8 @@ class FakeUpdate : public ElementwiseUpdate {
   }
   void apply(size_t, int64_t, const float* w, float* g, std::span<const float* const> slots,
              float* w_out, std::span<float* const> slots_out, size_t n, RoundedOut rounded,
-             Streamed) const override {
+             Streamed streamed) const override {
+    if (streamed.rounded) rounded_streamed.fetch_add(1, std::memory_order_relaxed);
     for (size_t j = 0; j < n; ++j) {
       w_out[j] = w[j] - g[j] * 0.5f;
       slots_out[0][j] = slots[0][j] + g[j];
@@ -74,6 +76,8 @@ class FakeUpdate : public ElementwiseUpdate {
   }
   std::vector<double> norms_;
   int begins = 0, ends = 0, swaps = 0;
+  // Calls asked to stream their rounding (Streamed::rounded; a hint this rule ignores).
+  mutable std::atomic<int> rounded_streamed{0};
 
  private:
   bool rounding_, bfloat16_copy_, swappable_;

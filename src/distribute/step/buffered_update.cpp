@@ -262,16 +262,15 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   const float* w = cur_w_[i] + c.offset;
   const std::span<const float* const> slots_in(sc.slot_in.data(), cur_slots.size());
   const std::span<float* const> slots_out(sc.slot_ptrs.data(), cur_slots.size());
-  // The rounding likewise, when the rule can swap in a spare for a chunk a backup wins; float32
-  // values the replicas multiply by still go through scratch when they are streamed.
-  sc.values_direct = sc.direct && direct_rounded_ && !shared_reads_ && next_r_[i].values != nullptr;
+  // The rounding likewise, when the rule can swap in a spare for a chunk a backup wins.
+  sc.values_direct = sc.direct && direct_rounded_ && next_r_[i].values != nullptr;
   sc.bf16_direct = sc.direct && direct_rounded_ && next_r_[i].bf16 != nullptr;
   // A first run streams the weights and slots of a model beyond the caches, and, when
   // shared_reads_ (copy_next says why), what the replicas multiply by: the weights themselves, or
-  // the bfloat16 copy it writes directly.
+  // the rounding it writes directly.
   const Streamed streamed{.weights = sc.direct && (streaming_ || (shared_reads_ && !next_r_[i])),
                           .slots = sc.direct && streaming_,
-                          .rounded = sc.bf16_direct && shared_reads_};
+                          .rounded = (sc.values_direct || sc.bf16_direct) && shared_reads_};
   RoundedOut rounded;
   if (next_r_[i].values != nullptr) {
     rounded.values = sc.values_direct ? next_r_[i].values + c.offset : sc.rounded.data() + base;
@@ -313,10 +312,10 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
   const bool rounded_to_spare = !sc.direct && direct_rounded_;
   if (rounded_to_spare) allocate_spares(i);
   if (r.values != nullptr && !sc.values_direct) {
-    const bool spare = rounded_to_spare && !shared_reads_;
-    float* dst = spare ? spare_r_[i].data<float>() : r.values;
-    copy_next(dst + c.offset, sc.rounded.data(), n * sizeof(float), shared_reads_ && !spare);
-    if (shared_reads_ && !spare) fence_streaming_stores();
+    float* dst = rounded_to_spare ? spare_r_[i].data<float>() : r.values;
+    const bool stream = shared_reads_ && !rounded_to_spare;
+    copy_next(dst + c.offset, sc.rounded.data(), n * sizeof(float), stream);
+    if (stream) fence_streaming_stores();
   }
   if (r.bf16 != nullptr && !sc.bf16_direct) {
     bfloat16* dst = rounded_to_spare ? spare_r_[i].data<bfloat16>() : r.bf16;
@@ -339,7 +338,7 @@ BufferedUpdate::DirectRounded BufferedUpdate::direct_rounded(size_t i) const {
   const RoundedOut& r = next_r_[i];
   if (!direct_rounded_) return {};
   if (r.bf16 != nullptr) return {r.bf16, DType::bfloat16};
-  if (r.values != nullptr && !shared_reads_) return {r.values, DType::float32};
+  if (r.values != nullptr) return {r.values, DType::float32};
   return {};
 }
 
