@@ -153,7 +153,6 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
 void backup_published_through_the_spares(bool bfloat16_copy, bool swappable, bool stream,
                                          bool beyond_caches) {
   BufferedUpdate::set_stream_shared_reads(stream);
-  const bool swaps = swappable;
   std::vector<Variable> vars = make_variables(kSizes);
   const std::vector<Variable> initial = make_variables(kSizes);
   FakeUpdate rule(/*rounding=*/true, bfloat16_copy, swappable);
@@ -175,7 +174,7 @@ void backup_published_through_the_spares(bool bfloat16_copy, bool swappable, boo
     update.end_update();
     EXPECT_EQ(update.backup_publishes(), static_cast<uint64_t>(step + 1));
     // One swap per update of the variable holding chunk 1, when the rounding is swapped.
-    EXPECT_EQ(rule.swaps, swaps ? step + 1 : 0);
+    EXPECT_EQ(rule.swaps, swappable ? step + 1 : 0);
     if (step == 0) expect_updated(vars, initial, rule, layout, g, /*rounding=*/true);
   }
   // Twice: w = w0 - g, m = 2g.
