@@ -668,6 +668,66 @@ TEST(TaskPool, AThreadWithNothingToTakeDoesThePhasesIdleWork) {
   EXPECT_GE(phase.task_thread_, 0);
 }
 
+// Two tasks on two threads, one each: task 1, the helper's, waits until task 0 has started (so
+// the caller runs task 0: it claims its own task first), and task 0 runs until the thread done
+// with task 1 has done a unit of idle work (a minute's bound on each wait keeps a failure from
+// hanging). On a quiet machine the idle
+// work is asked to prefer the task that thread was dealt and ran — the one it runs again next
+// time, so that what it prepares lands in its own core's cache; on a busy one task 0, still
+// running on the other thread, which a descheduled holder would hold up.
+class PreferredIdleWorkPhase : public TaskPhase {
+ public:
+  int num_tasks() const override { return 2; }
+  void* run(int task, int) override {
+    std::unique_lock lock(mu_);
+    ran_on_[task] = IdleWorkPhase::os_thread();
+    cv_.notify_all();
+    if (task == 0) {
+      saw_idle_ = cv_.wait_for(lock, std::chrono::minutes(1), [&] { return done_; });
+    } else {
+      cv_.wait_for(lock, std::chrono::minutes(1), [&] { return ran_on_[0] != -1; });
+    }
+    return nullptr;
+  }
+  void commit(int, void*) override {}
+  void discard(int, void*) override {}
+  bool idle_work(int preferred) override {
+    std::lock_guard lock(mu_);
+    if (done_) return false;
+    done_ = true;
+    preferred_ = preferred;
+    idle_thread_ = IdleWorkPhase::os_thread();
+    cv_.notify_all();
+    return true;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false, saw_idle_ = false;
+  int preferred_ = -2;
+  long idle_thread_ = -1;
+  long ran_on_[2] = {-1, -1};
+};
+
+TEST(TaskPool, IdleWorkPrefersTheIdleThreadsTaskWhenQuietAndTheOneStillRunningWhenBusy) {
+  for (bool busy : {false, true}) {
+    SCOPED_TRACE(busy ? "busy machine" : "quiet machine");
+    TaskPool pool({.num_threads = 2,
+                   .backup_factor = 1e9,
+                   .backup_slack = std::chrono::hours(1),
+                   .stall_window = std::chrono::microseconds(0),
+                   .machine_busy = [busy] { return busy; }});
+    PreferredIdleWorkPhase phase;
+    pool.run(phase);
+    pool.wait_for_runs_before(UINT64_MAX);
+    std::lock_guard lock(phase.mu_);
+    ASSERT_TRUE(phase.saw_idle_) << "task 0 waited for the idle work in vain";
+    EXPECT_EQ(phase.idle_thread_, phase.ran_on_[1]) << "the thread done with task 1 idled";
+    EXPECT_NE(phase.ran_on_[0], phase.ran_on_[1]);
+    EXPECT_EQ(phase.preferred_, busy ? 0 : 1);
+  }
+}
+
 TEST(TaskPool, RejectsNoThreads) {
   EXPECT_THROW(TaskPool({.num_threads = 0}), InvalidArgument);
 }

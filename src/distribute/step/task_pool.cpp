@@ -191,7 +191,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
         claimed = cursors[(thread + k) % threads].claim(/*from_back=*/k != 0);
       }
     }
-    if (claimed < 0 && idle_work(rec)) continue;
+    if (claimed < 0 && idle_work(rec, thread)) continue;
     if (claimed >= 0) {
       TaskState& ts = rec.tasks[claimed];
       ts.runners.store(1, std::memory_order_relaxed);
@@ -237,15 +237,21 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
   }
 }
 
-bool TaskPool::idle_work(Record& rec) {
+bool TaskPool::idle_work(Record& rec, int thread) {
   // Counted as executing (as execute() does), so that whoever retires the phase waits for it.
   const Record::Executing executing(rec);
   if (rec.complete()) return false;
-  int pending = -1;
-  for (int j = 0; j < rec.split && pending < 0; ++j)
-    if (rec.tasks[j].done.load(std::memory_order_acquire) == 0) pending = j;
+  // On a quiet machine, the task this thread was dealt first, which it runs again next time: what
+  // its idle work prepares lands in its own core's cache. On a busy one, or for a thread dealt
+  // none, a task not done yet: its holder may be descheduled and hold the step up.
+  int preferred = thread < rec.threads && !placing_.load(std::memory_order_relaxed)
+                      ? rec.cursors[thread].dealt_front.load(std::memory_order_relaxed)
+                      : -1;
+  if (preferred >= rec.split) preferred = -1;
+  for (int j = 0; j < rec.split && preferred < 0; ++j)
+    if (rec.tasks[j].done.load(std::memory_order_acquire) == 0) preferred = j;
   try {
-    return rec.phase->idle_work(pending);
+    return rec.phase->idle_work(preferred);
   } catch (...) {
     // Idle work keeps its errors for the tasks that need its results (StepInput::stage).
     return false;

@@ -80,10 +80,12 @@ class TaskPhase {
   virtual void phase_done() {}
   // Work that belongs to no task, for a thread that finds nothing to take while the phase (or the
   // one chained after it) is still running: one unit of it, and whether there was any (false:
-  // nothing to do now). `pending`: a task of this phase not done yet (-1: none). It may not change
-  // what any task computes (a replica phase stages the input of later steps). It runs counted as
-  // a task run (wait_for_runs_before waits for it).
-  virtual bool idle_work(int /*pending*/) { return false; }
+  // nothing to do now). `preferred`: on a quiet machine the task of this phase the idle thread
+  // was dealt first (it runs that task again next time); on a busy one, or for a thread dealt
+  // none, a task not done yet (-1: none).
+  // It may not change what any task computes (a replica phase stages the input of later steps).
+  // It runs counted as a task run (wait_for_runs_before waits for it).
+  virtual bool idle_work(int /*preferred*/) { return false; }
 };
 
 struct TaskPoolOptions {
@@ -206,7 +208,7 @@ class TaskPool {
   // phase is complete, true when this thread should wait for deadlines or completion; `wake_ns`
   // is then the steady-clock time at which a backup may become due).
   bool work_on(Record& rec, int thread, int64_t& wake_ns);
-  bool idle_work(Record& rec);
+  bool idle_work(Record& rec, int thread);
   void execute(Record& rec, int task, int thread, bool backup);
   void wait_for_progress(Record& rec, int thread, int64_t wake_ns);
   // Whether the holder of `task` has been descheduled: see stall_window. May set `wake_ns` earlier,

@@ -71,8 +71,13 @@ struct TaskPool::Record {
   // owner claims from the front, another thread from the back, each with one compare-and-swap.
   struct alignas(64) Cursor {
     std::atomic<uint64_t> range{0};
+    // The first task of the range as dealt (-1: an empty range), what the owner ran first.
+    std::atomic<int> dealt_front{-1};
 
-    void reset(int front, int back) { range.store(pack(front, back), std::memory_order_relaxed); }
+    void reset(int front, int back) {
+      range.store(pack(front, back), std::memory_order_relaxed);
+      dealt_front.store(front < back ? front : -1, std::memory_order_relaxed);
+    }
     // The claimed task, or -1 when the range is empty.
     int claim(bool from_back) {
       uint64_t r = range.load(std::memory_order_relaxed);
