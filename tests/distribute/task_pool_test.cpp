@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -671,10 +672,9 @@ TEST(TaskPool, AThreadWithNothingToTakeDoesThePhasesIdleWork) {
 // Two tasks on two threads, one each: task 1, the helper's, waits until task 0 has started (so
 // the caller runs task 0: it claims its own task first), and task 0 runs until the thread done
 // with task 1 has done a unit of idle work (a minute's bound on each wait keeps a failure from
-// hanging). On a quiet machine the idle
-// work is asked to prefer the task that thread was dealt and ran — the one it runs again next
-// time, so that what it prepares lands in its own core's cache; on a busy one task 0, still
-// running on the other thread, which a descheduled holder would hold up.
+// hanging). The idle work is asked to prefer task 0, still running on the other thread — or,
+// with idle_work_prefers_own_task on a quiet machine, task 1, the one the idle thread was dealt
+// and runs again next time, so that what it prepares lands in its own core's cache.
 class PreferredIdleWorkPhase : public TaskPhase {
  public:
   int num_tasks() const override { return 2; }
@@ -709,22 +709,25 @@ class PreferredIdleWorkPhase : public TaskPhase {
   long ran_on_[2] = {-1, -1};
 };
 
-TEST(TaskPool, IdleWorkPrefersTheIdleThreadsTaskWhenQuietAndTheOneStillRunningWhenBusy) {
-  for (bool busy : {false, true}) {
-    SCOPED_TRACE(busy ? "busy machine" : "quiet machine");
-    TaskPool pool({.num_threads = 2,
-                   .backup_factor = 1e9,
-                   .backup_slack = std::chrono::hours(1),
-                   .stall_window = std::chrono::microseconds(0),
-                   .machine_busy = [busy] { return busy; }});
-    PreferredIdleWorkPhase phase;
-    pool.run(phase);
-    pool.wait_for_runs_before(UINT64_MAX);
-    std::lock_guard lock(phase.mu_);
-    ASSERT_TRUE(phase.saw_idle_) << "task 0 waited for the idle work in vain";
-    EXPECT_EQ(phase.idle_thread_, phase.ran_on_[1]) << "the thread done with task 1 idled";
-    EXPECT_NE(phase.ran_on_[0], phase.ran_on_[1]);
-    EXPECT_EQ(phase.preferred_, busy ? 0 : 1);
+TEST(TaskPool, IdleWorkPrefersATaskStillRunningOrTheIdleThreadsOwnWhereChosenAndQuiet) {
+  for (bool own : {false, true}) {
+    for (bool busy : {false, true}) {
+      SCOPED_TRACE(std::string(own ? "own task preferred, " : "") + (busy ? "busy" : "quiet"));
+      TaskPool pool({.num_threads = 2,
+                     .backup_factor = 1e9,
+                     .backup_slack = std::chrono::hours(1),
+                     .stall_window = std::chrono::microseconds(0),
+                     .idle_work_prefers_own_task = own,
+                     .machine_busy = [busy] { return busy; }});
+      PreferredIdleWorkPhase phase;
+      pool.run(phase);
+      pool.wait_for_runs_before(UINT64_MAX);
+      std::lock_guard lock(phase.mu_);
+      ASSERT_TRUE(phase.saw_idle_) << "task 0 waited for the idle work in vain";
+      EXPECT_EQ(phase.idle_thread_, phase.ran_on_[1]) << "the thread done with task 1 idled";
+      EXPECT_NE(phase.ran_on_[0], phase.ran_on_[1]);
+      EXPECT_EQ(phase.preferred_, own && !busy ? 1 : 0);
+    }
   }
 }
 

@@ -128,10 +128,10 @@ class ReplicaRuns::Phase : public TaskPhase {
     if (chained_ && runs_.options_.on_replicas_done) runs_.options_.on_replicas_done();
   }
   // A thread done with its replica while another's still runs (or the update's last chunks do)
-  // pulls a later step's input ahead, which the step would otherwise pull at its start. First, on
-  // a quiet machine, that of its own replica, which it runs again next step from its own core's
-  // cache (the replica still running would read a batch staged here from this core's); on a busy
-  // one that of a replica still running, whose thread may be descheduled and hold the step up.
+  // pulls a later step's input ahead, which the step would otherwise pull at its start: first
+  // that of a replica still running, whose thread holds the step up — or, on a quiet machine whose
+  // cores read each other's lines at a cost (TaskPoolOptions::idle_work_prefers_own_task), that of
+  // its own replica, which it runs again next step from its own core's cache.
   // Before that it helps a run still under way with the blocks it posted (shared_blocks.h).
   bool idle_work(int preferred) override { return runs_.help_runs() || input_.stage(preferred); }
 

@@ -241,10 +241,12 @@ bool TaskPool::idle_work(Record& rec, int thread) {
   // Counted as executing (as execute() does), so that whoever retires the phase waits for it.
   const Record::Executing executing(rec);
   if (rec.complete()) return false;
-  // On a quiet machine, the task this thread was dealt first, which it runs again next time: what
-  // its idle work prepares lands in its own core's cache. On a busy one, or for a thread dealt
-  // none, a task not done yet: its holder may be descheduled and hold the step up.
-  int preferred = thread < rec.threads && !placing_.load(std::memory_order_relaxed)
+  // The task this thread was dealt first, which it runs again next time, where that is chosen
+  // (TaskPoolOptions::idle_work_prefers_own_task) and the machine is quiet: what its idle work
+  // prepares lands in its own core's cache. Otherwise a task not done yet: on a busy machine its
+  // holder may be descheduled and hold the step up.
+  int preferred = idle_work_prefers_own_task_ && thread < rec.threads &&
+                          !placing_.load(std::memory_order_relaxed)
                       ? rec.cursors[thread].dealt_front.load(std::memory_order_relaxed)
                       : -1;
   if (preferred >= rec.split) preferred = -1;

@@ -42,6 +42,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -80,9 +81,9 @@ class TaskPhase {
   virtual void phase_done() {}
   // Work that belongs to no task, for a thread that finds nothing to take while the phase (or the
   // one chained after it) is still running: one unit of it, and whether there was any (false:
-  // nothing to do now). `preferred`: on a quiet machine the task of this phase the idle thread
-  // was dealt first (it runs that task again next time); on a busy one, or for a thread dealt
-  // none, a task not done yet (-1: none).
+  // nothing to do now). `preferred`: a task of this phase not done yet (-1: none), or, on a quiet
+  // machine with TaskPoolOptions::idle_work_prefers_own_task, the task the idle thread was dealt
+  // first (it runs that task again next time).
   // It may not change what any task computes (a replica phase stages the input of later steps).
   // It runs counted as a task run (wait_for_runs_before waits for it).
   virtual bool idle_work(int /*preferred*/) { return false; }
@@ -114,6 +115,12 @@ struct TaskPoolOptions {
   // (see the top). Off for a worker that shares its host with other workers of the job: there
   // the busy process is mostly the job itself, whose other ranks the duplicate work would slow.
   bool eager_caller_backups = true;
+  // Whether idle work (TaskPhase::idle_work) on a quiet machine prefers the task the idle thread
+  // was dealt, so that what it prepares lands in its own core's cache, rather than a task still
+  // running. Unset: on AMD's CPUs, whose cores read another core's lines at a higher cost (as in
+  // BufferedUpdate::stream_shared_reads). On a busy machine it prefers a task still running,
+  // whose holder may be descheduled and hold the phase up.
+  std::optional<bool> idle_work_prefers_own_task;
   // Test hook: when set, decides whether another process is runnable instead of /proc/stat, and
   // is asked at every run().
   std::function<bool()> machine_busy;
@@ -227,6 +234,7 @@ class TaskPool {
   void place_sleepers_off(int cpu);
 
   TaskPoolOptions options_;
+  bool idle_work_prefers_own_task_ = false;  // the option, resolved
   std::vector<std::thread> threads_;
   std::vector<std::unique_ptr<Record>> ring_;
   std::atomic<uint32_t> announced_{0};  // futex word: low bits of the latest phase's sequence

@@ -16,6 +16,7 @@
 #include "core/cpu_load.h"
 #include "core/futex.h"
 #include "lockstep/core/cpu_cores.h"
+#include "lockstep/core/cpu_isa.h"
 #include "lockstep/core/denormals.h"
 #include "lockstep/core/error.h"
 #include "lockstep/core/task_cancellation.h"
@@ -34,7 +35,10 @@ bool TaskPool::on_helper_thread() {
 
 using namespace task_pool_detail;
 
-TaskPool::TaskPool(TaskPoolOptions options) : options_(std::move(options)) {
+TaskPool::TaskPool(TaskPoolOptions options)
+    : options_(std::move(options)),
+      idle_work_prefers_own_task_(
+          options_.idle_work_prefers_own_task.value_or(cpu_vendor() == CpuVendor::amd)) {
   if (options_.num_threads < 1) {
     throw InvalidArgument("TaskPool: expected num_threads >= 1. Received: " +
                           std::to_string(options_.num_threads) + ".");
