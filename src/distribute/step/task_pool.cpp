@@ -249,7 +249,6 @@ bool TaskPool::idle_work(Record& rec, int thread) {
                           !placing_.load(std::memory_order_relaxed)
                       ? rec.cursors[thread].dealt_front.load(std::memory_order_relaxed)
                       : -1;
-  if (preferred >= rec.split) preferred = -1;
   for (int j = 0; j < rec.split && preferred < 0; ++j)
     if (rec.tasks[j].done.load(std::memory_order_acquire) == 0) preferred = j;
   try {
