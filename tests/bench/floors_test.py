@@ -132,7 +132,7 @@ def check_report(failures):
                      "samples_per_s": lockstep})
         rows.append({"model": "mlp", "condition": cond, "system": "PyTorch", "tuned": True,
                      "name": "PyTorch C++ tuned", "samples_per_s": torch})
-    limit = [(t.split(":")[0], round(v, 4)) for t, v, want in report.co_runner_checks(rows, meta)
+    limit = [(t.split(":")[0], round(v, 4)) for t, v, want, *_ in report.co_runner_checks(rows, meta)
              if "floor" in t and want == 2.0]
     if limit != [("co-runner", 2.1001), ("co-runner pinned", 2.4104)]:
         failures.append("report: floor over PyTorch %s, expected co-runner 2.1001, pinned 2.4104"
@@ -150,7 +150,7 @@ def check_report(failures):
         failures.append("report: the header does not give the floor beside the co-runner:\n" +
                         header)
     # No floor measured beside the co-runner (an older results.json): no floor checks.
-    if [t for t, _, _ in report.co_runner_checks(rows, {}) if "floor" in t]:
+    if [t for t, *_ in report.co_runner_checks(rows, {}) if "floor" in t]:
         failures.append("report: floor checks without a floor beside the co-runner")
 
 
