@@ -387,6 +387,21 @@ void BM_ReluBackward128x10(benchmark::State& state) {  // a loop kernel, for com
 }
 BENCHMARK(BM_ReluBackward128x10);
 
+// The seed model's hidden layer: relu's gradient and the bias gradient in one pass (what its
+// backward runs before the weight gradient), float32 and bfloat16.
+void BM_ReluBiasGrad128x128(benchmark::State& state) {
+  const DType dt = state.range(0) == 0 ? DType::float32 : DType::bfloat16;
+  Generator gen(6);
+  const Tensor dy = gen.uniform({128, 128}, -1, 1, dt), y = gen.uniform({128, 128}, -1, 1, dt);
+  const Tensor x({128, 8}, dt), kernel({8, 128}, dt), dbias({128}, dt);
+  for (auto _ : state) {
+    ops::linear_backward_into(dy, x, kernel, y, ops::FusedActivation::relu, Tensor(), Tensor(),
+                              dbias);
+  }
+  state.SetLabel(state.range(0) == 0 ? "float32" : "bfloat16");
+}
+BENCHMARK(BM_ReluBiasGrad128x128)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
 void BM_Softmax128x10(benchmark::State& state) {
   Generator gen(4);
   Tensor x = gen.uniform({128, 10}, -1, 1);

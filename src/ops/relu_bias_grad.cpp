@@ -20,66 +20,150 @@ float float_of_bits(uint32_t u) {
   return f;
 }
 
+// Each loop runs down the rows over a band of kBand vectors of columns, the band's column sums
+// held in registers: summed through memory, every row's sum would wait on the store of the row
+// before (a store-to-load round trip per row and vector). Each column is still added row by row
+// in order, so the band changes no bit; columns past the last whole band go one at a time.
+constexpr int kBand = 4;
+
+template <int W>
+struct Lanes {
+  typedef float F __attribute__((vector_size(4 * W)));
+  typedef uint32_t U __attribute__((vector_size(4 * W)));
+  typedef uint16_t H __attribute__((vector_size(2 * W)));
+};
+
+// By reference: a vector returned by value would change the baseline build's ABI.
+template <typename V, typename T>
+[[gnu::always_inline]] inline void load(V& v, const T* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+template <typename V, typename T>
+[[gnu::always_inline]] inline void store(T* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
 // float32: dz = dy · (y > 0 ? 1 : 0) (NaN dy stays NaN, as the separate kernel).
-LOCKSTEP_DISPATCHED(void, relu_bias_grad_f32,
-                    (const float* __restrict dy, const float* __restrict y, float* __restrict dz,
-                     float* __restrict acc, int64_t rows, int64_t cols),
-                    (dy, y, dz, acc, rows, cols)) {
-  for (int64_t j = 0; j < cols; ++j) acc[j] = 0.0f;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* d = dy + i * cols;
-    const float* s = y + i * cols;
-    float* out = dz + i * cols;
-    for (int64_t j = 0; j < cols; ++j) {
-      const float v = d[j] * detail::positive_mask(s[j]);
-      out[j] = v;
-      acc[j] += v;
+[[gnu::always_inline]] inline float relu_grad_f32(float d, float s) {
+  return d * detail::positive_mask(s);
+}
+LOCKSTEP_DISPATCHED_LANES(void, relu_bias_grad_f32,
+                          (const float* __restrict dy, const float* __restrict y,
+                           float* __restrict dz, float* __restrict acc, int64_t rows, int64_t cols),
+                          (dy, y, dz, acc, rows, cols)) {
+  using F = typename Lanes<kFloatLanes>::F;
+  using U = typename Lanes<kFloatLanes>::U;
+  constexpr int64_t kWidth = int64_t{kBand} * kFloatLanes;
+  const F one = F{} + 1.0f;
+  int64_t j0 = 0;
+  for (; j0 + kWidth <= cols; j0 += kWidth) {
+    F sum[kBand] = {};
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t at = i * cols + j0;
+      for (int b = 0; b < kBand; ++b) {
+        F s, d;
+        load(s, y + at + b * kFloatLanes);
+        load(d, dy + at + b * kFloatLanes);
+        const F v = d * (F)((U)one & (U)(s > 0.0f));
+        store(dz + at + b * kFloatLanes, v);
+        sum[b] += v;
+      }
     }
+    for (int b = 0; b < kBand; ++b) store(acc + j0 + b * kFloatLanes, sum[b]);
+  }
+  for (int64_t j = j0; j < cols; ++j) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float v = relu_grad_f32(dy[i * cols + j], y[i * cols + j]);
+      dz[i * cols + j] = v;
+      sum += v;
+    }
+    acc[j] = sum;
   }
 }
 
 // bfloat16 dy and y, float32 dz (the bfloat16 matmuls of this layer compute in float32): relu's
 // gradient widened in the same pass.
-LOCKSTEP_DISPATCHED(void, relu_bias_grad_widen,
-                    (const uint16_t* __restrict dy, const uint16_t* __restrict y,
-                     float* __restrict dz, float* __restrict acc, int64_t rows, int64_t cols),
-                    (dy, y, dz, acc, rows, cols)) {
-  for (int64_t j = 0; j < cols; ++j) acc[j] = 0.0f;
-  for (int64_t i = 0; i < rows; ++i) {
-    const uint16_t* d = dy + i * cols;
-    const uint16_t* s = y + i * cols;
-    float* out = dz + i * cols;
-    for (int64_t j = 0; j < cols; ++j) {
-      const float v = float_of_bits(static_cast<uint32_t>(d[j]) << 16) *
-                      detail::positive_mask(float_of_bits(static_cast<uint32_t>(s[j]) << 16));
-      out[j] = v;
-      acc[j] += v;
+LOCKSTEP_DISPATCHED_LANES(void, relu_bias_grad_widen,
+                          (const uint16_t* __restrict dy, const uint16_t* __restrict y,
+                           float* __restrict dz, float* __restrict acc, int64_t rows, int64_t cols),
+                          (dy, y, dz, acc, rows, cols)) {
+  using F = typename Lanes<kFloatLanes>::F;
+  using U = typename Lanes<kFloatLanes>::U;
+  using H = typename Lanes<kFloatLanes>::H;
+  constexpr int64_t kWidth = int64_t{kBand} * kFloatLanes;
+  const F one = F{} + 1.0f;
+  int64_t j0 = 0;
+  for (; j0 + kWidth <= cols; j0 += kWidth) {
+    F sum[kBand] = {};
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t at = i * cols + j0;
+      for (int b = 0; b < kBand; ++b) {
+        H sh, dh;
+        load(sh, y + at + b * kFloatLanes);
+        load(dh, dy + at + b * kFloatLanes);
+        const F s = (F)(__builtin_convertvector(sh, U) << 16);
+        const F v = (F)(__builtin_convertvector(dh, U) << 16) * (F)((U)one & (U)(s > 0.0f));
+        store(dz + at + b * kFloatLanes, v);
+        sum[b] += v;
+      }
     }
+    for (int b = 0; b < kBand; ++b) store(acc + j0 + b * kFloatLanes, sum[b]);
+  }
+  for (int64_t j = j0; j < cols; ++j) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float v = relu_grad_f32(float_of_bits(static_cast<uint32_t>(dy[i * cols + j]) << 16),
+                                    float_of_bits(static_cast<uint32_t>(y[i * cols + j]) << 16));
+      dz[i * cols + j] = v;
+      sum += v;
+    }
+    acc[j] = sum;
   }
 }
 
 // bfloat16 dy, y and dz, on the bits as the separate bfloat16 kernel does: y > 0 keeps dy (a NaN
 // comes out quiet); otherwise a zero of dy's sign, NaN for NaN dy, the default NaN for infinite
 // dy (inf · 0). The sum widens each dz, as column_sums does.
-LOCKSTEP_DISPATCHED(void, relu_bias_grad_bf16,
-                    (const uint16_t* __restrict dy, const uint16_t* __restrict y,
-                     uint16_t* __restrict dz, float* __restrict acc, int64_t rows, int64_t cols),
-                    (dy, y, dz, acc, rows, cols)) {
-  for (int64_t j = 0; j < cols; ++j) acc[j] = 0.0f;
-  for (int64_t i = 0; i < rows; ++i) {
-    const uint16_t* d = dy + i * cols;
-    const uint16_t* s = y + i * cols;
-    uint16_t* out = dz + i * cols;
-    for (int64_t j = 0; j < cols; ++j) {
-      const uint16_t dv = d[j], sv = s[j];
-      const uint16_t smag = sv & 0x7fffu, dmag = dv & 0x7fffu;
-      const bool positive = (sv & 0x8000u) == 0 && smag != 0 && smag <= 0x7f80u;
-      uint16_t r = positive ? dv : static_cast<uint16_t>(dv & 0x8000u);
-      r = dmag > 0x7f80u ? static_cast<uint16_t>(dv | 0x0040u) : r;
-      r = (!positive && dmag == 0x7f80u) ? detail::kDefaultNanBfloat16 : r;
-      out[j] = r;
-      acc[j] += float_of_bits(static_cast<uint32_t>(r) << 16);
+[[gnu::always_inline]] inline uint16_t relu_grad_bf16(uint16_t dv, uint16_t sv) {
+  const uint16_t smag = sv & 0x7fffu, dmag = dv & 0x7fffu;
+  const bool positive = (sv & 0x8000u) == 0 && smag != 0 && smag <= 0x7f80u;
+  uint16_t r = positive ? dv : static_cast<uint16_t>(dv & 0x8000u);
+  r = dmag > 0x7f80u ? static_cast<uint16_t>(dv | 0x0040u) : r;
+  return (!positive && dmag == 0x7f80u) ? detail::kDefaultNanBfloat16 : r;
+}
+LOCKSTEP_DISPATCHED_LANES(void, relu_bias_grad_bf16,
+                          (const uint16_t* __restrict dy, const uint16_t* __restrict y,
+                           uint16_t* __restrict dz, float* __restrict acc, int64_t rows,
+                           int64_t cols),
+                          (dy, y, dz, acc, rows, cols)) {
+  using F = typename Lanes<kFloatLanes>::F;
+  using U = typename Lanes<kFloatLanes>::U;
+  using H = typename Lanes<kFloatLanes>::H;
+  constexpr int64_t kWidth = int64_t{kBand} * kFloatLanes;
+  int64_t j0 = 0;
+  for (; j0 + kWidth <= cols; j0 += kWidth) {
+    F sum[kBand] = {};
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t at = i * cols + j0;
+      // The bits in 16-bit lanes (a loop GCC vectorises), then the row's band widened and added.
+      for (int64_t j = 0; j < kWidth; ++j) dz[at + j] = relu_grad_bf16(dy[at + j], y[at + j]);
+      for (int b = 0; b < kBand; ++b) {
+        H r;
+        load(r, dz + at + b * kFloatLanes);
+        sum[b] += (F)(__builtin_convertvector(r, U) << 16);
+      }
     }
+    for (int b = 0; b < kBand; ++b) store(acc + j0 + b * kFloatLanes, sum[b]);
+  }
+  for (int64_t j = j0; j < cols; ++j) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < rows; ++i) {
+      const uint16_t r = relu_grad_bf16(dy[i * cols + j], y[i * cols + j]);
+      dz[i * cols + j] = r;
+      sum += float_of_bits(static_cast<uint32_t>(r) << 16);
+    }
+    acc[j] = sum;
   }
 }
 
