@@ -43,43 +43,53 @@ template <typename V, typename T>
   std::memcpy(p, &v, sizeof v);
 }
 
-// float32: dz = dy · (y > 0 ? 1 : 0) (NaN dy stays NaN, as the separate kernel).
-[[gnu::always_inline]] inline float relu_grad_f32(float d, float s) {
-  return d * detail::positive_mask(s);
+// The whole bands: row_band(at, sum) computes one row's band of dz from element `at` on and adds
+// its kBand vectors into sum; the band's sums then go to acc. Returns the first column past them.
+template <int W, typename RowBand>
+[[gnu::always_inline]] inline int64_t band_sums(int64_t rows, int64_t cols, float* acc,
+                                                RowBand&& row_band) {
+  using F = typename Lanes<W>::F;
+  constexpr int64_t kWidth = int64_t{kBand} * W;
+  int64_t j0 = 0;
+  for (; j0 + kWidth <= cols; j0 += kWidth) {
+    F sum[kBand] = {};
+    for (int64_t i = 0; i < rows; ++i) row_band(i * cols + j0, sum);
+    for (int b = 0; b < kBand; ++b) store(acc + j0 + b * W, sum[b]);
+  }
+  return j0;
 }
+
+// The columns from j0 on, one at a time: element(k) writes dz[k] and returns what the sum adds.
+template <typename Element>
+[[gnu::always_inline]] inline void column_sums_from(int64_t rows, int64_t cols, int64_t j0,
+                                                    float* acc, Element&& element) {
+  for (int64_t j = j0; j < cols; ++j) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < rows; ++i) sum += element(i * cols + j);
+    acc[j] = sum;
+  }
+}
+
+// float32: dz = dy · (y > 0 ? 1 : 0) (NaN dy stays NaN, as the separate kernel).
 LOCKSTEP_DISPATCHED_LANES(void, relu_bias_grad_f32,
                           (const float* __restrict dy, const float* __restrict y,
                            float* __restrict dz, float* __restrict acc, int64_t rows, int64_t cols),
                           (dy, y, dz, acc, rows, cols)) {
   using F = typename Lanes<kFloatLanes>::F;
   using U = typename Lanes<kFloatLanes>::U;
-  constexpr int64_t kWidth = int64_t{kBand} * kFloatLanes;
   const F one = F{} + 1.0f;
-  int64_t j0 = 0;
-  for (; j0 + kWidth <= cols; j0 += kWidth) {
-    F sum[kBand] = {};
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t at = i * cols + j0;
-      for (int b = 0; b < kBand; ++b) {
-        F s, d;
-        load(s, y + at + b * kFloatLanes);
-        load(d, dy + at + b * kFloatLanes);
-        const F v = d * (F)((U)one & (U)(s > 0.0f));
-        store(dz + at + b * kFloatLanes, v);
-        sum[b] += v;
-      }
+  const int64_t j0 = band_sums<kFloatLanes>(rows, cols, acc, [&](int64_t at, F* sum) {
+    for (int b = 0; b < kBand; ++b) {
+      F s, d;
+      load(s, y + at + b * kFloatLanes);
+      load(d, dy + at + b * kFloatLanes);
+      const F v = d * (F)((U)one & (U)(s > 0.0f));
+      store(dz + at + b * kFloatLanes, v);
+      sum[b] += v;
     }
-    for (int b = 0; b < kBand; ++b) store(acc + j0 + b * kFloatLanes, sum[b]);
-  }
-  for (int64_t j = j0; j < cols; ++j) {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < rows; ++i) {
-      const float v = relu_grad_f32(dy[i * cols + j], y[i * cols + j]);
-      dz[i * cols + j] = v;
-      sum += v;
-    }
-    acc[j] = sum;
-  }
+  });
+  column_sums_from(rows, cols, j0, acc,
+                   [&](int64_t k) { return dz[k] = dy[k] * detail::positive_mask(y[k]); });
 }
 
 // bfloat16 dy and y, float32 dz (the bfloat16 matmuls of this layer compute in float32): relu's
@@ -91,35 +101,22 @@ LOCKSTEP_DISPATCHED_LANES(void, relu_bias_grad_widen,
   using F = typename Lanes<kFloatLanes>::F;
   using U = typename Lanes<kFloatLanes>::U;
   using H = typename Lanes<kFloatLanes>::H;
-  constexpr int64_t kWidth = int64_t{kBand} * kFloatLanes;
   const F one = F{} + 1.0f;
-  int64_t j0 = 0;
-  for (; j0 + kWidth <= cols; j0 += kWidth) {
-    F sum[kBand] = {};
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t at = i * cols + j0;
-      for (int b = 0; b < kBand; ++b) {
-        H sh, dh;
-        load(sh, y + at + b * kFloatLanes);
-        load(dh, dy + at + b * kFloatLanes);
-        const F s = (F)(__builtin_convertvector(sh, U) << 16);
-        const F v = (F)(__builtin_convertvector(dh, U) << 16) * (F)((U)one & (U)(s > 0.0f));
-        store(dz + at + b * kFloatLanes, v);
-        sum[b] += v;
-      }
+  const int64_t j0 = band_sums<kFloatLanes>(rows, cols, acc, [&](int64_t at, F* sum) {
+    for (int b = 0; b < kBand; ++b) {
+      H sh, dh;
+      load(sh, y + at + b * kFloatLanes);
+      load(dh, dy + at + b * kFloatLanes);
+      const F s = (F)(__builtin_convertvector(sh, U) << 16);
+      const F v = (F)(__builtin_convertvector(dh, U) << 16) * (F)((U)one & (U)(s > 0.0f));
+      store(dz + at + b * kFloatLanes, v);
+      sum[b] += v;
     }
-    for (int b = 0; b < kBand; ++b) store(acc + j0 + b * kFloatLanes, sum[b]);
-  }
-  for (int64_t j = j0; j < cols; ++j) {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < rows; ++i) {
-      const float v = relu_grad_f32(float_of_bits(static_cast<uint32_t>(dy[i * cols + j]) << 16),
-                                    float_of_bits(static_cast<uint32_t>(y[i * cols + j]) << 16));
-      dz[i * cols + j] = v;
-      sum += v;
-    }
-    acc[j] = sum;
-  }
+  });
+  column_sums_from(rows, cols, j0, acc, [&](int64_t k) {
+    return dz[k] = float_of_bits(static_cast<uint32_t>(dy[k]) << 16) *
+                   detail::positive_mask(float_of_bits(static_cast<uint32_t>(y[k]) << 16));
+  });
 }
 
 // bfloat16 dy, y and dz, on the bits as the separate bfloat16 kernel does: y > 0 keeps dy (a NaN
@@ -141,30 +138,23 @@ LOCKSTEP_DISPATCHED_LANES(void, relu_bias_grad_bf16,
   using U = typename Lanes<kFloatLanes>::U;
   using H = typename Lanes<kFloatLanes>::H;
   constexpr int64_t kWidth = int64_t{kBand} * kFloatLanes;
-  int64_t j0 = 0;
-  for (; j0 + kWidth <= cols; j0 += kWidth) {
-    F sum[kBand] = {};
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t at = i * cols + j0;
-      // The bits in 16-bit lanes (a loop GCC vectorises), then the row's band widened and added.
-      for (int64_t j = 0; j < kWidth; ++j) dz[at + j] = relu_grad_bf16(dy[at + j], y[at + j]);
-      for (int b = 0; b < kBand; ++b) {
-        H r;
-        load(r, dz + at + b * kFloatLanes);
-        sum[b] += (F)(__builtin_convertvector(r, U) << 16);
-      }
+  const int64_t j0 = band_sums<kFloatLanes>(rows, cols, acc, [&](int64_t at, F* sum) {
+    // The bits in 16-bit lanes (a loop GCC vectorises), then the row's band widened and added.
+    // (Pointers restated __restrict: a lambda's captures lose it, and with it the vector loop.)
+    const uint16_t* __restrict d = dy + at;
+    const uint16_t* __restrict s = y + at;
+    uint16_t* __restrict out = dz + at;
+    for (int64_t j = 0; j < kWidth; ++j) out[j] = relu_grad_bf16(d[j], s[j]);
+    for (int b = 0; b < kBand; ++b) {
+      H r;
+      load(r, dz + at + b * kFloatLanes);
+      sum[b] += (F)(__builtin_convertvector(r, U) << 16);
     }
-    for (int b = 0; b < kBand; ++b) store(acc + j0 + b * kFloatLanes, sum[b]);
-  }
-  for (int64_t j = j0; j < cols; ++j) {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < rows; ++i) {
-      const uint16_t r = relu_grad_bf16(dy[i * cols + j], y[i * cols + j]);
-      dz[i * cols + j] = r;
-      sum += float_of_bits(static_cast<uint32_t>(r) << 16);
-    }
-    acc[j] = sum;
-  }
+  });
+  column_sums_from(rows, cols, j0, acc, [&](int64_t k) {
+    dz[k] = relu_grad_bf16(dy[k], y[k]);
+    return float_of_bits(static_cast<uint32_t>(dz[k]) << 16);
+  });
 }
 
 }  // namespace
