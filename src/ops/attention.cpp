@@ -14,6 +14,7 @@
 #include "lockstep/core/check.h"
 #include "lockstep/ops/masked_softmax.h"
 
+#include "attention_bf16_dot.h"
 #include "batched_gemm.h"
 #include "broadcast_mask.h"
 #include "column_softmax.h"
@@ -211,8 +212,10 @@ LOCKSTEP_DISPATCHED_LANES(void, softmax_grad_columns_f32,
 // few dozen rows of a few dozen features (the ViT's are 49 x 16), where a general matmul spends
 // most of its time on set-up and packing. Operands are float32 or bfloat16 (read as their float32
 // values: the products of two bfloat16 values are exact in float32); both products accumulate in
-// float32, in the order of the sum's index, as a bfloat16 matmul accumulates. A bfloat16 result
-// is the float32 sum rounded once to nearest even.
+// float32 as a matmul accumulates: float32 operands in the order of the sum's index, bfloat16 ones
+// pair by pair as AVX512_BF16's dot product adds them (in_sum_order), which runs them where the
+// CPU has it (attention_bf16_dot.h). A bfloat16 result is the float32 sum rounded once to nearest
+// even.
 
 [[gnu::always_inline]] inline float value_of(float v) {
   return v;
@@ -280,6 +283,23 @@ template <int W, bool kExact>
   acc += x * v;
 }
 
+// The order of a sum of n terms: with kPairs (products of two bfloat16 values) pairs of terms
+// (0, 1), (2, 3), ..., the odd one of each pair first — the order AVX512_BF16's dot product adds a
+// pair in (attention_bf16_dot.h), so that every build and that instruction give the same bits —
+// else the index order. A lone last term of an odd n is added alone: the instruction adds a zero
+// product before it, which changes no sum that starts from +0.
+template <bool kPairs, typename Step>
+[[gnu::always_inline]] inline void in_sum_order(int64_t n, Step&& step) {
+  if constexpr (kPairs) {
+    for (int64_t i = 0; i < n; i += 2) {
+      if (i + 1 < n) step(i + 1);
+      step(i);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) step(i);
+  }
+}
+
 // NV vectors (W queries each) of rows s and, with TWO, s + 1 of yt; see scores_kernel.
 template <int W, int NV, bool TWO, typename T>
 [[gnu::always_inline]] inline void scores_rows(const T* __restrict a0, const T* __restrict a1,
@@ -288,16 +308,17 @@ template <int W, int NV, bool TWO, typename T>
                                                float* __restrict y1) {
   using F = typename Lanes<W>::F;
   constexpr bool kBf16 = std::is_same_v<T, uint16_t>;  // both factors bfloat16 values
-  F acc0[NV] = {}, acc1[NV] = {}, v;
-  for (int64_t dd = 0; dd < D; ++dd) {
+  F acc0[NV] = {}, acc1[NV] = {};
+  in_sum_order<kBf16>(D, [&](int64_t dd) {
     const F x0 = value_of(a0[dd]) - F{};  // a broadcast: a − 0 is a for every float
     const F x1 = TWO ? value_of(a1[dd]) - F{} : F{};
+    F v;
     for (int u = 0; u < NV; ++u) {
       load(v, bt + dd * ld + W * u);
       add_product<W, kBf16>(acc0[u], x0, v);
       if (TWO) add_product<W, kBf16>(acc1[u], x1, v);
     }
-  }
+  });
   for (int u = 0; u < NV; ++u) {
     store(y0 + W * u, F(acc0[u] * alpha));
     if (TWO) store(y1 + W * u, F(acc1[u] * alpha));
@@ -387,12 +408,13 @@ template <int W, int R, bool kRound, typename T>
   using F = typename Lanes<W>::F;
   // bfloat16 x: w holds bfloat16 values too (weighted_rows_bf16).
   constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
-  F acc[R] = {}, v;
-  for (int64_t j = 0; j < J; ++j) {
+  F acc[R] = {};
+  in_sum_order<kBf16>(J, [&](int64_t j) {
+    F v;
     load<W>(v, x + j * x_rs);
     const float* wj0 = w + j * wj;
     for (int u = 0; u < R; ++u) add_product<W, kBf16>(acc[u], wj0[u * wi] - F{}, v);  // a broadcast
-  }
+  });
   for (int u = 0; u < R; ++u) {
     F out = acc[u] * alpha;
     if constexpr (kRound) round_lanes_to_bfloat16<W>(out);
@@ -431,7 +453,8 @@ template <int W, bool kRound = false, typename T>
   for (int64_t c = dv; c < D; ++c) {
     for (int64_t i = 0; i < I; ++i) {
       float acc = 0;
-      for (int64_t j = 0; j < J; ++j) acc += w[i * wi + j * wj] * value_of(x[j * x_rs + c]);
+      in_sum_order<std::is_same_v<T, uint16_t>>(
+          J, [&](int64_t j) { acc += w[i * wi + j * wj] * value_of(x[j * x_rs + c]); });
       acc *= alpha;
       if constexpr (std::is_same_v<T, float>) {
         y[i * y_rs + c] = kRound ? round_to_bfloat16_value(acc) : acc;
@@ -541,11 +564,17 @@ void scores_product(const Tensor& a, int64_t a0, const Tensor& b, int64_t b0, in
   }
   const int64_t D = a.dim(3);
   const bool bf16 = a.dtype() == DType::bfloat16;
-  Tensor bt({std::max<int64_t>(1, D * ld)}, DType::float32);
+  const bool dot = bf16 && ld % 16 == 0 && detail::attention_bf16_dot_available();
+  std::vector<uint32_t> pairs(dot ? static_cast<size_t>((D + 1) / 2 * ld) : 0);
+  Tensor bt({std::max<int64_t>(1, dot ? 1 : D * ld)}, DType::float32);
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t h = 0; h < d.H; ++h) {
       float* y = yt.data<float>() + (e * d.H + h) * d.S * ld;
-      if (bf16) {
+      if (dot) {
+        detail::scores_bf16_dot(head_data<uint16_t>(a, a0 + e, h), row_stride(a), d.S,
+                                head_data<uint16_t>(b, b0 + e, h), row_stride(b), d.T, D, ld,
+                                static_cast<float>(alpha), pairs.data(), y);
+      } else if (bf16) {
         scores_bf16(head_data<uint16_t>(a, a0 + e, h), row_stride(a), d.S,
                     head_data<uint16_t>(b, b0 + e, h), row_stride(b), d.T, D, ld,
                     static_cast<float>(alpha), bt.data<float>(), y);
@@ -572,10 +601,19 @@ void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t
   }
   const int64_t I = transpose ? d.T : d.S, J = transpose ? d.S : d.T;
   const int64_t wi = transpose ? 1 : ld, wj = transpose ? ld : 1;
+  const bool dot = x.dtype() == DType::bfloat16 && detail::attention_bf16_dot_available();
+  const int64_t J2 = (J + 1) / 2;
+  std::vector<uint32_t> w_pairs(dot ? static_cast<size_t>((I + 15) / 16 * 16 * J2) : 0),
+      x_pairs(dot ? static_cast<size_t>(J2 * x.dim(3)) : 0);
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t h = 0; h < d.H; ++h) {
       const float* w = wt.data<float>() + (e * d.H + h) * d.S * ld;
-      if (x.dtype() == DType::bfloat16) {
+      if (dot) {
+        detail::weighted_rows_bf16_dot(w, wi, wj, I, J, head_data<uint16_t>(x, x0 + e, h),
+                                       row_stride(x), x.dim(3), static_cast<float>(alpha),
+                                       head_data<uint16_t>(y, y0 + e, h), row_stride(y),
+                                       w_pairs.data(), x_pairs.data());
+      } else if (x.dtype() == DType::bfloat16) {
         weighted_rows_bf16(w, wi, wj, I, J, head_data<uint16_t>(x, x0 + e, h), row_stride(x),
                            x.dim(3), static_cast<float>(alpha), head_data<uint16_t>(y, y0 + e, h),
                            row_stride(y));

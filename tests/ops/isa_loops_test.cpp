@@ -133,9 +133,23 @@ void expect_attention_gives_the_scalar_bits(const int64_t D) {
   // The scalar definition, for an output gradient `dout`. round_weights: the probabilities and
   // the score gradients are rounded to bfloat16 values before the sums they weight (as bfloat16
   // tensors' attention does; the softmax gradient still reads the float probabilities).
+  // bfloat16 tensors (round_weights) add the terms of the four sums and the scores pair by pair,
+  // the odd term of each pair first (ops/attention.cpp, in_sum_order); float32 ones in order.
   auto reference = [&](const std::vector<float>& q, const std::vector<float>& k,
                        const std::vector<float>& v, const std::vector<float>& dout,
                        bool round_weights = false) {
+    auto sum = [round_weights](int64_t n, auto term) {
+      float acc = 0.0f;
+      if (round_weights) {
+        for (int64_t i = 0; i < n; i += 2) {
+          if (i + 1 < n) acc += term(i + 1);
+          acc += term(i);
+        }
+      } else {
+        for (int64_t i = 0; i < n; ++i) acc += term(i);
+      }
+      return acc;
+    };
     std::vector<float> out(q.size()), dq(q.size()), dk(q.size()), dv(q.size());
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
@@ -143,11 +157,10 @@ void expect_attention_gives_the_scalar_bits(const int64_t D) {
         std::vector<float> p(T * T), dp(T * T);
         for (int64_t s = 0; s < T; ++s) {
           for (int64_t t = 0; t < T; ++t) {
-            float acc = 0.0f, dacc = 0.0f;
-            for (int64_t d = 0; d < D; ++d) {
-              acc += k[at(b, s, h, d)] * q[at(b, t, h, d)];
-              dacc += v[at(b, s, h, d)] * dout[at(b, t, h, d)];
-            }
+            const float acc =
+                sum(D, [&](int64_t d) { return k[at(b, s, h, d)] * q[at(b, t, h, d)]; });
+            const float dacc =
+                sum(D, [&](int64_t d) { return v[at(b, s, h, d)] * dout[at(b, t, h, d)]; });
             p[s * T + t] = acc * scale;
             dp[s * T + t] = dacc;
           }
@@ -169,20 +182,14 @@ void expect_attention_gives_the_scalar_bits(const int64_t D) {
         }
         for (int64_t d = 0; d < D; ++d) {
           for (int64_t t = 0; t < T; ++t) {  // out and dQ: sums over keys
-            float o = 0.0f, g = 0.0f;
-            for (int64_t s = 0; s < T; ++s) {
-              o += p[s * T + t] * v[at(b, s, h, d)];
-              g += dp[s * T + t] * k[at(b, s, h, d)];
-            }
+            const float o = sum(T, [&](int64_t s) { return p[s * T + t] * v[at(b, s, h, d)]; });
+            const float g = sum(T, [&](int64_t s) { return dp[s * T + t] * k[at(b, s, h, d)]; });
             out[at(b, t, h, d)] = o * 1.0f;
             dq[at(b, t, h, d)] = g * scale;
           }
           for (int64_t s = 0; s < T; ++s) {  // dV and dK: sums over queries
-            float gv = 0.0f, gk = 0.0f;
-            for (int64_t t = 0; t < T; ++t) {
-              gv += p[s * T + t] * dout[at(b, t, h, d)];
-              gk += dp[s * T + t] * q[at(b, t, h, d)];
-            }
+            const float gv = sum(T, [&](int64_t t) { return p[s * T + t] * dout[at(b, t, h, d)]; });
+            const float gk = sum(T, [&](int64_t t) { return dp[s * T + t] * q[at(b, t, h, d)]; });
             dv[at(b, s, h, d)] = gv * 1.0f;
             dk[at(b, s, h, d)] = gk * scale;
           }
@@ -230,7 +237,8 @@ void expect_attention_gives_the_scalar_bits(const int64_t D) {
   EXPECT_TRUE(same_bits(tdout.data<float>(), dout.data(), dout.size()));
 
   // bfloat16 tensors: every product of the four sums is of two bfloat16 values, exact in float32,
-  // so the v3 and v4 builds' fused multiply-adds give the scalar multiply-then-add bits.
+  // so the v3 and v4 builds' fused multiply-adds, and AVX512_BF16's dot products where the CPU has
+  // them, give the scalar multiply-then-add bits (in pairs, as above).
   const Sums w = reference(rounded(q), rounded(k), rounded(v), rounded(dout), true);
   const Tensor bq = tq.to(DType::bfloat16), bk = tk.to(DType::bfloat16),
                bv = tv.to(DType::bfloat16), bdout = tdout.to(DType::bfloat16);
