@@ -6,6 +6,9 @@
 #include "lockstep/core/check.h"
 #include "lockstep/core/cpu_isa.h"
 
+#include "column_softmax.h"
+#include "lane_transpose.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -164,12 +167,25 @@ LOCKSTEP_TARGET_BF16_DOT void scores_bf16_dot(const uint16_t* a, int64_t a_rs, i
                                               int64_t ld, float alpha, uint32_t* pairs, float* yt) {
   LOCKSTEP_CHECK(ld % 16 == 0 && ld >= T, "scores_bf16_dot: expected ld a multiple of 16, >= ", T,
                  ". Received: ", ld, ".");
+  // pairs[i, t] is word i of b's row t (its features 2i and 2i + 1 are adjacent): b's rows as
+  // words, transposed 16 × 16 at a time in registers; the half past an odd D's last is zero.
+  using Words = column_softmax::Lanes<16>::F;
   const int64_t D2 = (D + 1) / 2;
-  for (int64_t i = 0; i < D2; ++i) {
-    const bool two = 2 * i + 1 < D;
-    uint32_t* row = pairs + i * ld;
-    for (int64_t t = 0; t < T; ++t) row[t] = pair_word(b + t * b_rs + 2 * i, two);
-    std::fill(row + T, row + ld, 0u);
+  for (int64_t i0 = 0; i0 < D2; i0 += 16) {
+    const int64_t words = std::min<int64_t>(16, D2 - i0),
+                  halves = std::min<int64_t>(32, D - 2 * i0);
+    const __mmask32 m = halves == 32 ? ~__mmask32{0} : (__mmask32{1} << halves) - 1;
+    for (int64_t t0 = 0; t0 < ld; t0 += 16) {
+      Words r[16];
+      for (int64_t k = 0; k < 16; ++k) {
+        r[k] = reinterpret_cast<Words>(
+            t0 + k < T ? _mm512_maskz_loadu_epi16(m, b + (t0 + k) * b_rs + 2 * i0)
+                       : _mm512_setzero_si512());
+      }
+      lane_transpose::transpose<16>(r);
+      for (int64_t i = 0; i < words; ++i)
+        _mm512_storeu_si512(pairs + (i0 + i) * ld + t0, reinterpret_cast<__m512i>(r[i]));
+    }
   }
   const __m512 al = _mm512_set1_ps(alpha);
   for (int64_t j = 0; j < ld; j += 64) {
