@@ -33,7 +33,8 @@ bool attention_bf16_dot_available() {
 
 namespace {
 
-// Terms k and k + 1 of a sum as one word, k's in the low half (the second may be past the end).
+// Terms k and k + 1 of a sum as one word, k's in the low half; without a second (k the last of
+// an odd count) the high half is zero.
 inline uint32_t pair_word(const uint16_t* p, bool two) {
   return two ? (uint32_t{p[0]} | uint32_t{p[1]} << 16) : uint32_t{p[0]};
 }
