@@ -5,9 +5,9 @@
 # streams are per replica in sync, the input position is re-sharded over the new workers, and the
 # sum of two replicas' gradients is one addition whether it crosses workers or not. A backup of
 # other replicas in sync (2 x 2 resumed as 1 x 2, 1 x 1 as 2 x 1) resumes too, deterministically
-# (an elastic restart); a global batch the new replicas cannot divide for per-replica pipelines stops at once
-# with one line naming both. A backup of an input sharded by file resumes on its own number of
-# workers only.
+# (an elastic restart); a global batch the new replicas cannot divide for per-replica pipelines
+# stops at once with one line naming both. A backup of an input sharded by file resumes on its own
+# number of workers only.
 #   run_backup_worker_count.sh <mpirun> <backup_worker_count> <weights_close>
 set -u
 MPIRUN=$1 PROG=$2 CLOSE=$3
