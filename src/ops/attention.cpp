@@ -565,8 +565,14 @@ void scores_product(const Tensor& a, int64_t a0, const Tensor& b, int64_t b0, in
   const int64_t D = a.dim(3);
   const bool bf16 = a.dtype() == DType::bfloat16;
   const bool dot = bf16 && ld % 16 == 0 && detail::attention_bf16_dot_available();
-  std::vector<uint32_t> pairs(dot ? static_cast<size_t>((D + 1) / 2 * ld) : 0);
-  Tensor bt({std::max<int64_t>(1, dot ? 1 : D * ld)}, DType::float32);
+  // The operand b as the kernel reads it: pairs of bfloat16 values, or transposed to float32.
+  std::vector<uint32_t> pairs;
+  Tensor bt;
+  if (dot) {
+    pairs.resize(static_cast<size_t>((D + 1) / 2 * ld));
+  } else {
+    bt = Tensor({std::max<int64_t>(1, D * ld)}, DType::float32);
+  }
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t h = 0; h < d.H; ++h) {
       float* y = yt.data<float>() + (e * d.H + h) * d.S * ld;
