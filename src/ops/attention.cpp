@@ -553,6 +553,16 @@ int64_t row_stride(const Tensor& t) {
   return t.dim(2) * t.dim(3);
 }
 
+// This thread's scratch for the packed pairs of the AVX512_BF16 products (attention_bf16_dot.h):
+// grown, never shrunk, so that the training step's calls allocate nothing after the first.
+enum class PairScratch { scores, weights, rows };
+uint32_t* pair_scratch(PairScratch which, size_t words) {
+  thread_local std::vector<uint32_t> buffers[3];
+  std::vector<uint32_t>& b = buffers[static_cast<int>(which)];
+  if (b.size() < words) b.resize(words);
+  return b.data();
+}
+
 // For n examples and every head: yt = alpha · a · bᵀ into the block's transposed scores ([S, ld]
 // per head), with a [., S, H, D] from example a0 and b [., T, H, D] from example b0.
 void scores_product(const Tensor& a, int64_t a0, const Tensor& b, int64_t b0, int64_t n,
@@ -566,20 +576,17 @@ void scores_product(const Tensor& a, int64_t a0, const Tensor& b, int64_t b0, in
   const bool bf16 = a.dtype() == DType::bfloat16;
   const bool dot = bf16 && ld % 16 == 0 && detail::attention_bf16_dot_available();
   // The operand b as the kernel reads it: pairs of bfloat16 values, or transposed to float32.
-  std::vector<uint32_t> pairs;
+  uint32_t* pairs =
+      dot ? pair_scratch(PairScratch::scores, static_cast<size_t>((D + 1) / 2 * ld)) : nullptr;
   Tensor bt;
-  if (dot) {
-    pairs.resize(static_cast<size_t>((D + 1) / 2 * ld));
-  } else {
-    bt = Tensor({std::max<int64_t>(1, D * ld)}, DType::float32);
-  }
+  if (!dot) bt = Tensor({std::max<int64_t>(1, D * ld)}, DType::float32);
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t h = 0; h < d.H; ++h) {
       float* y = yt.data<float>() + (e * d.H + h) * d.S * ld;
       if (dot) {
         detail::scores_bf16_dot(head_data<uint16_t>(a, a0 + e, h), row_stride(a), d.S,
                                 head_data<uint16_t>(b, b0 + e, h), row_stride(b), d.T, D, ld,
-                                static_cast<float>(alpha), pairs.data(), y);
+                                static_cast<float>(alpha), pairs, y);
       } else if (bf16) {
         scores_bf16(head_data<uint16_t>(a, a0 + e, h), row_stride(a), d.S,
                     head_data<uint16_t>(b, b0 + e, h), row_stride(b), d.T, D, ld,
@@ -609,16 +616,19 @@ void weighted_product(const Tensor& wt, bool transpose, const Tensor& x, int64_t
   const int64_t wi = transpose ? 1 : ld, wj = transpose ? ld : 1;
   const bool dot = x.dtype() == DType::bfloat16 && detail::attention_bf16_dot_available();
   const int64_t J2 = (J + 1) / 2;
-  std::vector<uint32_t> w_pairs(dot ? static_cast<size_t>((I + 15) / 16 * 16 * J2) : 0),
-      x_pairs(dot ? static_cast<size_t>(J2 * x.dim(3)) : 0);
+  uint32_t* w_pairs =
+      dot ? pair_scratch(PairScratch::weights, static_cast<size_t>((I + 15) / 16 * 16 * J2))
+          : nullptr;
+  uint32_t* x_pairs =
+      dot ? pair_scratch(PairScratch::rows, static_cast<size_t>(J2 * x.dim(3))) : nullptr;
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t h = 0; h < d.H; ++h) {
       const float* w = wt.data<float>() + (e * d.H + h) * d.S * ld;
       if (dot) {
         detail::weighted_rows_bf16_dot(w, wi, wj, I, J, head_data<uint16_t>(x, x0 + e, h),
                                        row_stride(x), x.dim(3), static_cast<float>(alpha),
-                                       head_data<uint16_t>(y, y0 + e, h), row_stride(y),
-                                       w_pairs.data(), x_pairs.data());
+                                       head_data<uint16_t>(y, y0 + e, h), row_stride(y), w_pairs,
+                                       x_pairs);
       } else if (x.dtype() == DType::bfloat16) {
         weighted_rows_bf16(w, wi, wj, I, J, head_data<uint16_t>(x, x0 + e, h), row_stride(x),
                            x.dim(3), static_cast<float>(alpha), head_data<uint16_t>(y, y0 + e, h),
