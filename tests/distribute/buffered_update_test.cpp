@@ -85,6 +85,49 @@ TEST(BufferedUpdate, UpdatesOutOfPlaceAndFlipsOnAnyNumberOfThreads) {
   }
 }
 
+// In place: the chunks read and write the current buffers, nothing flips, the phase allows no
+// backups, and the values are those of the update out of place — with and without the rule's
+// rounding, and with the stores streamed.
+TEST(BufferedUpdate, UpdatesInPlaceWithTheValuesOfOutOfPlace) {
+  const StreamSharedReadsRestored restore;
+  for (bool stream : {true, false}) {
+    BufferedUpdate::set_stream_shared_reads(stream);
+    for (int threads : {1, 2, 3}) {
+      for (int rounding : {0, 1, 2}) {  // none, a float32 copy, a bfloat16 copy
+        SCOPED_TRACE(::testing::Message() << (stream ? "streamed, " : "stored, ") << threads
+                                          << " threads, rounding " << rounding);
+        auto strategy = make_strategy(1, threads);
+        std::vector<Variable> vars = make_variables(kSizes);
+        const std::vector<Variable> initial = make_variables(kSizes);
+        FakeUpdate rule(/*rounding=*/rounding > 0, /*bfloat16_copy=*/rounding == 2);
+        ChunkLayout layout(vars, threads);
+        BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
+        std::vector<float> g = flat_sum(layout);
+        const float* before = vars[0].raw_value().data<float>();
+        const float* slot_before = rule.slot(0).raw_value().data<float>();
+        update.begin_update({}, /*in_place=*/true);
+        TaskPhase& phase = update.phase_from_sum(g.data());
+        EXPECT_FALSE(phase.allows_backups());
+        strategy->task_pool().run(phase);
+        update.end_update();
+        EXPECT_EQ(vars[0].raw_value().data<float>(), before)
+            << "the weights stayed where they were";
+        EXPECT_EQ(rule.slot(0).raw_value().data<float>(), slot_before);
+        EXPECT_EQ(strategy->task_pool().stats().backups, 0u);
+        expect_updated(vars, initial, rule, layout, g, /*rounding=*/rounding > 0);
+        EXPECT_EQ(g, flat_sum(layout)) << "the sum is read, not written";
+        // The next update out of place again: its phase allows backups, and it flips.
+        update.begin_update();
+        EXPECT_TRUE(update.phase_from_sum(g.data()).allows_backups());
+        strategy->task_pool().run(update.phase_from_sum(g.data()));
+        update.end_update();
+        EXPECT_NE(vars[0].raw_value().data<float>(), before);
+        strategy->task_pool().wait_for_runs_before(UINT64_MAX);
+      }
+    }
+  }
+}
+
 TEST(BufferedUpdate, StreamingStoresWriteTheSameBits) {
   for (bool bfloat16_copy : {false, true}) {
     SCOPED_TRACE(bfloat16_copy ? "bfloat16 copy" : "float32 copy");

@@ -59,6 +59,8 @@ class FakeUpdate : public ElementwiseUpdate {
     if (bfloat16_copy_) return {.bf16 = rounded_[i].data<bfloat16>()};
     return {.values = rounded_[i].data<float>()};
   }
+  // One copy serves both: the fake keeps no copy per buffer.
+  RoundedOut rounded_output_in_place(size_t i) const override { return rounded_output(i); }
   bool swaps_rounded_output() const override { return swappable_; }
   void swap_rounded_output(size_t i, Tensor& spare) override {
     if (!swappable_) throw Internal("FakeUpdate: swap_rounded_output on a rule that cannot");

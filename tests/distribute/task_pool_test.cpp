@@ -148,6 +148,60 @@ TEST(TaskPool, AStalledTaskIsFinishedByABackupRunOnAnotherThread) {
   EXPECT_EQ(s.cancelled + static_cast<uint64_t>(phase.discards_.load()), 1u);
 }
 
+// A phase whose tasks write what they read (TaskPhase::allows_backups false, as an update in
+// place) gets no backup run, though its held task is past every deadline (no slack, and the first
+// phase of a pool has no typical run time yet): the caller holds its task 0 in the run hook until
+// the helper, done with task 1, has looked for work twice (woken by wake_idle; its first look's
+// backup scan ends before the second look begins) — or until task 0 was committed, which only a
+// backup could have done. The same phase allowing backups gets one, which commits task 0.
+// last_phase_backed_up says which.
+class PhaseOfTwo : public CountingPhase {
+ public:
+  explicit PhaseOfTwo(bool allows_backups) : CountingPhase(2), allows_backups_(allows_backups) {}
+  bool allows_backups() const override { return allows_backups_; }
+  bool idle_work(int) override {
+    if (TaskPool::on_helper_thread()) helper_looks.fetch_add(1);
+    return false;
+  }
+  std::atomic<int> helper_looks{0};
+  std::atomic<bool> caller_holds{false};
+
+ private:
+  bool allows_backups_;
+};
+
+TEST(TaskPool, APhaseThatAllowsNoBackupsGetsNone) {
+  for (bool allows : {false, true}) {
+    SCOPED_TRACE(allows ? "backups allowed" : "no backups");
+    TaskPool pool(
+        {.num_threads = 2, .backup_factor = 1.0, .backup_slack = std::chrono::microseconds(0)});
+    PhaseOfTwo phase(allows);
+    pool.set_run_hook([&](int, int task, int thread, bool backup, uint64_t) {
+      if (backup) return;
+      if (thread != 0) {
+        // The helper's first run waits until the caller holds task 0 (it cannot take task 0 then).
+        while (!phase.caller_holds.load()) std::this_thread::yield();
+        return;
+      }
+      if (task != 0) return;
+      phase.caller_holds = true;
+      while (phase.helper_looks.load() < 2 && phase.commits_[0].load() == 0) pool.wake_idle();
+    });
+    pool.run(phase);
+    pool.set_run_hook({});
+    pool.wait_for_runs_before(UINT64_MAX);
+    EXPECT_EQ(phase.commits_[0].load(), 1);
+    EXPECT_EQ(phase.commits_[1].load(), 1);
+    EXPECT_EQ(pool.stats().backups, allows ? 1u : 0u);
+    EXPECT_EQ(pool.last_phase_backed_up(), allows);
+    for (const auto& [task, thread] : phase.committed_by_.v) {
+      if (task == 0) {
+        EXPECT_EQ(thread, allows ? 1 : 0) << "who committed task 0";
+      }
+    }
+  }
+}
+
 // wait_for_runs_before returns only once a losing run still under way has returned, whether it
 // watched for that (a spare core) or slept on it. The waiter announces itself before the held run
 // is released; it checks as it returns that the release happened, and the held run checks as it

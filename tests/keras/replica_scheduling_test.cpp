@@ -79,6 +79,21 @@ std::string fit_bytes(distribute::Strategy& strategy,
   return bytes_of(ws);
 }
 
+// Sets how the step's update writes (in place or out of place) for a test's duration.
+class InPlaceGuard {
+ public:
+  explicit InPlaceGuard(distribute::BufferedUpdate::InPlace mode)
+      : saved_(distribute::BufferedUpdate::in_place_mode()) {
+    distribute::BufferedUpdate::set_in_place(mode);
+  }
+  ~InPlaceGuard() { distribute::BufferedUpdate::set_in_place(saved_); }
+  InPlaceGuard(const InPlaceGuard&) = delete;
+  InPlaceGuard& operator=(const InPlaceGuard&) = delete;
+
+ private:
+  distribute::BufferedUpdate::InPlace saved_;
+};
+
 TEST(ReplicaScheduling, WeightsAreBitIdenticalOnAnyNumberOfThreads) {
   const std::string initial = [] {
     std::string out;
@@ -135,6 +150,35 @@ TEST(ReplicaScheduling, SharedWeightGradientBlocksKeepTheWeightsBitIdentical) {
     }
   }
   ops::set_weight_gradient_blocking(saved);
+}
+
+// The update in place (whatever the machine's load) gives the bytes of the update out of place,
+// on any number of threads, in float32 and mixed_bfloat16. Every step whose replicas' phase had no
+// backup updates in place, so the steps that did not are at most the backup runs.
+TEST(ReplicaScheduling, UpdatesInPlaceGiveTheBitsOfUpdatesOutOfPlace) {
+  for (const char* policy : {"float32", "mixed_bfloat16"}) {
+    lockstep::testing::PolicyGuard guard(policy);
+    for (int n : {2, 3}) {
+      std::string reference;
+      {
+        const InPlaceGuard out_of_place(distribute::BufferedUpdate::InPlace::never);
+        distribute::Strategy reference_strategy(config(n, 1));
+        distribute::SyncStats stats;
+        reference = fit_bytes(reference_strategy, {}, &stats);
+        EXPECT_EQ(stats.in_place_updates, 0u);
+      }
+      const InPlaceGuard in_place(distribute::BufferedUpdate::InPlace::always);
+      for (int t : {1, 2, 3}) {
+        distribute::Strategy strategy(config(n, t));
+        distribute::SyncStats stats;
+        EXPECT_TRUE(fit_bytes(strategy, {}, &stats) == reference)
+            << policy << ": " << n << " replicas on " << t << " threads, in place";
+        EXPECT_LE(stats.in_place_updates, 12u);
+        EXPECT_GE(stats.in_place_updates + stats.backup_runs, 12u)
+            << policy << ": " << n << " replicas on " << t << " threads";
+      }
+    }
+  }
 }
 
 // A model's update written with non-temporal stores (the path of models larger than the caches,
@@ -243,7 +287,25 @@ TEST(ReplicaScheduling, AStalledThreadDoesNotHoldTheStepAndTheBitsDoNotChange) {
   }
 }
 
+// A step whose replica was backed up (a thread held in a replica's run) updates out of place: the
+// losing run may still read the weights. The bytes do not change.
+TEST(ReplicaScheduling, AStepWithABackedUpReplicaUpdatesOutOfPlace) {
+  const InPlaceGuard in_place(distribute::BufferedUpdate::InPlace::always);
+  distribute::Strategy reference_strategy(config(2, 1));
+  const std::string reference = fit_bytes(reference_strategy);
+  distribute::Strategy strategy(config(2, 2));
+  auto stall = std::make_shared<StallOneThread>(strategy.task_pool(), /*from_step=*/1);
+  distribute::SyncStats stats;
+  const std::string got = fit_bytes(strategy, {stall}, &stats);
+  ASSERT_TRUE(stall->stalled()) << "the helper thread never took a replica task";
+  EXPECT_GE(strategy.task_pool().stats().backup_wins, 1u);
+  EXPECT_LT(stats.in_place_updates, 12u) << "the step with the backup updated in place";
+  EXPECT_TRUE(got == reference) << "a step with a backed-up replica changed the weights";
+}
+
 TEST(ReplicaScheduling, AStalledUpdateBlockIsBackedUpAndItsLateRunChangesNothing) {
+  // Out of place: the update's chunks have backups only there.
+  const InPlaceGuard out_of_place(distribute::BufferedUpdate::InPlace::never);
   for (int n : {2, 3}) {
     distribute::Strategy reference_strategy(config(n, 1));
     const std::string reference = fit_bytes(reference_strategy);
@@ -271,6 +333,7 @@ TEST(ReplicaScheduling, AStalledUpdateBlockIsBackedUpAndItsLateRunChangesNothing
 // a wrong or stale chunk of it would change the weights at the end.
 TEST(ReplicaScheduling, AStalledUpdateBlockUnderMixedBfloat16PublishesTheBfloat16Copy) {
   lockstep::testing::PolicyGuard policy("mixed_bfloat16");
+  const InPlaceGuard out_of_place(distribute::BufferedUpdate::InPlace::never);
   distribute::Strategy reference_strategy(config(2, 1));
   const std::string reference = fit_bytes(reference_strategy);
 

@@ -59,13 +59,14 @@ class ElementwiseUpdate {
   // summed gradient (float64, in a fixed order) when wants_gradient_norms(), else empty. A
   // variable no replica produced a gradient for gets a zero gradient (as the sum of nothing).
   virtual void begin_update(std::span<const double> squared_norms) = 0;
-  // The rule on elements [offset, offset + n) of variable i, out of place: reads w (the
-  // variable), g (the summed gradient, which it may overwrite) and slots (slot_variables(i)'s
-  // elements); writes the new values to w_out and slots_out and, when rounded is set, the
-  // bfloat16 rounding of the new w to it (RoundedOut), the outputs `streamed` names preferably
-  // with non-temporal stores. Inputs and outputs do not overlap. Called concurrently for disjoint
-  // or identical ranges; must depend on nothing but these elements and what begin_update()
-  // computed.
+  // The rule on elements [offset, offset + n) of variable i: reads w (the variable), g (the
+  // summed gradient, which it may overwrite) and slots (slot_variables(i)'s elements); writes the
+  // new values to w_out and slots_out and, when rounded is set, the bfloat16 rounding of the new w
+  // to it (RoundedOut), the outputs `streamed` names preferably with non-temporal stores. An
+  // output is either an array of its own or the very array of its input (an update in place:
+  // element j is read before it is written); no other arrays overlap. Called concurrently for
+  // disjoint or identical ranges; must depend on nothing but these elements and what
+  // begin_update() computed.
   virtual void apply(size_t i, int64_t offset, const float* w, float* g,
                      std::span<const float* const> slots, float* w_out,
                      std::span<float* const> slots_out, size_t n, RoundedOut rounded,
@@ -79,13 +80,18 @@ class ElementwiseUpdate {
                                 float* w_out, std::span<float* const> slots_out, size_t n,
                                 RoundedOut rounded, Streamed streamed) const;
   // Once per update, after every apply() and after the step has made the variables' next buffers
-  // current, on one thread (e.g. iterations += 1).
+  // current (or, in place, written the current ones), on one thread (e.g. iterations += 1).
   virtual void end_update() = 0;
   // Where apply() writes the bfloat16 rounding of variable i's next values, or nothing: a copy the
   // update's owner keeps current beside the variable (Keras' mixed precision keeps the weights'
   // bfloat16 rounding this way). Asked once per variable before each update, on one thread; a
   // destination handed out is written in full before the step flips the variable's buffers.
   virtual RoundedOut rounded_output(size_t /*i*/) const { return {}; }
+  // The same for an update in place (the step writes the variable's current buffer and flips
+  // nothing): where apply() writes the rounding of variable i's new values so that the copy kept
+  // beside the current buffer stays current, or nothing (a copy not in use is recomputed from the
+  // weights when next read).
+  virtual RoundedOut rounded_output_in_place(size_t /*i*/) const { return {}; }
   // Whether swap_rounded_output() works: the step then writes a first run's rounding straight to
   // rounded_output(i), and a chunk a backup run wins through a spare destination it swaps in (the
   // first run may still be writing the old one). Otherwise every rounding goes through scratch and

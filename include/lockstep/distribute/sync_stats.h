@@ -25,6 +25,8 @@ struct SyncStats {
   uint64_t backup_wins = 0;         // tasks finished first by their backup run
   uint64_t backup_publishes = 0;    // updates a backup run won a chunk of, published through the
                                     // step's spare buffers (the first run may still be writing)
+  uint64_t in_place_updates = 0;    // updates that wrote the weights and slots in place, with no
+                                    // backups of their chunks (distribute/step/buffered_update.h)
 };
 
 }  // namespace lockstep::distribute

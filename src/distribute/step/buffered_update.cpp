@@ -61,6 +61,7 @@ void fence_streaming_stores() {
 std::atomic<size_t> g_streaming_threshold{size_t{16} << 20};
 // -1: not chosen yet (the CPU's vendor decides at the first read).
 std::atomic<int> g_stream_shared_reads{-1};
+std::atomic<BufferedUpdate::InPlace> g_in_place{BufferedUpdate::InPlace::when_quiet};
 
 // Elements a backup run of a chunk computes between two cancellation checks: about as long as
 // the pool takes to notice that the first run committed.
@@ -94,6 +95,7 @@ class BufferedUpdate::Phase : public TaskPhase {
   }
   void commit(int task, void* result) override { u_.commit_chunk(task, result); }
   void discard(int, void*) override {}
+  bool allows_backups() const override { return !u_.in_place_; }
 
  private:
   BufferedUpdate& u_;
@@ -182,16 +184,27 @@ bool BufferedUpdate::stream_shared_reads() {
   return on != 0;
 }
 
-void BufferedUpdate::begin_update(std::span<const double> squared_norms) {
+void BufferedUpdate::set_in_place(InPlace mode) {
+  g_in_place.store(mode, std::memory_order_relaxed);
+}
+
+BufferedUpdate::InPlace BufferedUpdate::in_place_mode() {
+  return g_in_place.load(std::memory_order_relaxed);
+}
+
+void BufferedUpdate::begin_update(std::span<const double> squared_norms, bool in_place) {
+  in_place_ = in_place;
   for (size_t i = 0; i < vars_.size(); ++i) {
-    cur_w_[i] = vars_[i].raw_value().data<float>();
-    next_w_[i] = vars_[i].next_value().data<float>();
-    next_r_[i] = rule_.rounded_output(i);
+    float* cur = vars_[i].raw_value().data<float>();
+    cur_w_[i] = cur;
+    next_w_[i] = in_place ? cur : vars_[i].next_value().data<float>();
+    next_r_[i] = in_place ? rule_.rounded_output_in_place(i) : rule_.rounded_output(i);
     cur_s_[i].clear();
     next_s_[i].clear();
     for (const Variable& sv : slots_[i]) {
-      cur_s_[i].push_back(sv.raw_value().data<float>());
-      next_s_[i].push_back(sv.next_value().data<float>());
+      float* cur_slot = sv.raw_value().data<float>();
+      cur_s_[i].push_back(cur_slot);
+      next_s_[i].push_back(in_place ? cur_slot : sv.next_value().data<float>());
     }
   }
   rule_.begin_update(squared_norms);
@@ -253,7 +266,8 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   // publishes them through the spare buffers (publish_backup_updates), because the first run may
   // still be writing the next buffers. The rule's rounding of the weights follows them when the
   // rule can swap a spare in for it (swaps_rounded_output); otherwise it goes to scratch and the
-  // winner copies it, which keeps that copy single-writer.
+  // winner copies it, which keeps that copy single-writer. In place the next buffers are the
+  // current ones and a chunk has no backup.
   sc.direct = !backup;
   float* w_out = sc.direct ? next_w_[i] + c.offset : sc.w.data() + base;
   if (sc.direct) {
@@ -398,7 +412,7 @@ void BufferedUpdate::publish_backup_updates() {
 
 void BufferedUpdate::end_update() {
   publish_backup_updates();
-  for (size_t i = 0; i < vars_.size(); ++i) {
+  for (size_t i = 0; i < vars_.size() && !in_place_; ++i) {
     vars_[i].flip_buffers();
     for (const Variable& sv : slots_[i]) sv.flip_buffers();
   }

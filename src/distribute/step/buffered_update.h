@@ -15,6 +15,12 @@
 // set_streaming_threshold), and with several threads on an AMD CPU the float32 values the
 // replicas multiply by are streamed too, since every core read their lines
 // (set_stream_shared_reads); the bits are the same either way.
+//
+// An update may instead run in place (begin_update's `in_place`): each chunk's one run reads and
+// writes the current buffers and nothing flips. That keeps one copy of the weights and slots in
+// the caches instead of two, but no chunk can be backed up (a second run would read what the first
+// wrote), so the step asks for it only where a straggler is unlikely and nothing else reads the
+// weights during the update (ReplicatedStep, set_in_place).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,9 +49,11 @@ class BufferedUpdate {
 
   ElementwiseUpdate& rule() const { return rule_; }
 
-  // Once per update, before its phase runs: the buffers it reads and writes, then the rule's
-  // begin_update (with the summed gradient's squared norms when the rule wants them).
-  void begin_update(std::span<const double> squared_norms = {});
+  // Once per update, before its phase runs: the buffers it reads and writes (the current ones
+  // in place: no backups of its chunks, no flip), then the rule's begin_update (with the summed
+  // gradient's squared norms when the rule wants them).
+  void begin_update(std::span<const double> squared_norms = {}, bool in_place = false);
+  bool in_place() const { return in_place_; }
   // The update's phase summing each chunk's `terms` as it goes (two terms: added as the rule
   // reads them; one replica's gradient: read where it is).
   TaskPhase& phase_summing(const GradientReducer::Terms& terms);
@@ -77,6 +85,16 @@ class BufferedUpdate {
   static void set_stream_shared_reads(bool on);
   static bool stream_shared_reads();
 
+  // When the training step updates in place: never; when_quiet (the default), on a machine with a
+  // spare core for every thread of the step (TaskPool::spin_before_sleep), where a chunk's run is
+  // rarely descheduled and a backup would seldom win; always, whatever the load. In every mode only
+  // after a replicas' phase none of whose tasks was backed up (TaskPool::last_phase_backed_up):
+  // a losing replica run may still be reading the weights. Process-wide; for tests and
+  // measurements.
+  enum class InPlace { never, when_quiet, always };
+  static void set_in_place(InPlace mode);
+  static InPlace in_place_mode();
+
  private:
   struct Scratch;
   class Phase;
@@ -106,6 +124,7 @@ class BufferedUpdate {
   // with non-temporal stores (copy_next; x86 only, where there are such stores). A bfloat16 copy
   // is not.
   bool shared_reads_ = false;
+  bool in_place_ = false;  // this update's, from begin_update
   // What the current phase reads: terms to sum, or a flat sum.
   GradientReducer::Terms terms_;
   float* sum_ = nullptr;

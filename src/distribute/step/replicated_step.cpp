@@ -67,10 +67,13 @@ void ReplicatedStep::run(StepInput input, ReplicaFn fn, bool apply) {
       end_update();
       return count_step(replicas_ended_);
     }
+    replicas_backed_up_ = false;  // they ran as a gang: one run each
   } else {
     overlapped = apply && overlaps_backward();
     if (overlapped) begin_overlap();
-    overlapped = run_replicas(overlapped, nullptr) && overlapped;
+    const bool as_tasks = run_replicas(overlapped, nullptr);
+    overlapped = as_tasks && overlapped;
+    replicas_backed_up_ = as_tasks && strategy_.task_pool().last_phase_backed_up();
   }
   const auto t0 = Clock::now();
   runs_.retire_previous_step();
@@ -93,6 +96,21 @@ bool ReplicatedStep::run_replicas(bool overlap, TaskPhase* then) {
   return false;
 }
 
+bool ReplicatedStep::update_in_place() const {
+  switch (BufferedUpdate::in_place_mode()) {
+    case BufferedUpdate::InPlace::never:
+      return false;
+    case BufferedUpdate::InPlace::when_quiet:
+      // On a busy machine a thread can lose its CPU mid-chunk for a scheduler slice: there the
+      // chunks need their backups.
+      if (strategy_.task_pool().spin_before_sleep().count() == 0) return false;
+      break;
+    case BufferedUpdate::InPlace::always:
+      break;
+  }
+  return !replicas_backed_up_;
+}
+
 bool ReplicatedStep::overlaps_backward() const {
   return !runs_.gang() && runs_.num_local() == 1 && reducer_.can_overlap();
 }
@@ -104,13 +122,14 @@ void ReplicatedStep::begin_overlap() {
 
 void ReplicatedStep::end_replicas() {
   replicas_ended_ = Clock::now();
+  replicas_backed_up_ = strategy_.task_pool().last_phase_backed_up();
   runs_.commit_replica_state();
   begin_summed_update();
 }
 
 void ReplicatedStep::begin_summed_update() {
   DeferredSums::apply(runs_.committed(), nullptr);
-  update_.begin_update();
+  update_.begin_update({}, update_in_place());
 }
 
 float* ReplicatedStep::reduce(bool overlapped) {
@@ -153,12 +172,14 @@ void ReplicatedStep::update_summing() {
 }
 
 void ReplicatedStep::update_from(float* sum, bool norms) {
-  update_.begin_update(norms ? reducer_.squared_norms(sum) : std::vector<double>{});
+  update_.begin_update(norms ? reducer_.squared_norms(sum) : std::vector<double>{},
+                       update_in_place());
   strategy_.task_pool().run(update_.phase_from_sum(sum));
   end_update();
 }
 
 void ReplicatedStep::end_update() {
+  if (update_.in_place()) stats_.in_place_updates += 1;
   update_.end_update();
   reducer_.clear_accumulated();
 }

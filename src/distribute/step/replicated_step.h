@@ -6,7 +6,9 @@
 //                 step's input (ReplicaRuns, StepInput);
 //   2. reduce   — the gradients summed in replica order, then across workers (GradientReducer);
 //   3. update   — the optimizer's elementwise rule on the sum, into the variables' next buffers,
-//                 then the flip (BufferedUpdate).
+//                 then the flip (BufferedUpdate); or in place, when no replica run was backed up
+//                 (none can still be reading the weights) and BufferedUpdate::in_place_mode()
+//                 allows it on this machine.
 //
 // A step that only accumulates (gradient accumulation) stops after adding its sum to the
 // accumulator; nothing crosses workers then (DDP's no_sync). The common step (one worker, no
@@ -86,6 +88,9 @@ class ReplicatedStep {
   void update_from(float* sum, bool norms);
   void end_update();
   void count_step(std::chrono::steady_clock::time_point since);
+  // Whether this step's update runs in place (BufferedUpdate::set_in_place), given whether a task
+  // of its replicas' phase was backed up.
+  bool update_in_place() const;
 
   Strategy& strategy_;
   ChunkLayout layout_;
@@ -94,6 +99,8 @@ class ReplicatedStep {
   BufferedUpdate update_;
   bool workers_;
   std::chrono::steady_clock::time_point replicas_ended_{};
+  // The replicas' phase of the step under way had a task backed up (or ran as a gang: false).
+  bool replicas_backed_up_ = false;
   SyncStats stats_;
 };
 

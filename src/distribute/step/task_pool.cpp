@@ -101,6 +101,7 @@ uint64_t TaskPool::run_phases(TaskPhase& phase, TaskPhase* then) {
     rec.tasks[i].holder_cpu.store(-1, std::memory_order_relaxed);
     rec.tasks[i].sample_wall_ns.store(0, std::memory_order_relaxed);
   }
+  backed_up_.store(false, std::memory_order_seq_cst);
   register_cpu_clock(0);
   rec.phase = &phase;
   rec.then = then;
@@ -139,6 +140,8 @@ uint64_t TaskPool::run_phases(TaskPhase& phase, TaskPhase* then) {
   if (saved_omp != 1) omp_set_num_threads(1);
   for (int64_t wake = 0; work_on(rec, 0, wake);) wait_for_progress(rec, 0, wake);
   if (saved_omp != 1) omp_set_num_threads(saved_omp);
+  // Of two chained phases the first's answer stands (set before its phase_done()).
+  if (then == nullptr) backed_up_.store(any_backed_up(rec, 0, n), std::memory_order_seq_cst);
   rec.leave();
   if (rec.failed.load(std::memory_order_acquire)) {
     // Every run of the failed phase is cancelled; let them stop before the caller unwinds the
@@ -216,6 +219,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
       TaskState& ts = rec.tasks[j];
       if (ts.done.load(std::memory_order_acquire) != 0) continue;
       if (ts.runners.load(std::memory_order_acquire) != 1) continue;
+      if (!rec.phase_of(j).allows_backups()) continue;
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
       if (started == 0) continue;
       const int64_t deadline = started + backup_threshold_ns(rec.kind_of(j));
@@ -225,7 +229,9 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
         continue;
       }
       uint32_t one = 1;
-      if (ts.runners.compare_exchange_strong(one, 2, std::memory_order_acq_rel)) {
+      // Sequentially consistent, as the task's `done` is: a backup that goes on to read its
+      // task's inputs (done still 0 after this claim) is seen by last_phase_backed_up().
+      if (ts.runners.compare_exchange_strong(one, 2, std::memory_order_seq_cst)) {
         if (eager && now < deadline) eager_backups_.fetch_add(1, std::memory_order_relaxed);
         execute(rec, j, thread, true);
         ran = true;
@@ -235,6 +241,12 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
     wake_ns = std::min(wake_ns, earliest);
     return !rec.complete();
   }
+}
+
+bool TaskPool::any_backed_up(const Record& rec, int begin, int end) {
+  for (int j = begin; j < end; ++j)
+    if (rec.tasks[j].runners.load(std::memory_order_seq_cst) > 1) return true;
+  return false;
 }
 
 bool TaskPool::idle_work(Record& rec, int thread) {
@@ -283,6 +295,7 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
       TaskState& ts = rec.tasks[j];
       if (ts.done.load(std::memory_order_acquire) != 0) continue;
       if (ts.runners.load(std::memory_order_acquire) != 1) continue;
+      if (!rec.phase_of(j).allows_backups()) continue;
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
       wake_ns = std::min(
           wake_ns, started != 0 ? started + backup_threshold_ns(rec.kind_of(j)) : now + 50000);
@@ -374,6 +387,7 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
         rec.then != nullptr) {
       // This commit completed the first phase: its end, then the second phase opens, on this
       // thread — whoever finishes the first phase goes on to the second without a wake-up.
+      backed_up_.store(any_backed_up(rec, 0, rec.split), std::memory_order_seq_cst);
       try {
         rec.phase->phase_done();
       } catch (...) {

@@ -87,6 +87,10 @@ class TaskPhase {
   // It may not change what any task computes (a replica phase stages the input of later steps).
   // It runs counted as a task run (wait_for_runs_before waits for it).
   virtual bool idle_work(int /*preferred*/) { return false; }
+  // Whether an idle thread may run a task of this phase again while its first run is under way (a
+  // backup). A phase whose tasks write what they read says no: a second run would read what the
+  // first had already written. Its straggler holds the phase until it finishes.
+  virtual bool allows_backups() const { return true; }
 };
 
 struct TaskPoolOptions {
@@ -194,6 +198,11 @@ class TaskPool {
   void wake_idle();
 
   TaskPoolStats stats() const;
+  // Whether any task of the phase that ended last (of two chained phases, the first, from its
+  // phase_done() on) was claimed by a second run: such a run, unless it found its task done at
+  // once, may still be reading what the phase's tasks read (it stops at its next
+  // check_task_cancelled()). False: every task ran once, and nothing of the phase is running.
+  bool last_phase_backed_up() const { return backed_up_.load(std::memory_order_seq_cst); }
   // Helper threads asleep between phases, waiting for the next one (for tests).
   int asleep_helpers() const;
 
@@ -216,6 +225,8 @@ class TaskPool {
   // is then the steady-clock time at which a backup may become due).
   bool work_on(Record& rec, int thread, int64_t& wake_ns);
   bool idle_work(Record& rec, int thread);
+  // Whether a second run claimed any of tasks [begin, end) of `rec`.
+  static bool any_backed_up(const Record& rec, int begin, int end);
   void execute(Record& rec, int task, int thread, bool backup);
   void wait_for_progress(Record& rec, int thread, int64_t wake_ns);
   // Whether the holder of `task` has been descheduled: see stall_window. May set `wake_ns` earlier,
@@ -264,7 +275,8 @@ class TaskPool {
   JoinHook join_hook_;
   std::mutex hook_mu_;
   std::atomic<bool> has_hook_{false}, has_join_hook_{false};
-  uint64_t sequence_ = 0;  // the caller's count of phases run
+  uint64_t sequence_ = 0;               // the caller's count of phases run
+  std::atomic<bool> backed_up_{false};  // see last_phase_backed_up()
   mutable std::atomic<uint64_t> runs_{0}, backups_{0}, backup_wins_{0}, cancelled_{0},
       placements_{0}, eager_backups_{0};
 };

@@ -249,6 +249,10 @@ distribute::RoundedOut Optimizer::rounded_output(size_t i) const {
   return mixed_precision::next_rounded_weights_out(vars_[static_cast<size_t>(bound_.at(i))]);
 }
 
+distribute::RoundedOut Optimizer::rounded_output_in_place(size_t i) const {
+  return mixed_precision::rounded_weights_out(vars_[static_cast<size_t>(bound_.at(i))]);
+}
+
 void Optimizer::swap_rounded_output(size_t i, Tensor& spare) {
   mixed_precision::swap_next_rounded_weights(vars_[static_cast<size_t>(bound_.at(i))], spare);
 }

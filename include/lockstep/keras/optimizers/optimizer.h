@@ -176,6 +176,7 @@ class Optimizer : public distribute::ElementwiseUpdate {
   // The variable's bfloat16-rounded copy (mixed_precision::next_rounded_weights_out) when the
   // policy keeps one, so that the update rewrites it instead of the next forward pass.
   distribute::RoundedOut rounded_output(size_t i) const override;
+  distribute::RoundedOut rounded_output_in_place(size_t i) const override;
   bool swaps_rounded_output() const override { return true; }
   void swap_rounded_output(size_t i, Tensor& spare) override;
 
