@@ -100,11 +100,13 @@ bool ReplicatedStep::update_in_place() const {
   switch (BufferedUpdate::in_place_mode()) {
     case BufferedUpdate::InPlace::never:
       return false;
-    case BufferedUpdate::InPlace::when_quiet:
+    case BufferedUpdate::InPlace::when_quiet: {
       // On a busy machine a thread can lose its CPU mid-chunk for a scheduler slice: there the
-      // chunks need their backups.
-      if (strategy_.task_pool().spin_before_sleep().count() == 0) return false;
+      // chunks need their backups — unless one thread runs every task, which none can back up.
+      const TaskPool& pool = strategy_.task_pool();
+      if (pool.total_threads() > 1 && pool.spin_before_sleep().count() == 0) return false;
       break;
+    }
     case BufferedUpdate::InPlace::always:
       break;
   }

@@ -109,7 +109,13 @@ uint64_t TaskPool::run_phases(TaskPhase& phase, TaskPhase* then) {
   rec.num_tasks = n;
   rec.kinds[0] = std::clamp(phase.kind(), 0, kMaxKinds - 1);
   rec.kinds[1] = then != nullptr ? std::clamp(then->kind(), 0, kMaxKinds - 1) : rec.kinds[0];
-  if (then != nullptr && split == 0) phase.phase_done();  // nothing to wait for
+  rec.allows_backups[0].store(phase.allows_backups(), std::memory_order_relaxed);
+  rec.allows_backups[1].store(then != nullptr ? then->allows_backups() : true,
+                              std::memory_order_relaxed);
+  if (then != nullptr && split == 0) {
+    phase.phase_done();  // nothing to wait for
+    rec.allows_backups[1].store(then->allows_backups(), std::memory_order_relaxed);
+  }
   rec.open.store(then == nullptr || split == 0, std::memory_order_relaxed);
   if (!threads_.empty()) spinning_allowed();
   rec.threads = phase_threads_.load(std::memory_order_relaxed);
@@ -197,7 +203,9 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
     if (claimed < 0 && idle_work(rec, thread)) continue;
     if (claimed >= 0) {
       TaskState& ts = rec.tasks[claimed];
-      ts.runners.store(1, std::memory_order_relaxed);
+      // Release: a thread that sees this claim when it looks for a task to back up also sees what
+      // the claimer saw of the phase (a chained phase's state, set before it opened).
+      ts.runners.store(1, std::memory_order_release);
       ts.holder.store(thread, std::memory_order_relaxed);
       ts.holder_cpu.store(sched_getcpu(), std::memory_order_relaxed);
       ts.started_ns.store(now_ns(), std::memory_order_release);
@@ -219,7 +227,7 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
       TaskState& ts = rec.tasks[j];
       if (ts.done.load(std::memory_order_acquire) != 0) continue;
       if (ts.runners.load(std::memory_order_acquire) != 1) continue;
-      if (!rec.phase_of(j).allows_backups()) continue;
+      if (!rec.allows_backup(j)) continue;
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
       if (started == 0) continue;
       const int64_t deadline = started + backup_threshold_ns(rec.kind_of(j));
@@ -295,7 +303,7 @@ void TaskPool::wait_for_progress(Record& rec, int /*thread*/, int64_t wake_ns) {
       TaskState& ts = rec.tasks[j];
       if (ts.done.load(std::memory_order_acquire) != 0) continue;
       if (ts.runners.load(std::memory_order_acquire) != 1) continue;
-      if (!rec.phase_of(j).allows_backups()) continue;
+      if (!rec.allows_backup(j)) continue;
       const int64_t started = ts.started_ns.load(std::memory_order_acquire);
       wake_ns = std::min(
           wake_ns, started != 0 ? started + backup_threshold_ns(rec.kind_of(j)) : now + 50000);
@@ -390,6 +398,8 @@ void TaskPool::execute(Record& rec, int task, int thread, bool backup) {
       backed_up_.store(any_backed_up(rec, 0, rec.split), std::memory_order_seq_cst);
       try {
         rec.phase->phase_done();
+        // Published by the release below, and on by each claim's (work_on).
+        rec.allows_backups[1].store(rec.then->allows_backups(), std::memory_order_relaxed);
       } catch (...) {
         fail(std::current_exception());
         return;

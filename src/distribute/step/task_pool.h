@@ -89,7 +89,8 @@ class TaskPhase {
   virtual bool idle_work(int /*preferred*/) { return false; }
   // Whether an idle thread may run a task of this phase again while its first run is under way (a
   // backup). A phase whose tasks write what they read says no: a second run would read what the
-  // first had already written. Its straggler holds the phase until it finishes.
+  // first had already written. Its straggler holds the phase until it finishes. Asked once, as the
+  // phase opens (a chained second phase: after the first's phase_done()).
   virtual bool allows_backups() const { return true; }
 };
 

@@ -60,6 +60,10 @@ struct TaskPool::Record {
   std::atomic<bool> open{true};
   int num_tasks = 0;
   int kinds[2] = {0, 0};
+  // Each phase's TaskPhase::allows_backups(), asked as it opens (the second after the first's
+  // phase_done()): threads looking for a task to back up read it here, never from the phase, which
+  // may be gone by then.
+  std::atomic<bool> allows_backups[2] = {true, true};
   int threads = 1;  // threads taking part (TaskPool::phase_threads_ when announced)
   std::unique_ptr<TaskState[]> tasks;
   int capacity = 0;
@@ -116,6 +120,9 @@ struct TaskPool::Record {
   TaskPhase& phase_of(int task) const { return task < split ? *phase : *then; }
   int local(int task) const { return task < split ? task : task - split; }
   int kind_of(int task) const { return kinds[task < split ? 0 : 1]; }
+  bool allows_backup(int task) const {
+    return allows_backups[task < split ? 0 : 1].load(std::memory_order_relaxed);
+  }
 
   bool complete() const {
     return failed.load(std::memory_order_acquire) ||
