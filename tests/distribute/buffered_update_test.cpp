@@ -85,6 +85,27 @@ TEST(BufferedUpdate, UpdatesOutOfPlaceAndFlipsOnAnyNumberOfThreads) {
   }
 }
 
+// What one update of kSizes' variables needs: a strategy of `threads` threads, the variables and
+// a copy of their initial values, the fake rule keeping no rounding (0), a float32 one (1) or a
+// bfloat16 one (2), and the summed gradient.
+struct UpdateSetup {
+  UpdateSetup(int threads, int rounding)
+      : strategy(make_strategy(1, threads)),
+        vars(make_variables(kSizes)),
+        initial(make_variables(kSizes)),
+        rule(/*rounding=*/rounding > 0, /*bfloat16_copy=*/rounding == 2),
+        layout(vars, threads),
+        update(layout, vars, rule, strategy->task_pool().total_threads()),
+        g(flat_sum(layout)) {}
+  std::unique_ptr<Strategy> strategy;
+  std::vector<Variable> vars;
+  const std::vector<Variable> initial;
+  FakeUpdate rule;
+  ChunkLayout layout;
+  BufferedUpdate update;
+  std::vector<float> g;
+};
+
 // In place: the chunks read and write the current buffers, nothing flips, the phase allows no
 // backups, and the values are those of the update out of place — with and without the rule's
 // rounding, and with the stores streamed.
@@ -96,13 +117,8 @@ TEST(BufferedUpdate, UpdatesInPlaceWithTheValuesOfOutOfPlace) {
       for (int rounding : {0, 1, 2}) {  // none, a float32 copy, a bfloat16 copy
         SCOPED_TRACE(::testing::Message() << (stream ? "streamed, " : "stored, ") << threads
                                           << " threads, rounding " << rounding);
-        auto strategy = make_strategy(1, threads);
-        std::vector<Variable> vars = make_variables(kSizes);
-        const std::vector<Variable> initial = make_variables(kSizes);
-        FakeUpdate rule(/*rounding=*/rounding > 0, /*bfloat16_copy=*/rounding == 2);
-        ChunkLayout layout(vars, threads);
-        BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
-        std::vector<float> g = flat_sum(layout);
+        UpdateSetup u(threads, rounding);
+        auto& [strategy, vars, initial, rule, layout, update, g] = u;
         const float* before = vars[0].raw_value().data<float>();
         const float* slot_before = rule.slot(0).raw_value().data<float>();
         update.begin_update({}, /*in_place=*/true);
@@ -164,13 +180,8 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
       for (int rounding : {0, 1, 2}) {  // none, a float32 copy, a bfloat16 copy
         SCOPED_TRACE(::testing::Message() << (stream ? "streamed, " : "stored, ") << threads
                                           << " threads, rounding " << rounding);
-        auto strategy = make_strategy(1, threads);
-        std::vector<Variable> vars = make_variables(kSizes);
-        const std::vector<Variable> initial = make_variables(kSizes);
-        FakeUpdate rule(/*rounding=*/rounding > 0, /*bfloat16_copy=*/rounding == 2);
-        ChunkLayout layout(vars, threads);
-        BufferedUpdate update(layout, vars, rule, strategy->task_pool().total_threads());
-        std::vector<float> g = flat_sum(layout);
+        UpdateSetup u(threads, rounding);
+        auto& [strategy, vars, initial, rule, layout, update, g] = u;
         update.begin_update();
         strategy->task_pool().run(update.phase_from_sum(g.data()));
         update.end_update();
