@@ -88,10 +88,9 @@ class BufferedUpdate {
   // When the training step updates in place: never; when_quiet (the default), on a machine with a
   // spare core for every thread of the step (TaskPool::spin_before_sleep), where a chunk's run is
   // rarely descheduled and a backup would seldom win, or with one thread, where none can run;
-  // always, whatever the load. In every mode only
-  // after a replicas' phase none of whose tasks was backed up (TaskPool::last_phase_backed_up):
-  // a losing replica run may still be reading the weights. Process-wide; for tests and
-  // measurements.
+  // always, whatever the load. In every mode only after a replicas' phase none of whose tasks
+  // was backed up (TaskPool::last_phase_backed_up): a losing replica run may still be reading the
+  // weights. Process-wide; for tests and measurements.
   enum class InPlace { never, when_quiet, always };
   static void set_in_place(InPlace mode);
   static InPlace in_place_mode();
