@@ -1,6 +1,7 @@
 #include "replica_runs.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "core/shared_blocks.h"
@@ -18,6 +19,10 @@ namespace {
 // Phases stay referenced by the pool's record of them until it is reused, which the pool does
 // only once nothing runs in it; this many later phases make sure of that.
 constexpr uint64_t kPhaseRetention = 8;
+
+// How long the step's end watches a staging of the next input under way before sleeping on it,
+// on any machine: about twice the longest staging of a seed-model batch measured.
+constexpr std::chrono::microseconds kStagingWatch{60};
 
 }  // namespace
 
@@ -145,8 +150,14 @@ class ReplicaRuns::Phase : public TaskPhase {
   void run_gang(ReplicaContext& ctx, ReplicaRun& run) {
     fn_(ctx, run, input_.get(ctx.local_replica_id()));
   }
-  // The step is over: no pull starts any more (a staging under way ends first).
-  void close() { input_.close(runs_.strategy_.task_pool().spin_before_sleep()); }
+  // The step is over: no pull starts any more (a staging under way ends first). A staging takes
+  // tens of microseconds, and the step's caller, asleep on one, waits for its CPU to come back:
+  // on a busy machine, behind the other process's slice. So it watches for the end for a while
+  // even there, where the pool's own waits sleep at once (docs/performance.md, "Measured design
+  // choices").
+  void close() {
+    input_.close(std::max(runs_.strategy_.task_pool().spin_before_sleep(), kStagingWatch));
+  }
   // The step retired: no run of it can execute.
   void release() {
     input_ = StepInput();
