@@ -54,9 +54,9 @@ class StepInput {
   // Ends the pulls: once it returns no pull nor stage is executing, a get() that would pull
   // throws TaskCancelled, and the pull and stage functions (with what they refer to) are released.
   // The elements pulled so far stay readable. A staging under way holds it until that ends: it
-  // watches for the end for up to `spin` before sleeping on it (TaskPool::spin_before_sleep: a
-  // futex sleep and wake-up at every step's end cost more than the watching, where a core is
-  // spare).
+  // watches for the end for up to `spin` before sleeping on it: the step passes
+  // TaskPool::spin_before_sleep where a core is spare, and on a busy machine still about a
+  // staging's length (ReplicaRuns), as a sleeper there waits a scheduler slice to run again.
   void close(std::chrono::microseconds spin = std::chrono::microseconds(0));
 
  private:
