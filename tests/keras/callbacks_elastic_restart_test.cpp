@@ -311,11 +311,25 @@ bool bit_identical(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   return true;
 }
 
+// The backups of every test of the process go under one directory, removed when its tests end so
+// that runs do not pile directories up in the temporary directory. The process id in its name:
+// CTest runs this binary under several ISA caps at once.
+const std::string& scratch_root() {
+  static const std::string root =
+      ::testing::TempDir() + "elastic_restart_" + std::to_string(::getpid());
+  return root;
+}
+class RemoveScratchRoot : public ::testing::Environment {
+ public:
+  void TearDown() override { std::filesystem::remove_all(scratch_root()); }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveScratchRoot =
+    ::testing::AddGlobalTestEnvironment(new RemoveScratchRoot);
+
 std::string fresh_dir(const std::string& name) {
-  // The process id in the name: CTest runs this binary under several ISA caps at once.
-  const std::string dir =
-      ::testing::TempDir() + "elastic_restart_" + std::to_string(::getpid()) + "_" + name;
+  const std::string dir = scratch_root() + "/" + name;
   std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(scratch_root());
   return dir;
 }
 
