@@ -7,16 +7,17 @@
 #   * 2 x 2 again with small gradient buckets (byte-identical),
 #   * 4 x 1 again with small gradient buckets, all-reduced while backward runs (byte-identical),
 #   * 4 x 1 again with each form of the host's shared-memory all-reduce fixed (byte-identical),
-# within $REL relative (summation order differs between them; derived below), and two launches of the 2 x 2 job
-# give byte-identical weights. With a BatchNormalization layer (multi-bn), whose moving statistics
-# are summed over every replica of every worker after each step — the count of those sums checked
-# inside the gradient all-reduce (2 x 2, 4 x 1) or by an all-reduce of its own when the gradients
-# cross in buckets during backward (4 x 1 overlap) — the weights and moving statistics match
-# MirroredStrategy(4) within $REL. With batch-end logs read on worker 0 only (multi-mixed-logs),
-# the 2 x 2 job trains the same bytes. With clipping by norm (norms of the summed gradient first),
-# alone (4 x 1: the one local replica's buffer is summed across workers in place) and with gradient
-# accumulation (the accumulator joins the sum), the weights match MirroredStrategy(4) within $REL.
-# The logs written alongside check that reported loss and metrics are global.
+# within $REL relative (summation order differs between them; derived below), and two launches of
+# the 2 x 2 job give byte-identical weights. With a BatchNormalization layer (multi-bn), whose
+# moving statistics are summed over every replica of every worker after each step — the count of
+# those sums checked inside the gradient all-reduce (2 x 2, 4 x 1) or by an all-reduce of its own
+# when the gradients cross in buckets during backward (4 x 1 overlap) — the weights and moving
+# statistics match MirroredStrategy(4) within $REL. With batch-end logs read on worker 0 only
+# (multi-mixed-logs), the 2 x 2 job trains the same bytes. With clipping by norm (norms of the
+# summed gradient first), alone (4 x 1: the one local replica's buffer is summed across workers in
+# place) and with gradient accumulation (the accumulator joins the sum), the weights match
+# MirroredStrategy(4) within $REL. The logs written alongside check that reported loss and metrics
+# are global.
 #   run_equivalence_test.sh <mpirun> <multi_worker_train>
 set -u
 MPIRUN=$1 PROG=$2
