@@ -19,6 +19,7 @@
 // ones, equal on every worker and to the one-process runs.
 // The output is one line per weight element, printed with 9 significant digits (enough to
 // round-trip float32), so equal bits give equal files.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -83,11 +84,18 @@ struct OptimizerVariant {
   int accumulate = 1;
 };
 
+// missing_examples: every 16th example's one-hot label zeroed, so those six contribute no gradient
+// (categorical cross-entropy is -Σ y log p): a training the equivalence bound must tell apart.
 std::vector<float> train(distribute::Strategy* strategy, std::vector<float>* logs,
                          bool batch_norm = false, bool batch_logs = true,
-                         OptimizerVariant variant = {}) {
+                         OptimizerVariant variant = {}, bool missing_examples = false) {
   keras::set_random_seed(1234);
   Element data = synthetic_data();
+  if (missing_examples) {
+    float* yd = data[1].data<float>();
+    for (int64_t i = kGlobalBatch - 1; i < kExamples; i += kGlobalBatch)
+      std::fill(yd + i * kClasses, yd + (i + 1) * kClasses, 0.0f);
+  }
   // A shuffle with a fixed seed exercises the "same global batches on every worker" rule.
   Dataset ds = Dataset::from_tensor_slices(data).shuffle(kExamples, 99).batch(kGlobalBatch);
   std::optional<distribute::Strategy::Scope> scope;
@@ -253,9 +261,10 @@ int run(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "compare" && argc == 5) return compare(argv[2], argv[3], std::stod(argv[4]));
   if (argc != 4) {
-    std::cerr << "usage: multi_worker_train multi|multi-overlap|multi-bn|multi-bn-overlap|"
-                 "multi-mixed-logs|multi-clip|multi-clip-accum|mirrored|mirrored-bn|"
-                 "mirrored-clip|mirrored-clip-accum|default N OUT | compare A B REL\n";
+    std::cerr
+        << "usage: multi_worker_train multi|multi-overlap|multi-bn|multi-bn-overlap|"
+           "multi-mixed-logs|multi-clip|multi-clip-accum|mirrored|mirrored-bn|"
+           "mirrored-clip|mirrored-clip-accum|default|default-missing N OUT | compare A B REL\n";
     return 2;
   }
   std::string out = argv[3];
@@ -289,9 +298,9 @@ int run(int argc, char** argv) {
     write(out + ".logs", logs);
     return 0;
   }
-  if (mode == "default") {
+  if (mode == "default" || mode == "default-missing") {
     std::vector<float> logs;
-    write(out, train(nullptr, &logs));
+    write(out, train(nullptr, &logs, false, true, {}, mode == "default-missing"));
     write(out + ".logs", logs);
     return 0;
   }
