@@ -121,13 +121,10 @@ TEST(VitReplicaEquivalence, NReplicasTrainTheTinyVitToTheWeightsOfOneReplica) {
 TEST(VitReplicaEquivalence, ATrainingMissingOneExampleABatchExceedsTheBound) {
   auto data = lockstep::testing::random_classification(kExamples, kSide * kSide, kClasses, 5);
   Dataset ds = Dataset::from_tensor_slices({data.x, data.y}).batch(kGlobalBatch);
-  Tensor y = data.y.clone();
-  float* yd = y.data<float>();
-  for (int64_t b = 0; b * kGlobalBatch < kExamples; ++b) {
-    const int64_t last = std::min(kExamples, (b + 1) * kGlobalBatch) - 1;
-    for (int64_t c = 0; c < kClasses; ++c) yd[last * kClasses + c] = 0.0f;
-  }
-  Dataset missing = Dataset::from_tensor_slices({data.x, y}).batch(kGlobalBatch);
+  Dataset missing =
+      Dataset::from_tensor_slices(
+          {data.x, lockstep::testing::without_last_example_of_each_batch(data.y, kGlobalBatch)})
+          .batch(kGlobalBatch);
   distribute::MirroredStrategy one(1);
   const TrainedRun expected = fit_on(one, ds);
   const TrainedRun wrong = fit_on(one, missing);

@@ -2,6 +2,7 @@
 // A random classification set for training tests: n examples of `inputs` float32 features
 // uniform in [0, 1) and one-hot float32 labels over `classes`, from a fixed seed (all features
 // drawn first, then the labels, row by row).
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -32,6 +33,20 @@ inline Tensor uniform_tensor(std::mt19937_64& rng, const Shape& shape, float lim
   std::vector<float> v(static_cast<size_t>(shape.num_elements()));
   for (float& e : v) e = d(rng);
   return Tensor::from_vector(v, shape);
+}
+
+// One-hot labels `y` [n, classes] with the last example of each batch of `batch` left out of the
+// loss: its row zeroed, so it contributes no gradient (categorical cross-entropy is -Σ y log p).
+// A training on them is the wrong training an equivalence bound must tell apart.
+inline Tensor without_last_example_of_each_batch(const Tensor& y, int64_t batch) {
+  Tensor out = y.clone();
+  const int64_t n = y.shape()[0], classes = y.shape()[1];
+  float* d = out.data<float>();
+  for (int64_t b = 0; b * batch < n; ++b) {
+    const int64_t last = std::min(n, (b + 1) * batch) - 1;
+    for (int64_t c = 0; c < classes; ++c) d[last * classes + c] = 0.0f;
+  }
+  return out;
 }
 
 }  // namespace lockstep::testing
