@@ -50,7 +50,8 @@ LOCKSTEP_MPI_HOST_SHARED_BARRIERS=1 run_mpi 4 1 "$DIR/mw4x1.one"
 LOCKSTEP_MPI_HOST_SHARED_BARRIERS=2 run_mpi 4 1 "$DIR/mw4x1.two"
 "$PROG" mirrored 4 "$DIR/mirrored4" || { echo "FAIL: MirroredStrategy(4) run"; fail=1; }
 "$PROG" default 1 "$DIR/default" || { echo "FAIL: default strategy run"; fail=1; }
-"$PROG" default-missing 1 "$DIR/missing" || { echo "FAIL: default strategy run, examples missing"; fail=1; }
+"$PROG" default-missing 1 "$DIR/missing" ||
+  { echo "FAIL: default strategy run, examples missing"; fail=1; }
 run_mpi 2 2 "$DIR/mixed2x2" multi-mixed-logs
 run_mpi 2 2 "$DIR/bn2x2" multi-bn
 run_mpi 4 1 "$DIR/bn4x1" multi-bn
