@@ -1,8 +1,10 @@
 // How far apart two CPUs of the machine are: the round trip of one cache line between threads
-// pinned to each, and the read bandwidth of a buffer the other CPU wrote last, against the same
-// buffer in the reader's own cache and in memory. The step's update reads the other replica's
-// gradient and the replicas read the weights the other thread updated: these say what that
-// costs on the machine at hand (docs/machine.md, "How far apart the two CPUs are").
+// pinned to each; the read bandwidth of a buffer the other CPU wrote last, against the same
+// buffer in the reader's own cache and in memory; and the rewrite of a buffer the other CPU read
+// last, against one it did not. The step's update reads the other replica's gradient and rewrites
+// the weights the other replica multiplied by, and the replicas read the weights the other thread
+// updated: these say what that costs on the machine at hand (docs/machine.md, "How far apart the
+// two CPUs are").
 //   build/release/bench/core_to_core_bench
 #include <benchmark/benchmark.h>
 #include <pthread.h>
@@ -145,8 +147,48 @@ void BM_ReadFromOwnCache(benchmark::State& s) {
 void BM_ReadFromMemory(benchmark::State& s) {
   read_bench(s, Where::memory);
 }
+// Rewrites (adds one to every word of) `KB` kilobytes that this CPU wrote last, after the other
+// CPU read them (other_cpu) or not (own_cache): the update's writes of the weights the other
+// replica multiplied by. Each store must first take its line back from the other CPU's cache.
+void rewrite_bench(benchmark::State& state, Where where) {
+  const auto [here, there] = two_cpus();
+  if (there < 0) {
+    state.SkipWithError("needs two CPUs");
+    return;
+  }
+  const size_t bytes = static_cast<size_t>(state.range(0)) << 10;
+  const size_t n = bytes / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n);
+  pin(here);
+  uint64_t seen = 0;
+  for (auto _ : state) {
+    for (size_t i = 0; i < n; ++i) buf[i] += 1;
+    if (where == Where::other_cpu) {
+      std::thread reader([&, there = there] {
+        pin(there);
+        seen += sum_words(buf.data(), n);
+      });
+      reader.join();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < n; ++i) buf[i] += 1;
+    benchmark::ClobberMemory();
+    const auto end = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(end - start).count());
+  }
+  benchmark::DoNotOptimize(seen);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+void BM_RewriteReadByTheOtherCpu(benchmark::State& s) {
+  rewrite_bench(s, Where::other_cpu);
+}
+void BM_RewriteOwnCache(benchmark::State& s) {
+  rewrite_bench(s, Where::own_cache);
+}
 // 200 KB: half of the seed model's first-layer gradient or weights; 4 MB: past any L2.
 BENCHMARK(BM_ReadWrittenByTheOtherCpu)->Arg(200)->Arg(400)->Arg(4096)->UseManualTime();
+BENCHMARK(BM_RewriteReadByTheOtherCpu)->Arg(200)->Arg(400)->UseManualTime();
+BENCHMARK(BM_RewriteOwnCache)->Arg(200)->Arg(400)->UseManualTime();
 BENCHMARK(BM_ReadFromOwnCache)->Arg(200)->Arg(400)->Arg(4096)->UseManualTime();
 #if defined(__x86_64__) || defined(__i386__)
 BENCHMARK(BM_ReadFromMemory)->Arg(200)->Arg(400)->Arg(4096)->UseManualTime();
