@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
 
+#include "core/cpu_dispatch.h"
 #include "kernel_util.h"
 
 namespace lockstep::ops {
@@ -122,11 +124,74 @@ void check_softmax_operands(const Tensor& y_true, const Tensor& logits, const Te
 }
 }  // namespace
 
+// A classifier's loss over a short class axis, a block of rows at a time: the block's
+// probabilities, logits and labels transposed into columns, so that each lane of a vector runs one
+// row's loop below (the largest probability, the log-sum-exp, the sum over the labelled classes),
+// with the row loop's operations in its order; the log stays std::log, one per row. The lanes are
+// independent, so the blocking and the build's vector width change no bit.
+constexpr int64_t kMaxShortClasses = 32;
+
+LOCKSTEP_DISPATCHED_LANES(void, softmax_crossentropy_short_rows_f32,
+                          (const float* __restrict t, const float* __restrict z,
+                           const float* __restrict p, float* __restrict loss, int64_t rows,
+                           int64_t n),
+                          (t, z, p, loss, rows, n)) {
+  constexpr int W = kFloatLanes;
+  typedef float F __attribute__((vector_size(4 * W)));
+  typedef int32_t I __attribute__((vector_size(4 * W)));
+  alignas(64) float tt[kMaxShortClasses * W], tz[kMaxShortClasses * W], tp[kMaxShortClasses * W];
+  alignas(64) float best_out[W], zj_out[W], zero_out[W], lse_in[W], total_out[W];
+  for (int64_t r0 = 0; r0 < rows; r0 += W) {
+    const int64_t count = std::min<int64_t>(W, rows - r0);
+    for (int64_t c = 0; c < n; ++c) {
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t at = (r0 + i) * n + c;
+        tt[c * W + i] = t[at];
+        tz[c * W + i] = z[at];
+        tp[c * W + i] = p[at];
+      }
+      for (int64_t i = count; i < W; ++i) tt[c * W + i] = tz[c * W + i] = tp[c * W + i] = 1.0f;
+    }
+    F best, zj, finite_zero = F{} + 0.0f, v, zk;
+    std::memcpy(&best, tp, sizeof best);
+    std::memcpy(&zj, tz, sizeof zj);
+    for (int64_t k = 0; k < n; ++k) {
+      std::memcpy(&v, tp + k * W, sizeof v);
+      std::memcpy(&zk, tz + k * W, sizeof zk);
+      finite_zero += v * 0.0f;
+      const I larger = v > best;
+      best = larger ? v : best;
+      zj = larger ? zk : zj;
+    }
+    std::memcpy(best_out, &best, sizeof best);
+    std::memcpy(zj_out, &zj, sizeof zj);
+    std::memcpy(zero_out, &finite_zero, sizeof finite_zero);
+    for (int i = 0; i < W; ++i) lse_in[i] = zj_out[i] - std::log(best_out[i]);
+    F lse, total = F{} + 0.0f, tk;
+    std::memcpy(&lse, lse_in, sizeof lse);
+    for (int64_t k = 0; k < n; ++k) {
+      std::memcpy(&tk, tt + k * W, sizeof tk);
+      std::memcpy(&zk, tz + k * W, sizeof zk);
+      const F term = tk * (lse - zk);
+      total = tk != 0.0f ? total + term : total;
+    }
+    std::memcpy(total_out, &total, sizeof total);
+    for (int64_t i = 0; i < count; ++i) {
+      loss[r0 + i] = zero_out[i] != 0.0f ? std::numeric_limits<float>::quiet_NaN() : total_out[i];
+    }
+  }
+}
+
 Tensor softmax_crossentropy_forward(const Tensor& y_true, const Tensor& logits, const Tensor& p) {
   const char* op = "softmax_crossentropy";
   check_softmax_operands(y_true, logits, p, op);
   const int64_t rows = p.dim(0), n = p.dim(1);
   Tensor loss(Shape{rows}, p.dtype());
+  if (p.dtype() == DType::float32 && n >= 1 && n <= kMaxShortClasses) {
+    softmax_crossentropy_short_rows_f32(y_true.data<float>(), logits.data<float>(), p.data<float>(),
+                                        loss.data<float>(), rows, n);
+    return loss;
+  }
   with_type(p.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using C = detail::compute_t<T>;

@@ -136,6 +136,44 @@ TEST(CategoricalAccuracy, ArgmaxTakesTheFirstMaximumOrTheFirstNaN) {
   }
 }
 
+// Many rows of a classifier's few classes run in blocks of rows (a vector's lanes): partial blocks,
+// class counts up to the blocked path's 32 and one past it, ties and NaNs anywhere in a block,
+// against the same reference argmax; the sparse metric reads the labels as class indices.
+TEST(CategoricalAccuracy, ManyRowsFollowTheArgmaxRulesForEveryShortClassCount) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto reference_argmax = [](const float* r, int64_t n) {
+    for (int64_t j = 0; j < n; ++j)
+      if (std::isnan(r[j])) return j;
+    return static_cast<int64_t>(std::max_element(r, r + n) - r);
+  };
+  uint32_t state = 12345;
+  auto next = [&state] { return state = state * 1664525u + 1013904223u; };
+  for (const int64_t n : {1, 2, 10, 16, 17, 32, 33}) {
+    for (const int64_t rows : {1, 15, 16, 37, 128}) {
+      std::vector<float> p(static_cast<size_t>(rows * n)), t(p.size(), 0.0f), labels;
+      double expected = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = p.data() + r * n;
+        // Four values only, so ties are common; a NaN in about one row of eleven.
+        for (int64_t j = 0; j < n; ++j) row[j] = static_cast<float>(next() >> 30) * 0.25f;
+        if (next() % 11 == 0) row[next() % static_cast<uint32_t>(n)] = nan;
+        const int64_t label = static_cast<int64_t>(next() % static_cast<uint32_t>(n));
+        t[static_cast<size_t>(r * n + label)] = 1.0f;
+        labels.push_back(static_cast<float>(label));
+        expected += reference_argmax(row, n) == label ? 1.0 : 0.0;
+      }
+      CategoricalAccuracy m;
+      m.update_state(f32(t, {rows, n}), f32(p, {rows, n}));
+      EXPECT_DOUBLE_EQ(m.result(), expected / static_cast<double>(rows))
+          << "n " << n << ", rows " << rows;
+      SparseCategoricalAccuracy sparse;
+      sparse.update_state(f32(labels, {rows}), f32(p, {rows, n}));
+      EXPECT_DOUBLE_EQ(sparse.result(), expected / static_cast<double>(rows))
+          << "n " << n << ", rows " << rows;
+    }
+  }
+}
+
 TEST(TopKCategoricalAccuracy, CountsTargetsAmongTheKHighestScores) {
   TopKCategoricalAccuracy m({.k = 2});
   Tensor y_true = f32({0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1}, {3, 4});

@@ -1,13 +1,16 @@
 // ops::softmax_crossentropy_forward's edge cases against float64 log-sum-exp written here: a class
 // whose logit is -inf and whose label is 0 costs nothing (0 · inf is skipped, not NaN); an infinite
 // or NaN probability anywhere in a row makes that row NaN and leaves the others alone; the largest
-// probability may sit in any column, and ties take the first.
+// probability may sit in any column, and ties take the first. A classifier's short class axis runs
+// in blocks of rows (a vector's lanes), so the shapes below cover partial blocks, class counts up
+// to the blocked path's 32 and one past it, and non-finite rows inside a block.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "lockstep/core/random.h"
 #include "lockstep/ops/losses.h"
 #include "lockstep/ops/softmax.h"
 
@@ -25,6 +28,16 @@ double reference(const std::vector<float>& z, const std::vector<float>& y, size_
     if (y[row * n + k] != 0) loss += y[row * n + k] * (m + std::log(s) - z[row * n + k]);
   }
   return loss;
+}
+
+// How far the float32 loss of a row may be from the float64 one, for logits in [-4, 4] and at most
+// two labelled classes of weight at most 1: lse = z_j - log p_j, p_j the largest probability (at
+// least 1/n). p_j carries the softmax's error, under (n + 2) · 2^-24 relative (exponentials within
+// an ulp, a sum of n terms, a division), which its log turns into as much absolute error; the log
+// adds an ulp of |log p_j| <= log 33 < 4, the subtraction half an ulp of |lse| < 8, and the
+// labelled terms t_k (lse - z_k) and their sum at most three roundings of the loss.
+double loss_bound(int64_t n, double want) {
+  return (static_cast<double>(n) + 20.0 + 3.0 * want) * std::ldexp(1.0, -24);
 }
 
 TEST(SoftmaxCrossentropyOp, MatchesLogSumExpWhereverTheLargestProbabilityIs) {
@@ -57,6 +70,60 @@ TEST(SoftmaxCrossentropyOp, ANonFiniteProbabilityMakesOnlyItsRowNaN) {
   EXPECT_TRUE(std::isnan(loss[0]));
   EXPECT_TRUE(std::isnan(loss[1]));
   EXPECT_NEAR(loss[2], reference(z, y, 2, 3), 2e-6);
+}
+
+TEST(SoftmaxCrossentropyOp, ManyRowsMatchLogSumExpForEveryShortClassCount) {
+  Generator gen(11);
+  for (const int64_t n : {1, 2, 3, 10, 16, 17, 31, 32, 33}) {
+    for (const int64_t rows : {1, 15, 16, 37, 128}) {
+      const std::vector<float> z = gen.uniform({rows, n}, -4, 4).to_vector<float>();
+      // One-hot rows, a soft row every fifth one, and an unlabelled row every seventh.
+      std::vector<float> y(static_cast<size_t>(rows * n), 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (r % 7 == 6) continue;
+        if (r % 5 == 4 && n > 1) {
+          y[static_cast<size_t>(r * n)] = 0.25f;
+          y[static_cast<size_t>(r * n + n - 1)] = 0.75f;
+        } else {
+          y[static_cast<size_t>(r * n + (r * 3) % n)] = 1.0f;
+        }
+      }
+      Tensor logits = Tensor::from_vector(z, {rows, n}), labels = Tensor::from_vector(y, {rows, n});
+      const std::vector<float> loss =
+          ops::softmax_crossentropy_forward(labels, logits, ops::softmax_forward(logits, -1))
+              .to_vector<float>();
+      for (int64_t r = 0; r < rows; ++r) {
+        const double want = reference(z, y, static_cast<size_t>(r), static_cast<size_t>(n));
+        EXPECT_NEAR(loss[static_cast<size_t>(r)], want, loss_bound(n, want))
+            << "n " << n << ", rows " << rows << ", row " << r;
+      }
+    }
+  }
+}
+
+TEST(SoftmaxCrossentropyOp, ANonFiniteRowInsideABlockLeavesItsNeighboursAlone) {
+  const int64_t rows = 40, n = 10;
+  Generator gen(12);
+  const std::vector<float> z = gen.uniform({rows, n}, -2, 2).to_vector<float>();
+  std::vector<float> y(static_cast<size_t>(rows * n), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) y[static_cast<size_t>(r * n + r % n)] = 1.0f;
+  Tensor logits = Tensor::from_vector(z, {rows, n});
+  std::vector<float> p = ops::softmax_forward(logits, -1).to_vector<float>();
+  p[static_cast<size_t>(5 * n + 3)] = kNaN;
+  p[static_cast<size_t>(21 * n + 9)] = kInf;
+  p[static_cast<size_t>(39 * n)] = -kInf;
+  const std::vector<float> loss =
+      ops::softmax_crossentropy_forward(Tensor::from_vector(y, {rows, n}), logits,
+                                        Tensor::from_vector(p, {rows, n}))
+          .to_vector<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r == 5 || r == 21 || r == 39) {
+      EXPECT_TRUE(std::isnan(loss[static_cast<size_t>(r)])) << "row " << r;
+    } else {
+      const double want = reference(z, y, static_cast<size_t>(r), static_cast<size_t>(n));
+      EXPECT_NEAR(loss[static_cast<size_t>(r)], want, loss_bound(n, want)) << "row " << r;
+    }
+  }
 }
 
 }  // namespace

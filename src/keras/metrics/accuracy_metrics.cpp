@@ -1,9 +1,13 @@
 #include "lockstep/keras/metrics/accuracy_metrics.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
+#include <vector>
 
+#include "core/cpu_dispatch.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
@@ -40,6 +44,46 @@ int64_t argmax(const float* p, int64_t n) {
   for (int64_t j = 0; j < n; ++j)
     if (std::isnan(p[j])) return j;
   return best;
+}
+
+// argmax() of each of `rows` rows of n values (1 <= n <= kMaxBlockedClasses) into `out`, a block of
+// rows at a time transposed into columns, so that each lane of a vector runs argmax()'s select loop
+// for one row; a row holding a NaN takes argmax() itself. A classifier's metric, like its softmax
+// and loss, sees many rows of a few classes: row by row, each is a chain of dependent selects.
+constexpr int64_t kMaxBlockedClasses = 32;
+
+LOCKSTEP_DISPATCHED_LANES(void, argmax_short_rows,
+                          (const float* __restrict x, int64_t rows, int64_t n,
+                           int32_t* __restrict out),
+                          (x, rows, n, out)) {
+  constexpr int W = kFloatLanes;
+  typedef float F __attribute__((vector_size(4 * W)));
+  typedef int32_t I __attribute__((vector_size(4 * W)));
+  alignas(64) float columns[kMaxBlockedClasses * W];
+  alignas(64) int32_t best_out[W], nan_out[W];
+  for (int64_t r0 = 0; r0 < rows; r0 += W) {
+    const int64_t count = std::min<int64_t>(W, rows - r0);
+    for (int64_t c = 0; c < n; ++c) {
+      for (int64_t i = 0; i < count; ++i) columns[c * W + i] = x[(r0 + i) * n + c];
+      for (int64_t i = count; i < W; ++i) columns[c * W + i] = 0.0f;
+    }
+    F m, v;
+    std::memcpy(&m, columns, sizeof m);
+    I best = I{} + 0, nan = m != m;
+    for (int64_t k = 1; k < n; ++k) {
+      std::memcpy(&v, columns + k * W, sizeof v);
+      const I greater = v > m;
+      m = greater ? v : m;
+      best = greater ? I{} + static_cast<int32_t>(k) : best;
+      nan |= v != v;
+    }
+    std::memcpy(best_out, &best, sizeof best);
+    std::memcpy(nan_out, &nan, sizeof nan);
+    for (int64_t i = 0; i < count; ++i) {
+      out[r0 + i] =
+          nan_out[i] != 0 ? static_cast<int32_t>(argmax(x + (r0 + i) * n, n)) : best_out[i];
+    }
+  }
 }
 
 // tf.math.in_top_k: fewer than k scores strictly above the target's, and a finite target.
@@ -159,6 +203,16 @@ nlohmann::json BinaryAccuracy::get_config() const {
 void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                        const Tensor& sample_weight) {
   const Rows r = one_hot_rows(name(), y_true, y_pred);
+  if (r.width <= kMaxBlockedClasses) {
+    std::vector<int32_t> classes(static_cast<size_t>(2 * r.rows));
+    int32_t* const true_class = classes.data();
+    int32_t* const pred_class = classes.data() + r.rows;
+    argmax_short_rows(r.true_row(0), r.rows, r.width, true_class);
+    argmax_short_rows(r.pred_row(0), r.rows, r.width, pred_class);
+    accumulate_rows(r.rows, r.samples, sample_weight,
+                    [&](int64_t j) { return true_class[j] == pred_class[j] ? 1.0 : 0.0; });
+    return;
+  }
   accumulate_rows(r.rows, r.samples, sample_weight, [&](int64_t j) {
     return argmax(r.true_row(j), r.width) == argmax(r.pred_row(j), r.width) ? 1.0 : 0.0;
   });
@@ -171,6 +225,14 @@ std::unique_ptr<Metric> CategoricalAccuracy::clone() const {
 void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                                              const Tensor& sample_weight) {
   const Rows r = sparse_rows(name(), y_true, y_pred);
+  if (r.width <= kMaxBlockedClasses) {
+    std::vector<int32_t> pred_class(static_cast<size_t>(r.rows));
+    argmax_short_rows(r.pred_row(0), r.rows, r.width, pred_class.data());
+    accumulate_rows(r.rows, r.samples, sample_weight, [&](int64_t j) {
+      return label(r.t, j) == static_cast<double>(pred_class[static_cast<size_t>(j)]) ? 1.0 : 0.0;
+    });
+    return;
+  }
   accumulate_rows(r.rows, r.samples, sample_weight, [&](int64_t j) {
     return label(r.t, j) == static_cast<double>(argmax(r.pred_row(j), r.width)) ? 1.0 : 0.0;
   });
