@@ -98,29 +98,55 @@ BENCHMARK(BM_CacheLineRoundTrip)->UseManualTime()->Unit(benchmark::kNanosecond)-
 
 enum class Where { other_cpu, own_cache, memory };
 
-// Reads `KB` kilobytes that were last written by the other CPU, by this one, or flushed to memory.
-void read_bench(benchmark::State& state, Where where) {
+// The `KB` kilobytes (the benchmark's argument) a bandwidth benchmark works on, with the calling
+// thread pinned to the first of two CPUs; empty, the state skipped, with fewer than two.
+std::vector<uint64_t> pinned_buffer(benchmark::State& state) {
   const auto [here, there] = two_cpus();
   if (there < 0) {
     state.SkipWithError("needs two CPUs");
-    return;
+    return {};
   }
-  const size_t bytes = static_cast<size_t>(state.range(0)) << 10;
-  const size_t n = bytes / sizeof(uint64_t);
-  std::vector<uint64_t> buf(n);
   pin(here);
+  return std::vector<uint64_t>((static_cast<size_t>(state.range(0)) << 10) / sizeof(uint64_t));
+}
+
+// Runs f on a thread pinned to the second CPU and waits for it.
+template <typename F>
+void on_other_cpu(F&& f) {
+  std::thread peer([&f] {
+    pin(two_cpus().second);
+    f();
+  });
+  peer.join();
+}
+
+// The buffer's bytes, once per iteration.
+void count_bytes(benchmark::State& state, const std::vector<uint64_t>& buf) {
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * buf.size() * sizeof(uint64_t)));
+}
+
+// Runs f once as the iteration's manual time.
+template <typename F>
+void time_iteration(benchmark::State& state, F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  const auto end = std::chrono::steady_clock::now();
+  state.SetIterationTime(std::chrono::duration<double>(end - start).count());
+}
+
+// Reads `KB` kilobytes that were last written by the other CPU, by this one, or flushed to memory.
+void read_bench(benchmark::State& state, Where where) {
+  std::vector<uint64_t> buf = pinned_buffer(state);
+  if (buf.empty()) return;
+  const size_t n = buf.size();
   uint64_t round = 0;
+  auto fill = [&] {
+    for (size_t i = 0; i < n; ++i) buf[i] = round + i;
+  };
   for (auto _ : state) {
     ++round;
-    auto fill = [&] {
-      for (size_t i = 0; i < n; ++i) buf[i] = round + i;
-    };
     if (where == Where::other_cpu) {
-      std::thread writer([&, there = there] {
-        pin(there);
-        fill();
-      });
-      writer.join();
+      on_other_cpu(fill);
     } else {
       fill();
     }
@@ -130,12 +156,9 @@ void read_bench(benchmark::State& state, Where where) {
       _mm_mfence();
     }
 #endif
-    const auto start = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(sum_words(buf.data(), n));
-    const auto end = std::chrono::steady_clock::now();
-    state.SetIterationTime(std::chrono::duration<double>(end - start).count());
+    time_iteration(state, [&] { benchmark::DoNotOptimize(sum_words(buf.data(), n)); });
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+  count_bytes(state, buf);
 }
 
 void BM_ReadWrittenByTheOtherCpu(benchmark::State& s) {
@@ -151,33 +174,20 @@ void BM_ReadFromMemory(benchmark::State& s) {
 // CPU read them (other_cpu) or not (own_cache): the update's writes of the weights the other
 // replica multiplied by. Each store must first take its line back from the other CPU's cache.
 void rewrite_bench(benchmark::State& state, Where where) {
-  const auto [here, there] = two_cpus();
-  if (there < 0) {
-    state.SkipWithError("needs two CPUs");
-    return;
-  }
-  const size_t bytes = static_cast<size_t>(state.range(0)) << 10;
-  const size_t n = bytes / sizeof(uint64_t);
-  std::vector<uint64_t> buf(n);
-  pin(here);
+  std::vector<uint64_t> buf = pinned_buffer(state);
+  if (buf.empty()) return;
+  const size_t n = buf.size();
   uint64_t seen = 0;
   for (auto _ : state) {
     for (size_t i = 0; i < n; ++i) buf[i] += 1;
-    if (where == Where::other_cpu) {
-      std::thread reader([&, there = there] {
-        pin(there);
-        seen += sum_words(buf.data(), n);
-      });
-      reader.join();
-    }
-    const auto start = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < n; ++i) buf[i] += 1;
-    benchmark::ClobberMemory();
-    const auto end = std::chrono::steady_clock::now();
-    state.SetIterationTime(std::chrono::duration<double>(end - start).count());
+    if (where == Where::other_cpu) on_other_cpu([&] { seen += sum_words(buf.data(), n); });
+    time_iteration(state, [&] {
+      for (size_t i = 0; i < n; ++i) buf[i] += 1;
+      benchmark::ClobberMemory();
+    });
   }
   benchmark::DoNotOptimize(seen);
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+  count_bytes(state, buf);
 }
 void BM_RewriteReadByTheOtherCpu(benchmark::State& s) {
   rewrite_bench(s, Where::other_cpu);
