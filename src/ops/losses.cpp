@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/cpu_dispatch.h"
+#include "core/rows_to_columns.h"
 #include "kernel_util.h"
 
 namespace lockstep::ops {
@@ -143,15 +144,10 @@ LOCKSTEP_DISPATCHED_LANES(void, softmax_crossentropy_short_rows_f32,
   alignas(64) float best_out[W], zj_out[W], zero_out[W], lse_in[W], total_out[W];
   for (int64_t r0 = 0; r0 < rows; r0 += W) {
     const int64_t count = std::min<int64_t>(W, rows - r0);
-    for (int64_t c = 0; c < n; ++c) {
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t at = (r0 + i) * n + c;
-        tt[c * W + i] = t[at];
-        tz[c * W + i] = z[at];
-        tp[c * W + i] = p[at];
-      }
-      for (int64_t i = count; i < W; ++i) tt[c * W + i] = tz[c * W + i] = tp[c * W + i] = 1.0f;
-    }
+    // Padding lanes: probability 1, so their log is finite.
+    ::lockstep::detail::rows_to_columns(t + r0 * n, count, n, W, 1.0f, tt);
+    ::lockstep::detail::rows_to_columns(z + r0 * n, count, n, W, 1.0f, tz);
+    ::lockstep::detail::rows_to_columns(p + r0 * n, count, n, W, 1.0f, tp);
     F best, zj, finite_zero = F{} + 0.0f, v, zk;
     std::memcpy(&best, tp, sizeof best);
     std::memcpy(&zj, tz, sizeof zj);

@@ -8,6 +8,7 @@
 
 #include "column_softmax.h"
 #include "core/cpu_dispatch.h"
+#include "core/rows_to_columns.h"
 #include "internal.h"
 #include "kernel_util.h"
 #include "onednn.h"
@@ -51,12 +52,7 @@ LOCKSTEP_DISPATCHED_LANES(void, softmax_short_rows_f32,
   alignas(64) float t[kMaxShortAxis * kBlock];
   for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
     const int64_t count = std::min(kBlock, rows - r0), ld = (count + W - 1) / W * W;
-    const float* in = x + r0 * n;
-    for (int64_t c = 0; c < n; ++c) {
-      float* col = t + c * ld;
-      for (int64_t i = 0; i < count; ++i) col[i] = in[i * n + c];
-      for (int64_t i = count; i < ld; ++i) col[i] = 0.0f;  // padding lanes: computed, dropped
-    }
+    ::lockstep::detail::rows_to_columns(x + r0 * n, count, n, ld, 0.0f, t);
     column_softmax::softmax_columns<W>(t, n, ld, nullptr);
     float* out = y + r0 * n;
     for (int64_t i = 0; i < count; ++i)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/cpu_dispatch.h"
+#include "core/rows_to_columns.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/error.h"
 
@@ -63,10 +64,7 @@ LOCKSTEP_DISPATCHED_LANES(void, argmax_short_rows,
   alignas(64) int32_t best_out[W], nan_out[W];
   for (int64_t r0 = 0; r0 < rows; r0 += W) {
     const int64_t count = std::min<int64_t>(W, rows - r0);
-    for (int64_t c = 0; c < n; ++c) {
-      for (int64_t i = 0; i < count; ++i) columns[c * W + i] = x[(r0 + i) * n + c];
-      for (int64_t i = count; i < W; ++i) columns[c * W + i] = 0.0f;
-    }
+    ::lockstep::detail::rows_to_columns(x + r0 * n, count, n, W, 0.0f, columns);
     F m, v;
     std::memcpy(&m, columns, sizeof m);
     I best = I{} + 0, nan = m != m;
@@ -204,7 +202,9 @@ void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pre
                                        const Tensor& sample_weight) {
   const Rows r = one_hot_rows(name(), y_true, y_pred);
   if (r.width <= kMaxBlockedClasses) {
-    std::vector<int32_t> classes(static_cast<size_t>(2 * r.rows));
+    // Kept from call to call: the training step updates the metric every step.
+    thread_local std::vector<int32_t> classes;
+    classes.resize(static_cast<size_t>(2 * r.rows));
     int32_t* const true_class = classes.data();
     int32_t* const pred_class = classes.data() + r.rows;
     argmax_short_rows(r.true_row(0), r.rows, r.width, true_class);
@@ -226,7 +226,8 @@ void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor&
                                              const Tensor& sample_weight) {
   const Rows r = sparse_rows(name(), y_true, y_pred);
   if (r.width <= kMaxBlockedClasses) {
-    std::vector<int32_t> pred_class(static_cast<size_t>(r.rows));
+    thread_local std::vector<int32_t> pred_class;
+    pred_class.resize(static_cast<size_t>(r.rows));
     argmax_short_rows(r.pred_row(0), r.rows, r.width, pred_class.data());
     accumulate_rows(r.rows, r.samples, sample_weight, [&](int64_t j) {
       return label(r.t, j) == static_cast<double>(pred_class[static_cast<size_t>(j)]) ? 1.0 : 0.0;
