@@ -28,7 +28,8 @@
 // in 3,000 steps). The median ratio closes. SPLIT_SAME_ROWS=1 reuses the first batch (no input
 // work), SPLIT_NO_UPDATE=1 skips the first kernel's update, SPLIT_IN_PLACE=1 updates the data
 // split in place (as no backup could run), SPLIT_NO_STREAM=1 stores its float32 weights without
-// streaming.
+// streaming; under --bf16, SPLIT_BF16_GRAD=1 keeps the first kernel's gradients in bfloat16 and
+// SPLIT_FUSED=1 is its baseline (below). Both threads flush subnormals, as Lockstep's do.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -54,6 +55,7 @@
 
 #include <dnnl.hpp>
 
+#include "lockstep/core/denormals.h"
 #include "lockstep/ops/cpu_kernels.h"
 
 namespace {
@@ -280,6 +282,32 @@ SPLIT_ISA_CLONES void adam(const float* g0, const float* g1, const float* w, con
   }
 }
 
+// Adam with the bfloat16 copy in the same loop, the two replicas' gradients float32 or bfloat16.
+inline float widen(uint16_t b) {
+  return from_bf16(b);
+}
+inline float widen(float f) {
+  return f;
+}
+template <typename G>
+SPLIT_ISA_CLONES void adam_fused_copy(const G* g0, const G* g1, const float* w, const float* m,
+                                      const float* v, float* w2, float* m2, float* v2, uint16_t* wb,
+                                      int64_t lo, int64_t hi, float lr_t) {
+#pragma GCC ivdep
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = widen(g0[i]) + widen(g1[i]);
+    const float mi = kB1 * m[i] + (1 - kB1) * g;
+    const float vi = kB2 * v[i] + (1 - kB2) * g * g;
+    const float wi = w[i] - lr_t * mi / (std::sqrt(vi) + kEps);
+    m2[i] = mi;
+    v2[i] = vi;
+    w2[i] = wi;
+    uint32_t u;
+    std::memcpy(&u, &wi, 4);
+    wb[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
 // Whole 64-byte lines of dst stored with non-temporal stores (to memory, taking no line from the
 // other core first), as Lockstep's update streams the weights; the ragged ends stored normally.
 void stream_copy(const float* src, float* dst, int64_t lo, int64_t hi) {
@@ -340,6 +368,12 @@ struct Options {
 // SPLIT_NO_UPDATE=1 skips the first kernel's Adam update.
 const bool same_rows = std::getenv("SPLIT_SAME_ROWS") != nullptr;
 const bool no_update = std::getenv("SPLIT_NO_UPDATE") != nullptr;
+// Under --bf16: SPLIT_BF16_GRAD=1 writes each replica's first-kernel gradient in bfloat16 (as Keras
+// and PyTorch's autocast round it: the gradient of the bfloat16 copy), which the update widens as
+// it sums the two; SPLIT_FUSED=1 keeps the float32 gradients but writes the bfloat16 copy in the
+// update's loop, as SPLIT_BF16_GRAD does (the fair baseline for it).
+const bool bf16_grad = std::getenv("SPLIT_BF16_GRAD") != nullptr;
+const bool fused_copy = std::getenv("SPLIT_FUSED") != nullptr;
 // The data split's update: SPLIT_IN_PLACE=1 in place (one buffer, as no backup could then run),
 // SPLIT_NO_STREAM=1 the float32 weights with ordinary stores.
 const bool in_place = std::getenv("SPLIT_IN_PLACE") != nullptr;
@@ -411,6 +445,9 @@ Result run_two(const Options& o, const std::function<double(int, int, Phases&)>&
   double seconds = 0;
   Result result{};
   auto thread_main = [&](int t) {
+    // As Lockstep's replicas run (lockstep/core/denormals.h): Adam's moments of never-lit pixels
+    // decay into subnormals, which cost x86 cores a microcode assist per vector instruction.
+    lockstep::ScopedFlushDenormal flush;
     omp_set_num_threads(1);
     if (o.pin) pin_to(t);
     const int warm = std::min(200, o.steps / 4);
@@ -476,8 +513,10 @@ Result run_data_split(const Options& o, const Data& d, const Init& init,
   float *b1 = alloc_f(kHid), *mb1 = alloc_f(kHid), *vb1 = alloc_f(kHid);
   float *b2 = alloc_f(kOut), *mb2 = alloc_f(kOut), *vb2 = alloc_f(kOut);
   float *g1[2], *g2[2], *gb1[2], *gb2[2];
+  uint16_t* g1b[2];
   for (int t = 0; t < 2; ++t)
-    g1[t] = alloc_f(n1), g2[t] = alloc_f(n2), gb1[t] = alloc_f(kHid), gb2[t] = alloc_f(kOut);
+    g1b[t] = alloc_b(n1), g1[t] = alloc_f(n1), g2[t] = alloc_f(n2), gb1[t] = alloc_f(kHid),
+    gb2[t] = alloc_f(kOut);
 
   struct Local : Activations {
     std::vector<Matmul> fwd1, fwd1_next, out, dh_mm;
@@ -502,6 +541,11 @@ Result run_data_split(const Options& o, const Data& d, const Init& init,
     l.dw2.emplace_back(kHid, per, kOut, l.hf, l.dl, g2[t], false);
     l.dh_mm.emplace_back(per, kOut, kHid, l.dl, false, dt::f32, w2, true, dt::f32, l.dh, dt::f32);
     l.dw1.emplace_back(kIn, per, kHid, x, dz, g1[t], o.bf16);
+    if (bf16_grad && o.bf16) {
+      l.dw1.back().prim.clear();
+      l.dw1.back().prim.emplace_back(kIn, per, kHid, x, true, dt::bf16, dz, false, dt::bf16,
+                                     static_cast<void*>(g1b[t]), dt::bf16);
+    }
   }
   Barrier barrier;
   int sense[2] = {0, 0};
@@ -539,6 +583,12 @@ Result run_data_split(const Options& o, const Data& d, const Init& init,
     const float lr_t = adam_lr(s);
     const int64_t lo = t == 0 ? 0 : half, hi = t == 0 ? half : n1;
     if (no_update) {
+    } else if (o.bf16 && fused_copy) {
+      adam_fused_copy(g1[0], g1[1], w1[cur], m1[cur], v1[cur], w1[nxt], m1[nxt], v1[nxt], w1b, lo,
+                      hi, lr_t);
+    } else if (o.bf16 && bf16_grad) {
+      adam_fused_copy(g1b[0], g1b[1], w1[cur], m1[cur], v1[cur], w1[nxt], m1[nxt], v1[nxt], w1b, lo,
+                      hi, lr_t);
     } else if (o.bf16 || no_stream) {
       adam(g1[0], g1[1], w1[cur], m1[cur], v1[cur], w1[nxt], m1[nxt], v1[nxt],
            o.bf16 ? w1b : nullptr, lo, hi, lr_t);
