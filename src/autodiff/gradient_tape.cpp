@@ -196,7 +196,10 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     if (it == grads.end()) return Tensor();
     const Tensor* d = destination_of(static_cast<int>(i));
     if (!d || in_destination[i]) return it->second;
-    // A gradient of another dtype (e.g. bfloat16 for a float32 destination): converted once.
+    // A gradient of another dtype (e.g. bfloat16 for a float32 destination): converted once —
+    // widened, never narrowed (a float32 gradient, e.g. the sum of two bfloat16 contributions, for
+    // a bfloat16 destination is returned as it is).
+    if (d->dtype() == DType::bfloat16 && it->second.dtype() != DType::bfloat16) return it->second;
     Tensor f = it->second.dtype() == d->dtype() ? it->second : it->second.to(d->dtype());
     std::memcpy(d->raw_data(), f.raw_data(), d->nbytes());
     it->second = *d;
@@ -265,7 +268,14 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       auto [it, inserted] = grads.emplace(in.id, g);
       if (inserted) continue;
       int s = source_index(in.id);
-      if (s >= 0 && in_destination[static_cast<size_t>(s)] && g.dtype() == it->second.dtype()) {
+      if (s >= 0 && sources[static_cast<size_t>(s)].dtype() == DType::float32 &&
+          (g.dtype() == DType::bfloat16 || it->second.dtype() == DType::bfloat16)) {
+        // A float32 source's bfloat16 contribution (a kernel multiplied as bfloat16, its
+        // gradient in a bfloat16 destination) meets another: summed in float32, as the casts'
+        // gradients are.
+        it->second = autodiff::accumulate(it->second.to(DType::float32), g.to(DType::float32));
+      } else if (s >= 0 && in_destination[static_cast<size_t>(s)] &&
+                 g.dtype() == it->second.dtype()) {
         autodiff::accumulate_into(it->second, g);
       } else if (g.dtype() == DType::float32 && it->second.dtype() == DType::float32 &&
                  completes_rounded_sum(k, rec->inputs, i)) {

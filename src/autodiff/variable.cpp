@@ -38,6 +38,7 @@ struct Variable::State {
   std::string name;
   bool trainable = true;
   const void* owner = nullptr;
+  std::atomic<DType> gradient_dtype{DType::float32};
   std::atomic<Companion*> companion{nullptr};
   std::unique_ptr<Companion> owned_companion;  // set once, with `companion`
   std::mutex companion_mu;
@@ -82,6 +83,15 @@ bool Variable::trainable() const {
 }
 const void* Variable::owner() const {
   return raw_value(), state_->owner;
+}
+
+DType Variable::gradient_dtype() const {
+  return raw_value(), state_->gradient_dtype.load(std::memory_order_relaxed);
+}
+
+void Variable::set_gradient_dtype(DType dtype) const {
+  raw_value();
+  state_->gradient_dtype.store(dtype, std::memory_order_relaxed);
 }
 
 void Variable::assign(const Tensor& value) const {

@@ -202,6 +202,17 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
   return v;
 }
 
+Tensor Tensor::view_as(DType dtype, const Shape& shape) const {
+  const size_t bytes = static_cast<size_t>(shape.num_elements()) * dtype_size(dtype);
+  LOCKSTEP_CHECK(defined() && bytes <= nbytes(), "view_as: ", shape, " ", dtype,
+                 " does not fit in the ", nbytes(), " bytes of ", describe(), ".");
+  Tensor v(*this);
+  v.shape_ = shape;
+  v.dtype_ = dtype;
+  v.id_ = next_tensor_id();
+  return v;
+}
+
 Tensor Tensor::row(int64_t index) const {
   Tensor v = slice(index, index + 1);
   v.shape_ = v.shape_.without(0);

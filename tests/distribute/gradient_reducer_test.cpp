@@ -114,11 +114,81 @@ TEST(GradientReducer, AccumulatedStepsAreSummedFirst) {
   }
   // Chunk by chunk, as the update reads it.
   const GradientReducer::Terms terms = f.reducer.terms(f.runs.committed());
-  const float* t[2];
+  GradientReducer::Term t[2];
   EXPECT_EQ(GradientReducer::chunk_terms(f.layout.chunks()[0], terms, t), 3);
   EXPECT_EQ(GradientReducer::sole_gradient(f.layout.chunks()[0], terms), nullptr);
   f.reducer.clear_accumulated();
   EXPECT_FALSE(f.reducer.has_accumulated());
+}
+
+// A kernel multiplied in bfloat16 gets a bfloat16 gradient (Variable::gradient_dtype): where
+// several local replicas are summed, its buffer is the first half of its float32 one, and its sum
+// is that of the float32 values in replica order, bit for bit, whichever dtype each run kept it
+// in (a run handing in a float32 gradient keeps it float32).
+TEST(GradientReducer, Bfloat16GradientsAreSummedAsTheirFloat32Values) {
+  Fixture f(3, 2, {5000, 9});
+  f.vars[0].set_gradient_dtype(DType::bfloat16);
+  auto value = [](int r, int64_t j) {
+    return static_cast<float>(bfloat16(gradient_value(r, 0, j)));
+  };
+  f.step([&](ReplicaContext& ctx, ReplicaRun& run, const Element&) {
+    const int r = ctx.local_replica_id();
+    std::vector<Tensor> grads = run.gradient_buffers();
+    EXPECT_EQ(grads[0].dtype(), DType::bfloat16);
+    EXPECT_EQ(grads[1].dtype(), DType::float32);
+    if (r == 1) grads[0] = Tensor({5000}, DType::float32);
+    for (int64_t j = 0; j < 5000; ++j) {
+      if (grads[0].dtype() == DType::bfloat16) {
+        grads[0].data<bfloat16>()[j] = bfloat16(gradient_value(r, 0, j));
+      } else {
+        grads[0].data<float>()[j] = value(r, j);
+      }
+    }
+    for (int64_t j = 0; j < 9; ++j) grads[1].data<float>()[j] = gradient_value(r, 1, j);
+    run.set_gradients(grads);
+  });
+  const std::vector<ReplicaRun*>& runs = f.runs.committed();
+  EXPECT_EQ(runs[0]->gradient_dtype(0), DType::bfloat16);
+  EXPECT_EQ(runs[1]->gradient_dtype(0), DType::float32);
+  EXPECT_EQ(runs[2]->gradient_dtype(0), DType::bfloat16);
+  EXPECT_EQ(runs[0]->gradient_dtype(1), DType::float32);
+  EXPECT_FALSE(runs[0]->float32_gradients());
+  // As the update reads a chunk: the terms in replica order, each in its own dtype.
+  const GradientReducer::Terms terms = f.reducer.terms(runs);
+  GradientReducer::Term t[2];
+  ASSERT_EQ(GradientReducer::chunk_terms(f.layout.chunks()[0], terms, t), 3);
+  EXPECT_NE(t[0].bf16, nullptr);
+  EXPECT_NE(t[1].f32, nullptr);
+  EXPECT_EQ(GradientReducer::sole_gradient(f.layout.chunks()[0], terms), nullptr);
+  const float* sum = f.reducer.local_sum(f.strategy->task_pool(), runs);
+  for (int64_t j = 0; j < 5000; ++j) {
+    ASSERT_EQ(sum[j], (value(0, j) + value(1, j)) + value(2, j)) << "element " << j;
+  }
+  for (int64_t j = 0; j < 9; ++j) ASSERT_EQ(sum[f.layout.begin(1) + j], expected_sum(3, 1, j));
+}
+
+// With one local replica the buffers stay float32 — the local sum is the run's own buffer,
+// all-reduced in place across workers — and a bfloat16 gradient is widened into it.
+TEST(GradientReducer, OneReplicasBfloat16GradientIsWidenedIntoItsFloat32Buffer) {
+  Fixture f(1, 2, {5000, 9});
+  f.vars[0].set_gradient_dtype(DType::bfloat16);
+  f.step([&](ReplicaContext&, ReplicaRun& run, const Element&) {
+    std::vector<Tensor> grads = run.gradient_buffers();
+    EXPECT_EQ(grads[0].dtype(), DType::float32);
+    Tensor g16({5000}, DType::bfloat16);
+    for (int64_t j = 0; j < 5000; ++j) g16.data<bfloat16>()[j] = bfloat16(gradient_value(0, 0, j));
+    grads[0] = g16;
+    for (int64_t j = 0; j < 9; ++j) grads[1].data<float>()[j] = gradient_value(0, 1, j);
+    run.set_gradients(grads);
+  });
+  const ReplicaRun& run = *f.runs.committed()[0];
+  EXPECT_EQ(run.gradient_dtype(0), DType::float32);
+  EXPECT_TRUE(run.float32_gradients());
+  const float* sum = f.reducer.local_sum(f.strategy->task_pool(), f.runs.committed());
+  EXPECT_EQ(sum, run.flat_gradients());
+  for (int64_t j = 0; j < 5000; ++j) {
+    ASSERT_EQ(sum[j], static_cast<float>(bfloat16(gradient_value(0, 0, j)))) << "element " << j;
+  }
 }
 
 TEST(GradientReducer, Float32HookSumsAcrossWorkersWithTheExtraElements) {

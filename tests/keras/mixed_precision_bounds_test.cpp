@@ -1,6 +1,7 @@
 // A mixed_bfloat16 model (relu layer, linear layer) against float64 loops on the unrounded
 // inputs and weights, within error bounds derived beside each check from where the policy rounds:
-// inputs, weights and each layer's output to bfloat16 (unit roundoff u = 2^-8), sums in float32
+// inputs, weights, each layer's output and each kernel's gradient to bfloat16 (unit roundoff
+// u = 2^-8), sums in float32
 // (gamma_n = n 2^-24 / (1 - n 2^-24) of the sum of magnitudes). The same bounds hold for oneDNN's
 // bfloat16 kernels and for the policy's float32 form (float32 kernels on bfloat16 values, where
 // oneDNN has no bfloat16 math or its bfloat16 kernels are not faster: the isa label runs this
@@ -131,8 +132,11 @@ TEST(MixedBfloat16Bounds, ForwardAndWeightGradientsStayWithinTheDerivedBounds) {
         carried += e_h[b * kHidden + j] * std::fabs(gb);
         mag += (std::fabs(h[b * kHidden + j]) + e_h[b * kHidden + j]) * std::fabs(gb);
       }
-      // bound: carried error plus the float32 sum's.
-      EXPECT_LE(std::fabs(dw2.data<double>()[j * kOut + k] - ref), carried + g_batch * mag)
+      // bound: carried error plus the float32 sum's, then the kernel's gradient rounded to
+      // bfloat16 (the gradient of its bfloat16 values): u of it.
+      const double summed = carried + g_batch * mag;
+      EXPECT_LE(std::fabs(dw2.data<double>()[j * kOut + k] - ref),
+                summed + kU * (std::fabs(ref) + summed))
           << "dw2[" << j << "][" << k << "]";
     }
   }
@@ -168,12 +172,26 @@ TEST(MixedBfloat16Bounds, ForwardAndWeightGradientsStayWithinTheDerivedBounds) {
                                : kU * std::fabs(xv) * dz_mag + std::fabs(xv) * (z > 0 ? ed : 0);
         mag += std::fabs(xv) * (1 + kU) * dz_mag;
       }
-      // bound: the per-term errors plus the float32 sum's.
-      EXPECT_LE(std::fabs(dw1.data<double>()[i * kHidden + j] - ref), err + g_batch * mag)
+      // bound: the per-term errors plus the float32 sum's, then the rounding to bfloat16.
+      const double summed = err + g_batch * mag;
+      EXPECT_LE(std::fabs(dw1.data<double>()[i * kHidden + j] - ref),
+                summed + kU * (std::fabs(ref) + summed))
           << "dw1[" << i << "][" << j << "]";
     }
   }
   for (const Tensor& grad : grads) EXPECT_EQ(grad.dtype(), DType::float32);
+  // The kernels' gradients are their bfloat16 values' (rounded to bfloat16), the biases' float32
+  // sums (not all bfloat16 values).
+  auto bfloat16_valued = [](const Tensor& t) {
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      const float v = t.data<float>()[i];
+      if (round_to_bfloat16_value(v) != v) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(bfloat16_valued(grads[0]));
+  EXPECT_TRUE(bfloat16_valued(grads[2]));
+  EXPECT_FALSE(bfloat16_valued(grads[1]));
 }
 
 // The policy's float32 form rounds where a bfloat16 tensor would be stored: inside a model the

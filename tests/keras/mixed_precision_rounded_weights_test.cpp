@@ -9,6 +9,7 @@
 #include "testing/bf16_matmul_mode.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "lockstep/autodiff/functions.h"
@@ -61,8 +62,9 @@ void expect_close_to(const Tensor& y, const std::vector<double>& ref) {
 
 class MixedDenseBothKernels : public ::testing::TestWithParam<ops::Bf16MatmulMode> {};
 
-// Under either way of multiplying bfloat16 operands (the gradients come out float32 in both:
-// widened float32 products, or oneDNN's bfloat16 kernels writing float32).
+// Under either way of multiplying bfloat16 operands (widened float32 products, or oneDNN's
+// bfloat16 kernels): the kernel's gradient is that of its bfloat16 values (rounded to bfloat16,
+// widened), the bias's float32.
 TEST_P(MixedDenseBothKernels, AssignedWeightsAreUsedByTheNextCall) {
   lockstep::testing::Bf16MatmulModeGuard mode(GetParam());
   PolicyGuard guard("mixed_bfloat16");
@@ -92,14 +94,59 @@ TEST_P(MixedDenseBothKernels, ALayerUsedTwiceGetsTheSumOfBothGradients) {
   ASSERT_TRUE(g[0].defined());
   ASSERT_TRUE(g[1].defined());
   ASSERT_EQ(g[0].dtype(), DType::float32);
-  // d/dkernel[p][j] = sum over the rows of both batches of bf16(x[., p]); d/dbias[j] = rows.
+  // d/dkernel[p][j] = s_1 + s_2, s_k the sum over use k's rows of bf16(x[., p]); d/dbias[j] =
+  // rows. Each use's gradient is a float32 sum of n_k terms (within gamma_{n_k} of their
+  // magnitudes, e_k) rounded to bfloat16 (u = 2^-8 of it); the two are added in float32
+  // (2^-24 of the result).
+  const double u = std::ldexp(1.0, -8), u32 = std::ldexp(1.0, -24);
+  auto gamma32 = [u32](int n) { return n * u32 / (1 - n * u32); };
   for (int64_t p = 0; p < 7; ++p) {
-    double s = 0;
-    for (int64_t i = 0; i < 4; ++i) s += as_bf16(x1.data<float>()[i * 7 + p]);
-    for (int64_t i = 0; i < 6; ++i) s += as_bf16(x2.data<float>()[i * 7 + p]);
-    for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(g[0].data<float>()[p * 3 + j], s, 1e-4);
+    double s[2] = {0, 0}, mag[2] = {0, 0};
+    for (int64_t i = 0; i < 4; ++i) s[0] += as_bf16(x1.data<float>()[i * 7 + p]);
+    for (int64_t i = 0; i < 4; ++i) mag[0] += std::abs(as_bf16(x1.data<float>()[i * 7 + p]));
+    for (int64_t i = 0; i < 6; ++i) s[1] += as_bf16(x2.data<float>()[i * 7 + p]);
+    for (int64_t i = 0; i < 6; ++i) mag[1] += std::abs(as_bf16(x2.data<float>()[i * 7 + p]));
+    double bound = 0;
+    for (int k = 0; k < 2; ++k) {
+      const double e = gamma32(k == 0 ? 4 : 6) * mag[k];
+      bound += e + u * (std::abs(s[k]) + e);
+    }
+    bound += u32 * (std::abs(s[0]) + std::abs(s[1]) + bound);
+    for (int64_t j = 0; j < 3; ++j)
+      EXPECT_LE(std::abs(g[0].data<float>()[p * 3 + j] - (s[0] + s[1])), bound)
+          << "kernel[" << p << "][" << j << "]";
   }
   for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(g[1].data<float>()[j], 10.0, 1e-5);
+}
+
+// The kernel's gradient into a bfloat16 destination (a training step's replica buffer): written
+// there as bfloat16 when the layer is used once — the values the float32 result holds — and,
+// used twice, the float32 sum of both uses returned instead (never narrowed into it).
+TEST_P(MixedDenseBothKernels, AKernelsBfloat16DestinationTakesOneUseAndNotASum) {
+  lockstep::testing::Bf16MatmulModeGuard mode(GetParam());
+  PolicyGuard guard("mixed_bfloat16");
+  layers::Dense dense({.units = 3});
+  Tensor x1 = random_tensor({4, 7}, 4), x2 = random_tensor({6, 7}, 5);
+  dense(x1);  // build
+  EXPECT_EQ(dense.kernel().gradient_dtype(), DType::bfloat16);
+  for (int uses : {1, 2}) {
+    SCOPED_TRACE(std::to_string(uses) + " use(s)");
+    auto loss_of = [&] {
+      Tensor loss = reduce_sum(cast(dense(x1), DType::float32));
+      return uses == 1 ? loss : add(loss, reduce_sum(cast(dense(x2), DType::float32)));
+    };
+    GradientTape plain;
+    const std::vector<Tensor> want = plain.gradient(loss_of(), {dense.kernel(), dense.bias()});
+    ASSERT_EQ(want[0].dtype(), DType::float32);
+    Tensor dest({7, 3}, DType::bfloat16);
+    GradientTape tape;
+    const Tensor loss = loss_of();
+    const std::vector<Tensor> got = tape.gradient(loss, {dense.kernel(), dense.bias()}, {dest, {}});
+    ASSERT_EQ(got[0].dtype(), uses == 1 ? DType::bfloat16 : DType::float32);
+    EXPECT_EQ(got[0].shares_storage_with(dest), uses == 1);
+    const Tensor got32 = got[0].to(DType::float32);
+    EXPECT_EQ(std::memcmp(got32.raw_data(), want[0].raw_data(), want[0].nbytes()), 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, MixedDenseBothKernels,

@@ -1,7 +1,9 @@
 // The training step's fused path: ElementwiseUpdate::apply_sum_of_two(a, b) must write exactly
 // the bits of apply() on g = a + b (summed here, element by element in float32), for every
-// optimizer and for the options that take the sum-then-apply path (clipping, weight decay); and
-// either path with its outputs streamed (non-temporal stores) the bits of it with them stored.
+// optimizer and for the options that take the sum-then-apply path (clipping, weight decay), with
+// a and b float32 or bfloat16 (two replicas' gradients of a kernel multiplied in bfloat16, each
+// widened before the sum); and either path with its outputs streamed (non-temporal stores) the
+// bits of it with them stored.
 // The step relies on it: N replicas on any number of threads give the same weights only if the
 // path a chunk takes does not change its bits.
 #include <gtest/gtest.h>
@@ -88,8 +90,10 @@ class ShiftedBuffer {
   float* data_;
 };
 
+// bf16_terms: a and b are bfloat16 (the fused path reads them so; the other sums their float32
+// values).
 Outputs run_update(const Case& c, size_t n, bool fused, RoundedKind kind,
-                   const Placement& place = {}) {
+                   const Placement& place = {}, bool bf16_terms = false) {
   std::unique_ptr<Optimizer> opt = c.make();
   Variable v(Tensor::from_vector(random_values(n, 1.0f, 1), {static_cast<int64_t>(n)}), "w");
   opt->bind({v});
@@ -102,8 +106,17 @@ Outputs run_update(const Case& c, size_t n, bool fused, RoundedKind kind,
     slots_in.push_back(s);
   }
   const std::vector<float> w = random_values(n, 1.0f, 2);
-  const std::vector<float> a = random_values(n, 0.1f, 3);
-  const std::vector<float> b = random_values(n, 0.1f, 4);
+  std::vector<float> a = random_values(n, 0.1f, 3);
+  std::vector<float> b = random_values(n, 0.1f, 4);
+  std::vector<bfloat16> a16, b16;
+  if (bf16_terms) {
+    for (size_t j = 0; j < n; ++j) {
+      a16.emplace_back(a[j]);
+      b16.emplace_back(b[j]);
+      a[j] = static_cast<float>(a16[j]);
+      b[j] = static_cast<float>(b16[j]);
+    }
+  }
   opt->begin_update({});
   ShiftedBuffer w_out(n, place.shift);
   std::vector<ShiftedBuffer> slots_out;
@@ -121,7 +134,10 @@ Outputs run_update(const Case& c, size_t n, bool fused, RoundedKind kind,
   distribute::RoundedOut rounded{};
   if (kind == RoundedKind::values) rounded.values = rounded_out.data();
   if (kind == RoundedKind::bf16) rounded.bf16 = reinterpret_cast<bfloat16*>(rounded_out.data());
-  if (fused) {
+  if (fused && bf16_terms) {
+    opt->apply_sum_of_two(0, 0, w.data(), a16.data(), b16.data(), g.data(), in_ptrs, w_out.data(),
+                          out_ptrs, n, rounded, place.streamed);
+  } else if (fused) {
     opt->apply_sum_of_two(0, 0, w.data(), a.data(), b.data(), g.data(), in_ptrs, w_out.data(),
                           out_ptrs, n, rounded, place.streamed);
   } else {
@@ -156,11 +172,18 @@ TEST(OptimizerSumOfTwo, WritesTheBitsOfApplyOnTheSum) {
   for (const Case& c : cases()) {
     for (size_t n : {size_t{1}, size_t{13}, size_t{314}, size_t{2049}}) {
       for (RoundedKind kind : {RoundedKind::none, RoundedKind::values, RoundedKind::bf16}) {
-        SCOPED_TRACE(c.name + " n=" + std::to_string(n) + " rounded copy " +
-                     std::to_string(static_cast<int>(kind)));
-        const Outputs fused = run_update(c, n, true, kind);
-        const Outputs unfused = run_update(c, n, false, kind);
-        expect_same_bits(fused, unfused);
+        for (bool bf16_terms : {false, true}) {
+          SCOPED_TRACE(c.name + " n=" + std::to_string(n) + " rounded copy " +
+                       std::to_string(static_cast<int>(kind)) +
+                       (bf16_terms ? " bfloat16 terms" : ""));
+          const Outputs fused = run_update(c, n, true, kind, {}, bf16_terms);
+          const Outputs unfused = run_update(c, n, false, kind, {}, bf16_terms);
+          expect_same_bits(fused, unfused);
+          // Rounding the terms changed the update: the test above is not comparing nothing.
+          if (bf16_terms && n > 1) {
+            EXPECT_FALSE(same_bits(fused.w, run_update(c, n, true, kind).w));
+          }
+        }
       }
     }
   }
@@ -179,17 +202,19 @@ TEST(OptimizerSumOfTwo, StreamedOutputsHoldTheBitsOfStoredOnes) {
                                                   {.rounded = true}};
   for (const Case& c : cases()) {
     for (size_t n : {size_t{1}, size_t{13}, size_t{64}, size_t{314}, size_t{2049}}) {
-      for (bool fused : {true, false}) {
+      for (int path : {0, 1, 2}) {  // fused, summed first, fused on bfloat16 terms
+        const bool fused = path != 1, bf16_terms = path == 2;
         for (RoundedKind kind : {RoundedKind::none, RoundedKind::values, RoundedKind::bf16}) {
-          const Outputs stored = run_update(c, n, fused, kind);
+          const Outputs stored = run_update(c, n, fused, kind, {}, bf16_terms);
           for (size_t shift : {size_t{0}, size_t{3}}) {
             for (const distribute::Streamed& way : ways) {
               SCOPED_TRACE(::testing::Message()
                            << c.name << " n=" << n << (fused ? " fused" : " summed first")
-                           << " rounded copy " << static_cast<int>(kind) << " shift " << shift
+                           << (bf16_terms ? " on bfloat16 terms" : "") << " rounded copy "
+                           << static_cast<int>(kind) << " shift " << shift
                            << (way.weights ? " weights" : "") << (way.slots ? " slots" : "")
                            << (way.rounded ? " rounded" : ""));
-              expect_same_bits(run_update(c, n, fused, kind, {shift, way}), stored);
+              expect_same_bits(run_update(c, n, fused, kind, {shift, way}, bf16_terms), stored);
             }
           }
         }

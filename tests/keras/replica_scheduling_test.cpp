@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "distribute/step/replica_runs.h"
 #include "distribute/step/replicated_step.h"
 #include "distribute/step/task_pool.h"
 #include "lockstep/distribute/strategy.h"
@@ -129,6 +130,31 @@ TEST(ReplicaScheduling, MixedBfloat16WeightsAreBitIdenticalOnAnyNumberOfThreads)
       distribute::Strategy strategy(config(n, t));
       EXPECT_TRUE(fit_bytes(strategy) == reference)
           << n << " replicas on " << t << " threads differ from 1 thread under mixed_bfloat16";
+    }
+  }
+}
+
+// Under mixed_bfloat16 a Dense kernel's gradient is its bfloat16 values' (rounded to bfloat16):
+// kept as bfloat16 in the replicas' buffers, the update reads half the bytes. Widened into float32
+// buffers instead, the sums are the same: the same bytes, on one thread and several.
+TEST(ReplicaScheduling, MixedBfloat16GradientBuffersGiveTheBitsOfFloat32Ones) {
+  lockstep::testing::PolicyGuard policy("mixed_bfloat16");
+  struct BuffersGuard {
+    ~BuffersGuard() { distribute::ReplicaRuns::set_bfloat16_gradient_buffers(true); }
+  } restore;
+  for (int n : {2, 3}) {
+    distribute::ReplicaRuns::set_bfloat16_gradient_buffers(false);
+    distribute::Strategy reference_strategy(config(n, 1));
+    distribute::SyncStats stats;
+    const std::string reference = fit_bytes(reference_strategy, {}, &stats);
+    EXPECT_EQ(stats.bfloat16_gradient_chunks, 0u);
+    distribute::ReplicaRuns::set_bfloat16_gradient_buffers(true);
+    for (int t : {1, 2}) {
+      distribute::Strategy strategy(config(n, t));
+      EXPECT_TRUE(fit_bytes(strategy, {}, &stats) == reference)
+          << n << " replicas on " << t << " threads: bfloat16 gradient buffers changed the bytes";
+      // Both kernels (one chunk each) read as bfloat16 in each of the 12 steps.
+      EXPECT_GE(stats.bfloat16_gradient_chunks, 2u * 12u) << n << " replicas";
     }
   }
 }

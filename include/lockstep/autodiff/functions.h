@@ -24,10 +24,14 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor
               ops::FusedActivation activation = ops::FusedActivation::none);
 // The weights as the matmul multiplies them, when that differs from the tensors the gradient is
 // for: a mixed_bfloat16 layer multiplies its float32 variables as bfloat16 values (their rounded
-// float32 copies or bfloat16 casts). The rounding's gradient is the identity, so the gradients
-// still go to `kernel` / `bias`, in their dtype.
+// float32 copies or bfloat16 casts). The gradients go to `kernel` / `bias`: the bias's in its
+// dtype; the kernel's too, unless `bfloat16_values` says the kernel is multiplied as bfloat16
+// values: then its gradient is theirs — the product's gradient rounded to bfloat16, as
+// TensorFlow's cast and PyTorch's autocast give it — written as bfloat16 into a bfloat16
+// destination (GradientTape::gradient), else widened exactly to the kernel's dtype.
 struct LinearOperands {
   Tensor kernel, bias;
+  bool bfloat16_values = false;
 };
 // linear() multiplying `multiplied` instead of kernel / bias, into an output of dtype `out`
 // (x's dtype, or float32 for a bfloat16 x). gelu_to_bfloat16_values (float32 out, gelu):

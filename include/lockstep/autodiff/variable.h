@@ -63,6 +63,14 @@ class Variable {
 
   bool same_as(const Variable& other) const { return state_ == other.state_; }
 
+  // The dtype this variable's gradient arrives in: its own, unless a layer multiplies a bfloat16
+  // copy of it (Keras' mixed_bfloat16, where the kernel's gradient is that of the cast, rounded to
+  // bfloat16, as TensorFlow and PyTorch's autocast compute it). The layer sets it as it runs, so
+  // that a training step can give the gradient a buffer of that dtype; a hint only: a gradient of
+  // another dtype is still taken as it is.
+  DType gradient_dtype() const;
+  void set_gradient_dtype(DType dtype) const;
+
   // State that a higher layer keeps per variable for as long as the variable lives (keras'
   // mixed-precision policy keeps the variable's bfloat16-rounded copy here, see
   // keras/mixed_precision.h). The variable only holds it and tells it of the writes it sees:

@@ -87,6 +87,10 @@ class Tensor {
   Tensor reshape(std::initializer_list<int64_t> dims) const;
   Tensor slice(int64_t begin, int64_t end) const;  // rows [begin, end) along axis 0
   Tensor row(int64_t index) const;                 // row `index` along axis 0, rank - 1
+  // The first bytes of this tensor's memory read as a `dtype` tensor of `shape` (no copy, no
+  // conversion): a buffer sized for one dtype holding a smaller one (a float32 gradient buffer
+  // holding a bfloat16 gradient). The view must fit in this tensor's bytes.
+  Tensor view_as(DType dtype, const Shape& shape) const;
 
   Tensor clone() const;
   // Copies `src`'s elements into this tensor; shapes and dtypes must match.

@@ -79,6 +79,13 @@ class ElementwiseUpdate {
                                 const float* b, float* g, std::span<const float* const> slots,
                                 float* w_out, std::span<float* const> slots_out, size_t n,
                                 RoundedOut rounded, Streamed streamed) const;
+  // The same on two bfloat16 gradients (two replicas' gradients of a weight multiplied in
+  // bfloat16), each widened to float32 before the sum: the same bits as writing the widened
+  // a + b into g and calling apply() (the default does exactly that).
+  virtual void apply_sum_of_two(size_t i, int64_t offset, const float* w, const bfloat16* a,
+                                const bfloat16* b, float* g, std::span<const float* const> slots,
+                                float* w_out, std::span<float* const> slots_out, size_t n,
+                                RoundedOut rounded, Streamed streamed) const;
   // Once per update, after every apply() and after the step has made the variables' next buffers
   // current (or, in place, written the current ones), on one thread (e.g. iterations += 1).
   virtual void end_update() = 0;

@@ -27,6 +27,8 @@ struct SyncStats {
                                     // step's spare buffers (the first run may still be writing)
   uint64_t in_place_updates = 0;    // updates that wrote the weights and slots in place, with no
                                     // backups of their chunks (distribute/step/buffered_update.h)
+  uint64_t bfloat16_gradient_chunks = 0;  // update chunk runs that read replicas' bfloat16
+                                          // gradients (kernels multiplied in bfloat16)
 };
 
 }  // namespace lockstep::distribute

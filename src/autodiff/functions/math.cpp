@@ -28,43 +28,60 @@ namespace {
 // (e.g. the packed buffer of the gradient all-reduce).
 // gelu_rounded: gelu_to_bfloat16_values; reads_rounded_dy: linear_to_bfloat16_values. Either reads
 // the output's gradient rounded.
+// bf16_values_kernel: the kernel is multiplied as bfloat16 values (LinearOperands).
 void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Tensor& mk,
                    const Tensor& y, const Tensor& z, ops::FusedActivation activation,
-                   bool gelu_rounded = false, bool reads_rounded_dy = false) {
+                   bool gelu_rounded = false, bool reads_rounded_dy = false,
+                   bool bf16_values_kernel = false) {
   if (!autodiff::should_record({&x, &kernel, &bias})) return;
   const bool need_dx = autodiff::should_record({&x});
   const bool has_bias = bias.defined();
   std::vector<Tensor> inputs{x, kernel};
   if (has_bias) inputs.push_back(bias);
   const DType wdt = kernel.dtype();
+  // A float32 kernel multiplied as bfloat16 values (mixed_bfloat16's copy, bfloat16 or rounded
+  // float32): its gradient is the cast's, the product's gradient rounded to bfloat16 and widened,
+  // as TensorFlow and PyTorch's autocast compute it. Into a bfloat16 destination it stays bfloat16
+  // (half the bytes for the step to sum), else it is widened (exactly).
+  const bool bf16_kernel_grad = wdt == DType::float32 && bf16_values_kernel;
   // The output is kept only for an activation whose derivative reads it (not gelu's, which reads
   // z): a linear layer's output is otherwise free as soon as its consumers are done.
   const bool keeps_y =
       activation != ops::FusedActivation::none && activation != ops::FusedActivation::gelu;
-  autodiff::record("linear", inputs, {y},
-                   [x, mk, y = keeps_y ? y : Tensor(), z, activation, need_dx, has_bias, wdt,
-                    gelu_rounded, reads_rounded_dy](const Grads& g, const Grads& sinks) {
-                     auto buffer = [wdt](const Tensor& sink, const Shape& shape) {
-                       return sink.defined() && sink.dtype() == wdt ? sink : Tensor(shape, wdt);
-                     };
-                     Grads out(has_bias ? 3 : 2);
-                     if (x.rank() == 2 && mk.rank() == 2) {
-                       if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
-                       out[1] = buffer(sinks[1], mk.shape());
-                       if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)});
-                     }
-                     if (gelu_rounded) {  // gelu's gradient of dy read rounded, then the rest
-                       ops::linear_backward_into(ops::gelu_to_bfloat16_values_backward(g[0], z), x,
-                                                 mk, Tensor(), ops::FusedActivation::none, out[0],
-                                                 out[1], has_bias ? out[2] : Tensor());
-                       return out;
-                     }
-                     const Tensor dy =
-                         reads_rounded_dy ? ops::to_bfloat16_values_backward(g[0]) : g[0];
-                     ops::linear_backward_into(dy, x, mk, y, activation, out[0], out[1],
-                                               has_bias ? out[2] : Tensor(), z);
-                     return out;
-                   });
+  autodiff::record(
+      "linear", inputs, {y},
+      [x, mk, y = keeps_y ? y : Tensor(), z, activation, need_dx, has_bias, wdt, gelu_rounded,
+       reads_rounded_dy, bf16_kernel_grad](const Grads& g, const Grads& sinks) {
+        auto buffer = [](const Tensor& sink, const Shape& shape, DType dt) {
+          return sink.defined() && sink.dtype() == dt ? sink : Tensor(shape, dt);
+        };
+        Grads out(has_bias ? 3 : 2);
+        if (x.rank() == 2 && mk.rank() == 2) {
+          if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
+          out[1] = buffer(sinks[1], mk.shape(), bf16_kernel_grad ? DType::bfloat16 : wdt);
+          if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)}, wdt);
+        }
+        if (gelu_rounded) {  // gelu's gradient of dy read rounded, then the rest
+          ops::linear_backward_into(ops::gelu_to_bfloat16_values_backward(g[0], z), x, mk, Tensor(),
+                                    ops::FusedActivation::none, out[0], out[1],
+                                    has_bias ? out[2] : Tensor());
+        } else {
+          const Tensor dy = reads_rounded_dy ? ops::to_bfloat16_values_backward(g[0]) : g[0];
+          ops::linear_backward_into(dy, x, mk, y, activation, out[0], out[1],
+                                    has_bias ? out[2] : Tensor(), z);
+        }
+        if (out[1].defined() && out[1].dtype() != wdt && !out[1].shares_storage_with(sinks[1])) {
+          // The variable's own dtype, into its destination when it has one of that dtype.
+          const Tensor wide = out[1].to(wdt);
+          if (sinks[1].defined() && sinks[1].dtype() == wdt) {
+            sinks[1].copy_from(wide);
+            out[1] = sinks[1];
+          } else {
+            out[1] = wide;
+          }
+        }
+        return out;
+      });
   if (gelu_rounded || reads_rounded_dy) autodiff::note_rounds_output_gradient(y);
 }
 }  // namespace
@@ -109,7 +126,8 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
     y = Tensor(shape, out);
     ops::linear_into(x, mk, mb, activation, y);
   }
-  record_linear(x, kernel, bias, mk, y, z, activation, gelu_rounded);
+  record_linear(x, kernel, bias, mk, y, z, activation, gelu_rounded, /*reads_rounded_dy=*/false,
+                /*bf16_values_kernel=*/multiplied.bfloat16_values);
   return y;
 }
 

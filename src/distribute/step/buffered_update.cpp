@@ -292,13 +292,19 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
   if (next_r_[i].bf16 != nullptr) {
     rounded.bf16 = sc.bf16_direct ? next_r_[i].bf16 + c.offset : sc.rounded_bf16.data() + base;
   }
-  const float* terms[2];
+  GradientReducer::Term terms[2];
   const int count = sum_ == nullptr ? GradientReducer::chunk_terms(c, terms_, terms) : 0;
-  if (count == 2) {
+  if ((count >= 1 && terms[0].bf16 != nullptr) || (count >= 2 && terms[1].bf16 != nullptr))
+    bf16_chunks_.fetch_add(1, std::memory_order_relaxed);
+  if (count == 2 && terms[0].f32 != nullptr && terms[1].f32 != nullptr) {
     // Two terms (two local replicas, or one and the accumulator): the rule adds them as it
     // reads them, one pass instead of a sum pass and an update pass.
-    rule_.apply_sum_of_two(i, c.offset, w, terms[0], terms[1], g, slots_in, w_out, slots_out, n,
-                           rounded, streamed);
+    rule_.apply_sum_of_two(i, c.offset, w, terms[0].f32, terms[1].f32, g, slots_in, w_out,
+                           slots_out, n, rounded, streamed);
+  } else if (count == 2 && terms[0].bf16 != nullptr && terms[1].bf16 != nullptr) {
+    // Two replicas' bfloat16 gradients (ReplicaRun::gradient_buffers): widened as they are read.
+    rule_.apply_sum_of_two(i, c.offset, w, terms[0].bf16, terms[1].bf16, g, slots_in, w_out,
+                           slots_out, n, rounded, streamed);
   } else {
     if (sum_ == nullptr) {
       const float* only =

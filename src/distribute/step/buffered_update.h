@@ -21,6 +21,7 @@
 // the caches instead of two, but no chunk can be backed up (a second run would read what the first
 // wrote), so the step asks for it only where a straggler is unlikely and nothing else reads the
 // weights during the update (ReplicatedStep, set_in_place).
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -66,6 +67,8 @@ class BufferedUpdate {
 
   // Updates a backup run won a chunk of, since construction.
   uint64_t backup_publishes() const { return backup_publishes_; }
+  // Chunk runs that read a replica's bfloat16 gradient, since construction.
+  uint64_t bfloat16_gradient_chunks() const { return bf16_chunks_.load(std::memory_order_relaxed); }
 
   // What a task of the last phase asked for does, for a given task, thread and kind of run:
   // run_chunk computes it (a backup run into scratch), commit_chunk writes the winner's result.
@@ -145,6 +148,7 @@ class BufferedUpdate {
   std::vector<Tensor> spare_r_;  // the rounded output's, where a first run writes it directly
   std::mutex spare_mu_;
   uint64_t backup_publishes_ = 0;
+  std::atomic<uint64_t> bf16_chunks_{0};
 };
 
 }  // namespace lockstep::distribute

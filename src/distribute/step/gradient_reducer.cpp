@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "deferred_sums.h"
+#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/profiler.h"
 #include "lockstep/distribute/background_reducer.h"
 #include "lockstep/distribute/collective.h"
@@ -54,43 +55,77 @@ GradientReducer::Terms GradientReducer::terms(const std::vector<ReplicaRun*>& ru
   return {&runs, acc_valid_ ? accumulator_[acc_current_].data<float>() : nullptr};
 }
 
-int GradientReducer::chunk_terms(const Chunk& c, const Terms& in, const float* terms[2]) {
+namespace {
+GradientReducer::Term run_term(const ReplicaRun& r, const Chunk& c) {
+  if (r.gradient_dtype(c.var) == DType::bfloat16)
+    return {nullptr, r.bf16_gradient(c.var) + c.offset};
+  return {r.flat_gradients() + c.flat, nullptr};
+}
+
+// out = t, and out += t, widening a bfloat16 term (exact): the float32 sums of the same values.
+void load_term(float* out, const GradientReducer::Term& t, int64_t n) {
+  if (t.f32 != nullptr) {
+    std::memcpy(out, t.f32, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    bfloat16_to_float(t.bf16, out, static_cast<size_t>(n));
+  }
+}
+void add_term(float* out, const GradientReducer::Term& t, int64_t n) {
+  if (t.f32 != nullptr) {
+    ops::add_into(out, t.f32, n);
+    return;
+  }
+  const auto* b = reinterpret_cast<const uint16_t*>(t.bf16);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(b[i]) << 16;
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    out[i] += v;
+  }
+}
+}  // namespace
+
+int GradientReducer::chunk_terms(const Chunk& c, const Terms& in, Term terms[2]) {
   int count = 0;
-  auto term = [&](const float* t) {
+  auto term = [&](Term t) {
     if (count < 2) terms[count] = t;
     ++count;
   };
-  if (in.accumulator != nullptr) term(in.accumulator + c.flat);
+  if (in.accumulator != nullptr) term({in.accumulator + c.flat, nullptr});
   for (const ReplicaRun* r : *in.runs) {
-    if (r->has_gradient(c.var)) term(r->flat_gradients() + c.flat);
+    if (r->has_gradient(c.var)) term(run_term(*r, c));
   }
   return count;
 }
 
 void GradientReducer::sum_chunk(const Chunk& c, const Terms& in, float* out) {
   // ((t_0 + t_1) + t_2) + ... whatever thread runs it.
-  const float* first = nullptr;
-  bool summed = false;
-  auto term = [&](const float* t) {
+  Term first;
+  bool has_first = false, summed = false;
+  auto term = [&](const Term& t) {
     if (summed) {
-      ops::add_into(out, t, c.n);
-    } else if (first != nullptr) {
-      ops::sum_into(out, first, t, c.n);
+      add_term(out, t, c.n);
+    } else if (has_first && first.f32 != nullptr && t.f32 != nullptr) {
+      ops::sum_into(out, first.f32, t.f32, c.n);
+      summed = true;
+    } else if (has_first) {
+      load_term(out, first, c.n);
+      add_term(out, t, c.n);
       summed = true;
     } else {
       first = t;
+      has_first = true;
     }
   };
-  if (in.accumulator != nullptr) term(in.accumulator + c.flat);
+  if (in.accumulator != nullptr) term({in.accumulator + c.flat, nullptr});
   for (const ReplicaRun* r : *in.runs) {
-    if (r->has_gradient(c.var)) term(r->flat_gradients() + c.flat);
+    if (r->has_gradient(c.var)) term(run_term(*r, c));
   }
-  const size_t bytes = static_cast<size_t>(c.n) * sizeof(float);
   if (summed) return;
-  if (first != nullptr) {
-    std::memcpy(out, first, bytes);
+  if (has_first) {
+    load_term(out, first, c.n);
   } else {
-    std::memset(out, 0, bytes);
+    std::memset(out, 0, static_cast<size_t>(c.n) * sizeof(float));
   }
 }
 
@@ -99,7 +134,7 @@ const float* GradientReducer::sole_gradient(const Chunk& c, const Terms& in) {
   const float* only = nullptr;
   for (const ReplicaRun* r : *in.runs) {
     if (!r->has_gradient(c.var)) continue;
-    if (only != nullptr) return nullptr;
+    if (only != nullptr || r->gradient_dtype(c.var) != DType::float32) return nullptr;
     only = r->flat_gradients() + c.flat;
   }
   return only;
@@ -136,7 +171,8 @@ float* GradientReducer::local_sum(TaskPool& pool, const std::vector<ReplicaRun*>
       if (several) break;
       only = r;
     }
-    if (!several && only != nullptr && only->has_every_gradient()) return only->flat_gradients();
+    if (!several && only != nullptr && only->has_every_gradient() && only->float32_gradients())
+      return only->flat_gradients();
   }
   ensure_sum_buffer();
   ensure_scratch(pool);

@@ -46,12 +46,18 @@ class GradientReducer final : public GradientSink {
     const float* accumulator = nullptr;  // summed first, when steps accumulated
   };
   Terms terms(const std::vector<ReplicaRun*>& runs) const;
+  // One term of a chunk: float32, or a replica's bfloat16 gradient (ReplicaRun::gradient_dtype),
+  // widened as it is summed.
+  struct Term {
+    const float* f32 = nullptr;
+    const bfloat16* bf16 = nullptr;
+  };
   // The chunk's terms in their fixed order; returns how many there are, writing at most two.
-  static int chunk_terms(const Chunk& c, const Terms& in, const float* terms[2]);
+  static int chunk_terms(const Chunk& c, const Terms& in, Term terms[2]);
   // The chunk's sum into out (zeros when no term has it).
   static void sum_chunk(const Chunk& c, const Terms& in, float* out);
-  // The only term of the chunk when it is a replica's gradient alone (no accumulator), else
-  // nullptr: the sum is that gradient as it is.
+  // The only term of the chunk when it is a replica's float32 gradient alone (no accumulator),
+  // else nullptr: the sum is that gradient as it is.
   static const float* sole_gradient(const Chunk& c, const Terms& in);
 
   // ---- Accumulation (steps that do not apply).

@@ -1,6 +1,7 @@
 #include "replica_runs.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -37,6 +38,14 @@ void ReplicaRun::reset(int replica, bool overlap) {
   deferred_.clear();
 }
 
+const std::vector<Tensor>& ReplicaRun::gradient_buffers() const {
+  if (bf16_views_.empty()) return views_;
+  for (size_t i = 0; i < views_.size(); ++i) {
+    dest_[i] = (*vars_)[i].gradient_dtype() == DType::bfloat16 ? bf16_views_[i] : views_[i];
+  }
+  return dest_;
+}
+
 void ReplicaRun::set_gradients(const std::vector<Tensor>& grads) {
   if (grads.size() != views_.size()) {
     throw InvalidArgument("ReplicaRun::set_gradients: expected one gradient per variable (" +
@@ -49,21 +58,37 @@ void ReplicaRun::set_gradients(const std::vector<Tensor>& grads) {
       defined_[i] = 0;
       continue;
     }
-    if (g.dtype() != DType::float32 || !(g.shape() == views_[i].shape())) {
+    if ((g.dtype() != DType::float32 && g.dtype() != DType::bfloat16) ||
+        !(g.shape() == views_[i].shape())) {
       throw InvalidArgument("ReplicaRun::set_gradients: gradient " + std::to_string(i) +
-                            " must be float32 shaped like its variable: expected " +
+                            " must be float32 or bfloat16 shaped like its variable: expected " +
                             views_[i].describe() + ". Received: " + g.describe() + ".");
     }
-    if (g.raw_data() != views_[i].raw_data()) views_[i].copy_from(g);
+    if (g.dtype() == DType::bfloat16 && !bf16_views_.empty()) {
+      if (g.raw_data() != bf16_views_[i].raw_data()) bf16_views_[i].copy_from(g);
+      stored_[i] = DType::bfloat16;
+    } else {
+      if (g.raw_data() != views_[i].raw_data())
+        views_[i].copy_from(g.dtype() == DType::float32 ? g : g.to(DType::float32));
+      stored_[i] = DType::float32;
+    }
     defined_[i] = 1;
   }
+}
+
+bool ReplicaRun::float32_gradients() const {
+  for (size_t i = 0; i < stored_.size(); ++i)
+    if (defined_[i] != 0 && stored_[i] != DType::float32) return false;
+  return true;
 }
 
 void ReplicaRun::gradient_ready(size_t variable, const Tensor& gradient) {
   if (!overlap_) return;
   if (gradient.defined() && gradient.raw_data() != views_[variable].raw_data()) {
-    views_[variable].copy_from(gradient);
+    views_[variable].copy_from(gradient.dtype() == DType::float32 ? gradient
+                                                                  : gradient.to(DType::float32));
   }
+  stored_[variable] = DType::float32;
   defined_[variable] = gradient.defined() ? 1 : 0;
   if (sink_ != nullptr) sink_->gradient_ready(*this, variable);
 }
@@ -179,7 +204,11 @@ class ReplicaRuns::Phase : public TaskPhase {
 // ---- ReplicaRuns
 
 ReplicaRuns::ReplicaRuns(Strategy& strategy, const std::vector<Variable>& vars, Options options)
-    : strategy_(strategy), options_(std::move(options)), num_local_(strategy.num_local_replicas()) {
+    : strategy_(strategy),
+      vars_(vars),
+      options_(std::move(options)),
+      num_local_(strategy.num_local_replicas()) {
+  bf16_gradients_ = num_local_ > 1 && bfloat16_gradient_buffers();
   for (const Variable& v : vars) {
     shapes_.push_back(v.shape());
     total_ += v.num_elements();
@@ -190,6 +219,18 @@ ReplicaRuns::ReplicaRuns(Strategy& strategy, const std::vector<Variable>& vars, 
   for (size_t i = 0; i < num_boards_; ++i) boards_[i].set_on_post([&pool] { pool.wake_idle(); });
   committed_[0].assign(static_cast<size_t>(num_local_), nullptr);
   committed_[1].assign(static_cast<size_t>(num_local_), nullptr);
+}
+
+namespace {
+std::atomic<bool> g_bf16_gradient_buffers{true};
+}  // namespace
+
+void ReplicaRuns::set_bfloat16_gradient_buffers(bool on) {
+  g_bf16_gradient_buffers.store(on, std::memory_order_relaxed);
+}
+
+bool ReplicaRuns::bfloat16_gradient_buffers() {
+  return g_bf16_gradient_buffers.load(std::memory_order_relaxed);
 }
 
 bool ReplicaRuns::help_runs() {
@@ -315,8 +356,12 @@ ReplicaRun* ReplicaRuns::acquire() {
     int64_t off = 0;
     for (const Shape& s : shapes_) {
       r->views_.push_back(r->flat_.slice(off, off + s.num_elements()).reshape(s));
+      if (bf16_gradients_) r->bf16_views_.push_back(r->views_.back().view_as(DType::bfloat16, s));
       off += s.num_elements();
     }
+    r->vars_ = &vars_;
+    r->dest_ = r->views_;
+    r->stored_.assign(shapes_.size(), DType::float32);
     r->defined_.assign(shapes_.size(), 0);
     r->sink_ = options_.sink;
     r->sink_counts_.assign(options_.sink_counters, 0);

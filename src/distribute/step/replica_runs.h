@@ -50,11 +50,14 @@ class GradientSink {
 class ReplicaRun {
  public:
   int replica() const { return replica_; }
-  // float32 buffers shaped like the step's variables: pass them to GradientTape::gradient as
-  // destinations so the gradients are not copied.
-  const std::vector<Tensor>& gradient_buffers() const { return views_; }
+  // Buffers shaped like the step's variables: pass them to GradientTape::gradient as destinations
+  // so the gradients are not copied. float32, but bfloat16 for a variable whose gradient arrives
+  // in bfloat16 (Variable::gradient_dtype) when the step sums several local replicas: the update
+  // reads half the bytes. Each such buffer lies in the first half of its float32 one.
+  const std::vector<Tensor>& gradient_buffers() const;
   // Records this run's gradients, one per variable (undefined: none, counted as zeros); tensors
-  // other than gradient_buffers() are copied in. Shapes must match the variables'.
+  // other than gradient_buffers() are copied in. Shapes must match the variables'; float32, or
+  // bfloat16 (kept as bfloat16 where gradient_buffers() can hold it, else widened).
   void set_gradients(const std::vector<Tensor>& grads);
   // The RunState made by the step's factory (nullptr without one).
   RunState* state() const { return state_.get(); }
@@ -69,8 +72,16 @@ class ReplicaRun {
   bool has_gradient(size_t variable) const { return defined_[variable] != 0; }
   bool has_any_gradient() const;
   bool has_every_gradient() const;
-  // The gradients end to end (ChunkLayout), and room for the reducer's extra elements after them.
+  // The gradients end to end (ChunkLayout), and room for the reducer's extra elements after them:
+  // variable v's gradient at flat_gradients() + its layout offset when it is float32
+  // (gradient_dtype), else bfloat16 from that address on (bf16_gradient).
   float* flat_gradients() const { return flat_.data<float>(); }
+  DType gradient_dtype(size_t variable) const { return stored_[variable]; }
+  const bfloat16* bf16_gradient(size_t variable) const {
+    return bf16_views_[variable].data<bfloat16>();
+  }
+  // Every gradient this run has is float32: flat_gradients() is the whole sum's layout.
+  bool float32_gradients() const;
   // Per-run counters the gradient sink keeps (its buckets' reported gradients), zeroed per run.
   std::vector<int>& sink_counts() { return sink_counts_; }
 
@@ -93,6 +104,13 @@ class ReplicaRun {
   std::vector<int> sink_counts_;
   Tensor flat_;
   std::vector<Tensor> views_;
+  // Where bfloat16 gradients may be kept (ReplicaRuns::bf16_gradients_): a bfloat16 view at the
+  // start of each float32 view; empty otherwise. dest_: what gradient_buffers() hands out, by the
+  // variables' gradient dtypes at the time.
+  const std::vector<Variable>* vars_ = nullptr;
+  std::vector<Tensor> bf16_views_;
+  mutable std::vector<Tensor> dest_;
+  std::vector<DType> stored_;  // per variable, as set_gradients kept it
   std::vector<char> defined_;
   std::unique_ptr<RunState> state_;
   struct Local {
@@ -128,6 +146,12 @@ class ReplicaRuns {
   };
   ReplicaRuns(Strategy& strategy, const std::vector<Variable>& vars, Options options);
   ~ReplicaRuns();
+  // Whether runs constructed afterwards hand out bfloat16 gradient buffers where a variable's
+  // gradient arrives in bfloat16 (ReplicaRun::gradient_buffers; default on). Off, such gradients
+  // are widened into float32 buffers: the same sums, twice the bytes. Process-wide; for tests
+  // and measurements.
+  static void set_bfloat16_gradient_buffers(bool on);
+  static bool bfloat16_gradient_buffers();
   ReplicaRuns(const ReplicaRuns&) = delete;
   ReplicaRuns& operator=(const ReplicaRuns&) = delete;
 
@@ -169,6 +193,10 @@ class ReplicaRuns {
   bool help_runs();
 
   Strategy& strategy_;
+  std::vector<Variable> vars_;
+  // bfloat16 gradient buffers (ReplicaRun::gradient_buffers) only where several local replicas are
+  // summed by the update itself: one local replica's buffer is the all-reduce's float32 input.
+  bool bf16_gradients_ = false;
   std::vector<Shape> shapes_;
   int64_t total_ = 0;
   Options options_;

@@ -203,6 +203,7 @@ SyncStats ReplicatedStep::stats() const {
   s.backup_runs = p.backups;
   s.backup_wins = p.backup_wins;
   s.backup_publishes = update_.backup_publishes();
+  s.bfloat16_gradient_chunks = update_.bfloat16_gradient_chunks();
   return s;
 }
 

@@ -40,11 +40,13 @@ void Dense::build(const Shape& input_shape) {
 Tensor Dense::float32_form_linear(const Tensor& inputs, ops::FusedActivation kind) {
   const Tensor x = autocast(inputs);
   const Tensor kernel = mixed_precision::rounded_weights(kernel_);
+  kernel_.set_gradient_dtype(DType::bfloat16);  // the gradient of bfloat16 values (linear)
   const Tensor bias = options_.use_bias ? mixed_precision::rounded_weights(bias_) : Tensor();
   const bool relu = kind == ops::FusedActivation::relu;
   Tensor y = linear(x, kernel_.value(), options_.use_bias ? bias_.value() : Tensor(),
-                    relu ? ops::FusedActivation::none : kind, LinearOperands{kernel, bias},
-                    DType::float32, /*gelu_to_bfloat16_values=*/true);
+                    relu ? ops::FusedActivation::none : kind,
+                    LinearOperands{kernel, bias, /*bfloat16_values=*/true}, DType::float32,
+                    /*gelu_to_bfloat16_values=*/true);
   return relu ? relu_to_bfloat16_values(y) : y;
 }
 
@@ -62,6 +64,8 @@ Tensor Dense::bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation k
     // bfloat16 and the gradients reach the variables in float32.
     Tensor kernel = kernel_.raw_value(), bias = options_.use_bias ? bias_.raw_value() : Tensor();
     if (compute == DType::bfloat16) {
+      // Multiplied as bfloat16 values, the kernel gets their gradient: bfloat16 (linear).
+      kernel_.set_gradient_dtype(DType::bfloat16);
       if (ops::bf16_matmul_computes_in_f32(x.dim(0), x.dim(1), options_.units)) {
         kernel = mixed_precision::rounded_weights(kernel_);
         if (bias.defined()) bias = mixed_precision::rounded_weights(bias_);
@@ -71,10 +75,12 @@ Tensor Dense::bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation k
       }
     }
     // Recorded on the variables' values (which notes the reads for the tapes): their gradients
-    // are float32 and go straight to the tape's destinations; only the bfloat16 x is kept for
-    // the backward pass.
+    // go straight to the tape's destinations — the kernel's as the gradient of its bfloat16
+    // values under mixed_bfloat16 (LinearOperands) — and only the bfloat16 x is kept for the
+    // backward pass.
     y = linear(x, kernel_.value(), options_.use_bias ? bias_.value() : Tensor(), kind,
-               LinearOperands{kernel, bias}, compute);
+               LinearOperands{kernel, bias, /*bfloat16_values=*/compute == DType::bfloat16},
+               compute);
   } else {
     Tensor kernel = autocast(kernel_.value());
     Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();

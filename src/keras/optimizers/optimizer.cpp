@@ -308,6 +308,21 @@ void Optimizer::apply_sum_of_two(size_t i, int64_t offset, const float* w, const
   update_step(UpdateSpan{w, a, b, slots, w_out, slots_out, rounded, n, streamed}, update_info_);
 }
 
+void Optimizer::apply_sum_of_two(size_t i, int64_t offset, const float* w, const bfloat16* a,
+                                 const bfloat16* b, float* g, std::span<const float* const> slots,
+                                 float* w_out, std::span<float* const> slots_out, size_t n,
+                                 distribute::RoundedOut rounded,
+                                 distribute::Streamed streamed) const {
+  if (!reads_bfloat16_gradient_pairs() || options_.base.clipvalue || bound_scale_[i] != 1.0f ||
+      decay_[static_cast<size_t>(bound_[i])] != 0) {
+    ElementwiseUpdate::apply_sum_of_two(i, offset, w, a, b, g, slots, w_out, slots_out, n, rounded,
+                                        streamed);
+    return;
+  }
+  update_step(UpdateSpan{w, nullptr, nullptr, slots, w_out, slots_out, rounded, n, streamed, a, b},
+              update_info_);
+}
+
 void Optimizer::apply(size_t i, int64_t /*offset*/, const float* w, float* g,
                       std::span<const float* const> slots, float* w_out,
                       std::span<float* const> slots_out, size_t n, distribute::RoundedOut rounded,

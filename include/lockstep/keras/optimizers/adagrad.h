@@ -27,6 +27,7 @@ class Adagrad final : public OptimizerImpl<Adagrad, AdagradOptions> {
   float slot_initial_value(int) const override;
   void prepare_step(StepInfo& info) const override;
   void update_step(const UpdateSpan& span, const StepInfo& info) const override;
+  bool reads_bfloat16_gradient_pairs() const override { return true; }
 };
 
 }  // namespace lockstep::keras::optimizers

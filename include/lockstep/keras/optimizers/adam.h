@@ -32,6 +32,7 @@ class Adam : public OptimizerImpl<Adam, AdamOptions> {
   std::vector<std::string> slot_names() const override;
   void prepare_step(StepInfo& info) const override;
   void update_step(const UpdateSpan& span, const StepInfo& info) const override;
+  bool reads_bfloat16_gradient_pairs() const override { return true; }
 };
 
 }  // namespace lockstep::keras::optimizers

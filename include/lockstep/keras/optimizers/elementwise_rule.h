@@ -22,11 +22,12 @@
 namespace lockstep::keras::optimizers {
 
 // n elements of one variable: reads w, the gradient (g[i], or g[i] + g2[i] in float32 when g2 is
-// set: two replicas' gradients summed as they are read) and the slots; writes w_out, slots_out
-// and, when rounded is set, the bfloat16 rounding of each new weight (as float32 or bfloat16). An
-// output may be the very array of its input (an update in place) but overlaps no other array.
-// The outputs `streamed` names go out with non-temporal stores where the loop's build has them
-// (expand_rule); the caller fences.
+// set: two replicas' gradients summed as they are read; or, when gb is set instead of g, two
+// replicas' bfloat16 gradients gb[i] + gb2[i], each widened first) and the slots; writes w_out,
+// slots_out and, when rounded is set, the bfloat16 rounding of each new weight (as float32 or
+// bfloat16). An output may be the very array of its input (an update in place) but overlaps no
+// other array. The outputs `streamed` names go out with non-temporal stores where the loop's build
+// has them (expand_rule); the caller fences.
 struct UpdateSpan {
   const float* w = nullptr;
   const float* g = nullptr;
@@ -37,6 +38,8 @@ struct UpdateSpan {
   distribute::RoundedOut rounded{};
   size_t n = 0;
   distribute::Streamed streamed{};
+  const bfloat16* gb = nullptr;
+  const bfloat16* gb2 = nullptr;
 };
 
 namespace detail {
@@ -44,7 +47,16 @@ namespace detail {
 // What rule_loop writes beside the new weights.
 enum class Rounded { none, float32_values, bfloat16 };
 
-template <bool kSum, Rounded kRounded, typename Rule>
+// A bfloat16's float32 value (exact): its bits in the upper half.
+[[gnu::always_inline]] inline float widened(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// kBf16: the gradient is s.gb[i] + s.gb2[i], widened (kSum is then ignored).
+template <bool kSum, Rounded kRounded, typename Rule, bool kBf16 = false>
 [[gnu::always_inline]] inline void rule_loop(const Rule& rule, const UpdateSpan& s) {
   constexpr size_t kSlots = Rule::kSlots;
   std::array<const float*, kSlots> in{};
@@ -56,6 +68,8 @@ template <bool kSum, Rounded kRounded, typename Rule>
   const float* w = s.w;
   const float* g = s.g;
   const float* g2 = s.g2;
+  const auto* gb = reinterpret_cast<const uint16_t*>(s.gb);
+  const auto* gb2 = reinterpret_cast<const uint16_t*>(s.gb2);
   float* w_out = s.w_out;
   float* rounded = s.rounded.values;
   uint16_t* rounded_bits = reinterpret_cast<uint16_t*>(s.rounded.bf16);
@@ -70,8 +84,13 @@ template <bool kSum, Rounded kRounded, typename Rule>
   for (size_t i = 0; i < n; ++i) {
     std::array<float, kSlots> slot;
     for (size_t k = 0; k < kSlots; ++k) slot[k] = in[k][i];
-    float gi = g[i];
-    if constexpr (kSum) gi += g2[i];
+    float gi;
+    if constexpr (kBf16) {
+      gi = widened(gb[i]) + widened(gb2[i]);
+    } else {
+      gi = g[i];
+      if constexpr (kSum) gi += g2[i];
+    }
     const float wi = rule(w[i], gi, slot);
     for (size_t k = 0; k < kSlots; ++k) out[k][i] = slot[k];
     w_out[i] = wi;
@@ -131,7 +150,7 @@ template <int kLanes>
 // non-temporal stores right away. Streaming straight from the loop's registers is not something
 // GCC's vectoriser emits; through a larger buffer the copies wait on L2 and the stores bunch
 // up behind them. The rule's arithmetic is rule_loop's, so the bits are the same.
-template <bool kSum, Rounded kRounded, int kLanes, typename Rule>
+template <bool kSum, Rounded kRounded, int kLanes, typename Rule, bool kBf16 = false>
 [[gnu::always_inline]] inline void rule_loop_streamed(const Rule& rule, const UpdateSpan& s) {
   constexpr size_t kSlots = Rule::kSlots;
   constexpr size_t kBlock = 64;  // 256 bytes an array: four cache lines
@@ -148,8 +167,13 @@ template <bool kSum, Rounded kRounded, int kLanes, typename Rule>
   for (size_t b = 0; b < s.n; b += kBlock) {
     const size_t m = std::min(kBlock, s.n - b);
     part.w = s.w + b;
-    part.g = s.g + b;
-    if constexpr (kSum) part.g2 = s.g2 + b;
+    if constexpr (kBf16) {
+      part.gb = s.gb + b;
+      part.gb2 = s.gb2 + b;
+    } else {
+      part.g = s.g + b;
+      if constexpr (kSum) part.g2 = s.g2 + b;
+    }
     part.w_out = s.streamed.weights ? w_block : s.w_out + b;
     for (size_t k = 0; k < kSlots; ++k) {
       slot_in[k] = s.slots[k] + b;
@@ -163,7 +187,7 @@ template <bool kSum, Rounded kRounded, int kLanes, typename Rule>
       if (s.streamed.rounded) part.rounded.bf16 = reinterpret_cast<bfloat16*>(rounded_block);
     }
     part.n = m;
-    rule_loop<kSum, kRounded>(rule, part);
+    rule_loop<kSum, kRounded, Rule, kBf16>(rule, part);
     if (s.streamed.weights) stream_floats<kLanes>(s.w_out + b, w_block, m);
     if constexpr (kRounded == Rounded::float32_values) {
       if (s.streamed.rounded) stream_floats<kLanes>(s.rounded.values + b, rounded_block, m);
@@ -185,10 +209,11 @@ template <bool kSum, Rounded kRounded, int kLanes, typename Rule>
   }
 }
 
-template <bool kSum, Rounded kRounded, int kLanes, typename Rule>
+template <bool kSum, Rounded kRounded, int kLanes, typename Rule, bool kBf16 = false>
 [[gnu::always_inline]] inline void rule_loop_stored(const Rule& rule, const UpdateSpan& s) {
-  if (kLanes > 0 && s.streamed) return rule_loop_streamed<kSum, kRounded, kLanes>(rule, s);
-  rule_loop<kSum, kRounded>(rule, s);
+  if (kLanes > 0 && s.streamed)
+    return rule_loop_streamed<kSum, kRounded, kLanes, Rule, kBf16>(rule, s);
+  rule_loop<kSum, kRounded, Rule, kBf16>(rule, s);
 }
 
 }  // namespace detail
@@ -201,6 +226,13 @@ template <int kStoreLanes = 0, typename Rule>
 [[gnu::always_inline]] inline void expand_rule(const Rule& rule, const UpdateSpan& s) {
   using detail::Rounded;
   using detail::rule_loop_stored;
+  if (s.gb != nullptr) {
+    if (s.rounded.values != nullptr)
+      return rule_loop_stored<true, Rounded::float32_values, kStoreLanes, Rule, true>(rule, s);
+    if (s.rounded.bf16 != nullptr)
+      return rule_loop_stored<true, Rounded::bfloat16, kStoreLanes, Rule, true>(rule, s);
+    return rule_loop_stored<true, Rounded::none, kStoreLanes, Rule, true>(rule, s);
+  }
   if (s.g2 == nullptr) {
     if (s.rounded.values != nullptr)
       return rule_loop_stored<false, Rounded::float32_values, kStoreLanes>(rule, s);

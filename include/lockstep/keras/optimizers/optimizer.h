@@ -172,6 +172,11 @@ class Optimizer : public distribute::ElementwiseUpdate {
                         float* g, std::span<const float* const> slots, float* w_out,
                         std::span<float* const> slots_out, size_t n, distribute::RoundedOut rounded,
                         distribute::Streamed streamed) const override;
+  void apply_sum_of_two(size_t i, int64_t offset, const float* w, const bfloat16* a,
+                        const bfloat16* b, float* g, std::span<const float* const> slots,
+                        float* w_out, std::span<float* const> slots_out, size_t n,
+                        distribute::RoundedOut rounded,
+                        distribute::Streamed streamed) const override;
   void end_update() override;
   // The variable's bfloat16-rounded copy (mixed_precision::next_rounded_weights_out) when the
   // policy keeps one, so that the update rewrites it instead of the next forward pass.
@@ -193,6 +198,10 @@ class Optimizer : public distribute::ElementwiseUpdate {
   // decayed) with expand_rule (elementwise_rule.h): one call per span, none per element. Must
   // depend on nothing but the span's elements and `info`: the step's split relies on it.
   virtual void update_step(const UpdateSpan& span, const StepInfo& info) const = 0;
+  // Whether update_step reads UpdateSpan::gb/gb2 (two bfloat16 gradients) — it does when it runs
+  // its rule through expand_rule, as the built-in optimizers do; otherwise (the default) such
+  // gradients are widened and summed into a float32 span first.
+  virtual bool reads_bfloat16_gradient_pairs() const { return false; }
 
   const CommonOptions& common() const { return options_; }
 
