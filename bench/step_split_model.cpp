@@ -255,6 +255,17 @@ SPLIT_ISA_CLONES void relu_grad(const float* dh, const float* hf, const uint16_t
   }
 }
 
+// Adam's rule for element i: new moments into m2, v2, the new weight returned.
+[[gnu::always_inline]] inline float adam_element(float g, const float* w, const float* m,
+                                                 const float* v, float* m2, float* v2, int64_t i,
+                                                 float lr_t) {
+  const float mi = kB1 * m[i] + (1 - kB1) * g;
+  const float vi = kB2 * v[i] + (1 - kB2) * g * g;
+  m2[i] = mi;
+  v2[i] = vi;
+  return w[i] - lr_t * mi / (std::sqrt(vi) + kEps);
+}
+
 // Adam on [lo, hi): g = g0 (+ g1), moments and weights from (m, v, w) into (m2, v2, w2) — the same
 // arrays for an update in place (each element is read before it is written: no dependence between
 // iterations, which ivdep tells the vectorizer); the bfloat16 copy when wb is given.
@@ -265,20 +276,10 @@ SPLIT_ISA_CLONES void adam(const float* g0, const float* g1, const float* w, con
   const float g1_scale = g1 == g0 ? 0.0f : 1.0f;
 #pragma GCC ivdep
   for (int64_t i = lo; i < hi; ++i) {
-    const float g = g0[i] + g1_scale * g1[i];
-    const float mi = kB1 * m[i] + (1 - kB1) * g;
-    const float vi = kB2 * v[i] + (1 - kB2) * g * g;
-    const float wi = w[i] - lr_t * mi / (std::sqrt(vi) + kEps);
-    m2[i] = mi;
-    v2[i] = vi;
-    w2[i] = wi;
+    w2[i] = adam_element(g0[i] + g1_scale * g1[i], w, m, v, m2, v2, i, lr_t);
   }
   if (wb != nullptr) {
-    for (int64_t i = lo; i < hi; ++i) {
-      uint32_t u;
-      std::memcpy(&u, w2 + i, 4);
-      wb[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
+    for (int64_t i = lo; i < hi; ++i) wb[i] = to_bf16(w2[i]);
   }
 }
 
@@ -295,16 +296,9 @@ SPLIT_ISA_CLONES void adam_fused_copy(const G* g0, const G* g1, const float* w, 
                                       int64_t lo, int64_t hi, float lr_t) {
 #pragma GCC ivdep
   for (int64_t i = lo; i < hi; ++i) {
-    const float g = widen(g0[i]) + widen(g1[i]);
-    const float mi = kB1 * m[i] + (1 - kB1) * g;
-    const float vi = kB2 * v[i] + (1 - kB2) * g * g;
-    const float wi = w[i] - lr_t * mi / (std::sqrt(vi) + kEps);
-    m2[i] = mi;
-    v2[i] = vi;
+    const float wi = adam_element(widen(g0[i]) + widen(g1[i]), w, m, v, m2, v2, i, lr_t);
     w2[i] = wi;
-    uint32_t u;
-    std::memcpy(&u, &wi, 4);
-    wb[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    wb[i] = to_bf16(wi);
   }
 }
 
