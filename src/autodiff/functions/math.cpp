@@ -1,5 +1,6 @@
 #include "lockstep/autodiff/functions.h"
 #include "lockstep/autodiff/gradient_tape.h"
+#include "lockstep/core/bfloat16.h"
 #include "lockstep/core/check.h"
 #include "lockstep/ops.h"
 
@@ -71,13 +72,13 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
                                     has_bias ? out[2] : Tensor(), z);
         }
         if (out[1].defined() && out[1].dtype() != wdt && !out[1].shares_storage_with(sinks[1])) {
-          // The variable's own dtype, into its destination when it has one of that dtype.
-          const Tensor wide = out[1].to(wdt);
+          // Widened to the variable's float32, straight into its destination when it has one.
           if (sinks[1].defined() && sinks[1].dtype() == wdt) {
-            sinks[1].copy_from(wide);
+            bfloat16_to_float(out[1].data<bfloat16>(), sinks[1].data<float>(),
+                              static_cast<size_t>(out[1].num_elements()));
             out[1] = sinks[1];
           } else {
-            out[1] = wide;
+            out[1] = out[1].to(wdt);
           }
         }
         return out;
