@@ -273,7 +273,10 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
         // A float32 source's bfloat16 contribution (a kernel multiplied as bfloat16, its
         // gradient in a bfloat16 destination) meets another: summed in float32, as the casts'
         // gradients are.
-        it->second = autodiff::accumulate(it->second.to(DType::float32), g.to(DType::float32));
+        auto wide = [](const Tensor& t) {
+          return t.dtype() == DType::bfloat16 ? t.to(DType::float32) : t;
+        };
+        it->second = autodiff::accumulate(wide(it->second), wide(g));
       } else if (s >= 0 && in_destination[static_cast<size_t>(s)] &&
                  g.dtype() == it->second.dtype()) {
         autodiff::accumulate_into(it->second, g);

@@ -39,6 +39,12 @@ LOCKSTEP_DISPATCHED(void, bfloat16_to_float, (const bfloat16* src, float* dst, s
   for (size_t i = 0; i < n; ++i) dst[i] = float_of(static_cast<uint32_t>(in[i]) << 16);
 }
 
+LOCKSTEP_DISPATCHED(void, add_bfloat16_to_float, (const bfloat16* src, float* dst, size_t n),
+                    (src, dst, n)) {
+  const uint16_t* in = reinterpret_cast<const uint16_t*>(src);
+  for (size_t i = 0; i < n; ++i) dst[i] += float_of(static_cast<uint32_t>(in[i]) << 16);
+}
+
 LOCKSTEP_DISPATCHED(void, round_to_bfloat16_values, (const float* src, float* dst, size_t n),
                     (src, dst, n)) {
   for (size_t i = 0; i < n; ++i) dst[i] = round_to_bfloat16_value(src[i]);

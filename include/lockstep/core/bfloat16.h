@@ -55,6 +55,8 @@ inline float round_to_bfloat16_value(float f) {
 // Bulk conversions, vectorisable.
 void float_to_bfloat16(const float* src, bfloat16* dst, size_t n);
 void bfloat16_to_float(const bfloat16* src, float* dst, size_t n);
+// dst[i] += float(src[i]): a bfloat16 term added to a float32 sum (one float32 addition each).
+void add_bfloat16_to_float(const bfloat16* src, float* dst, size_t n);
 // dst[i] = float(bfloat16(src[i])) in one pass: float32 values exactly representable in bfloat16,
 // bit for bit what float_to_bfloat16 followed by bfloat16_to_float gives. src == dst is allowed.
 void round_to_bfloat16_values(const float* src, float* dst, size_t n);

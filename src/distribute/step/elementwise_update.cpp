@@ -1,7 +1,5 @@
 #include "lockstep/distribute/elementwise_update.h"
 
-#include <cstring>
-
 #include "lockstep/ops/elementwise.h"
 
 namespace lockstep::distribute {
@@ -21,13 +19,7 @@ void ElementwiseUpdate::apply_sum_of_two(size_t i, int64_t offset, const float* 
                                          std::span<float* const> slots_out, size_t n,
                                          RoundedOut rounded, Streamed streamed) const {
   bfloat16_to_float(a, g, n);
-  const auto* bits = reinterpret_cast<const uint16_t*>(b);
-  for (size_t j = 0; j < n; ++j) {
-    const uint32_t u = static_cast<uint32_t>(bits[j]) << 16;
-    float f;
-    std::memcpy(&f, &u, sizeof f);
-    g[j] += f;
-  }
+  add_bfloat16_to_float(b, g, n);
   apply(i, offset, w, g, slots, w_out, slots_out, n, rounded, streamed);
 }
 

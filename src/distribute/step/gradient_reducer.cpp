@@ -75,13 +75,7 @@ void add_term(float* out, const GradientReducer::Term& t, int64_t n) {
     ops::add_into(out, t.f32, n);
     return;
   }
-  const auto* b = reinterpret_cast<const uint16_t*>(t.bf16);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(b[i]) << 16;
-    float v;
-    std::memcpy(&v, &bits, sizeof v);
-    out[i] += v;
-  }
+  add_bfloat16_to_float(t.bf16, out, static_cast<size_t>(n));
 }
 }  // namespace
 
