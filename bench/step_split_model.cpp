@@ -29,7 +29,11 @@
 // work), SPLIT_NO_UPDATE=1 skips the first kernel's update, SPLIT_IN_PLACE=1 updates the data
 // split in place (as no backup could run), SPLIT_NO_STREAM=1 stores its float32 weights without
 // streaming; under --bf16, SPLIT_BF16_GRAD=1 keeps the first kernel's gradients in bfloat16 and
-// SPLIT_FUSED=1 is its baseline (below). Both threads flush subnormals, as Lockstep's do.
+// SPLIT_FUSED=1 is its baseline (below). SPLIT_LATE_DW1=1 (float32, with SPLIT_IN_PLACE=1) races
+// the data split against itself with the first kernel's gradient moved into the update: each
+// thread multiplies both replicas' rows of its half a block at a time and updates each block while
+// it is hot, so no replica writes a whole gradient. Both threads flush subnormals, as Lockstep's
+// do.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -489,7 +493,7 @@ struct Activations {
 };
 
 Result run_data_split(const Options& o, const Data& d, const Init& init,
-                      const std::vector<int32_t>& idx) {
+                      const std::vector<int32_t>& idx, bool late_dw1 = false) {
   const int64_t n1 = kIn * kHid, n2 = kHid * kOut, per = kGlobal / 2;
   const dt a = o.bf16 ? dt::bf16 : dt::f32;
   Arena arena;
@@ -569,14 +573,33 @@ Result run_data_split(const Options& o, const Data& d, const Init& init,
     }
     l.dh_mm[0].run(l.stream);
     relu_grad(l.dh, o.bf16 ? nullptr : l.hf, l.hb, per, kHid, l.dzf, l.dzb, gb1[t]);
-    l.dw1[0].run(l.stream);
+    if (!late_dw1) l.dw1[0].run(l.stream);
     ph.mark(2, "backward");
     barrier.wait(sense[t]);
     ph.mark(3, "wait");
+    if (late_dw1) {
+      // Each thread computes both replicas' gradients of its half of the first kernel's rows, a
+      // block at a time, and updates the block while it is in L1/L2 (in place).
+      constexpr int64_t kBlock = 56;
+      static thread_local std::vector<float> ga(kBlock * kHid), gb(kBlock * kHid);
+      const float lr_late = adam_lr(s);
+      const int64_t r0 = t == 0 ? 0 : kIn / 2, r1 = t == 0 ? kIn / 2 : kIn;
+      for (int64_t r = r0; r < r1; r += kBlock) {
+        const int64_t rows_b = std::min(kBlock, r1 - r);
+        dnnl_sgemm('T', 'N', rows_b, kHid, per, 1.0f, loc[0].xf + r, kIn, loc[0].dzf, kHid, 0.0f,
+                   ga.data(), kHid);
+        dnnl_sgemm('T', 'N', rows_b, kHid, per, 1.0f, loc[1].xf + r, kIn, loc[1].dzf, kHid, 0.0f,
+                   gb.data(), kHid);
+        const int64_t off = r * kHid;
+        if (!no_update)
+          adam(ga.data(), gb.data(), w1[0] + off, m1[0] + off, v1[0] + off, w1[0] + off,
+               m1[0] + off, v1[0] + off, nullptr, 0, rows_b * kHid, lr_late);
+      }
+    }
     // Each thread updates half of the first kernel; thread 0 the small variables too.
     const float lr_t = adam_lr(s);
     const int64_t lo = t == 0 ? 0 : half, hi = t == 0 ? half : n1;
-    if (no_update) {
+    if (no_update || late_dw1) {
     } else if (o.bf16 && fused_copy) {
       adam_fused_copy(g1[0], g1[1], w1[cur], m1[cur], v1[cur], w1[nxt], m1[nxt], v1[nxt], w1b, lo,
                       hi, lr_t);
@@ -732,21 +755,31 @@ int main(int argc, char** argv) {
   std::printf("%s, %d steps a run, %s threads\n", o.bf16 ? "bfloat16 first layer" : "float32",
               o.steps, o.pin ? "pinned" : "unpinned");
   std::vector<double> ratios;
+  // SPLIT_LATE_DW1=1 (float32): the second contestant is the data split with the first kernel's
+  // gradient computed in the update, both replicas' rows of a block by the thread updating it.
+  const bool late = std::getenv("SPLIT_LATE_DW1") != nullptr;
+  if (late && (o.bf16 || !in_place)) {
+    std::fprintf(stderr, "SPLIT_LATE_DW1 runs float32 in place: set SPLIT_IN_PLACE=1, no --bf16\n");
+    return 2;
+  }
+  auto second = [&] {
+    return late ? run_data_split(o, data, init, idx, true) : run_column_split(o, data, init, idx);
+  };
   for (int r = 0; r < o.rounds; ++r) {
     Result ds{}, cs{};
     if (r % 2 == 0) {
       ds = run_data_split(o, data, init, idx);
-      cs = run_column_split(o, data, init, idx);
+      cs = second();
     } else {
-      cs = run_column_split(o, data, init, idx);
+      cs = second();
       ds = run_data_split(o, data, init, idx);
     }
     ratios.push_back(ds.us_per_step / cs.us_per_step);
-    std::printf(
-        "round %d: data split %.1f us/step (loss %.5f), column split %.1f us/step (loss %.5f)\n",
-        r + 1, ds.us_per_step, ds.last_loss, cs.us_per_step, cs.last_loss);
+    std::printf("round %d: data split %.1f us/step (loss %.5f), %s %.1f us/step (loss %.5f)\n",
+                r + 1, ds.us_per_step, ds.last_loss, late ? "late dW1" : "column split",
+                cs.us_per_step, cs.last_loss);
     for (const Result* res : {&ds, &cs}) {
-      std::printf("  %s:", res == &ds ? "data  " : "column");
+      std::printf("  %s:", res == &ds ? "data  " : late ? "late  " : "column");
       for (int t = 0; t < 2; ++t) {
         const Phases& ph = res->phases[t];
         std::printf(" [thread %d", t);
@@ -758,6 +791,6 @@ int main(int argc, char** argv) {
     }
   }
   std::sort(ratios.begin(), ratios.end());
-  std::printf("median data/column: %.3fx\n", ratios[ratios.size() / 2]);
+  std::printf("median data/%s: %.3fx\n", late ? "late" : "column", ratios[ratios.size() / 2]);
   return 0;
 }
