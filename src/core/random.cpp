@@ -58,11 +58,11 @@ double Generator::normal() {
 
 uint64_t Generator::uniform_int(uint64_t n) {
   LOCKSTEP_CHECK(n != 0, "uniform_int: n must be positive.");
-  // Rejection sampling removes the modulo bias.
-  uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-  uint64_t r;
-  do r = next_u64();
-  while (r >= limit);
+  // Rejection sampling removes the modulo bias: draws at or above the largest multiple of n are
+  // redrawn. That limit is above UINT64_MAX - n, so it is computed (a second division) only for
+  // the rare draw above that.
+  uint64_t r = next_u64();
+  while (r > UINT64_MAX - n && r >= UINT64_MAX - UINT64_MAX % n) r = next_u64();
   return r % n;
 }
 

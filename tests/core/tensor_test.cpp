@@ -148,6 +148,27 @@ TEST(Generator, StateRoundTripContinuesTheSameSequence) {
   for (int i = 0; i < 20; ++i) EXPECT_EQ(a.next_u32(), b.next_u32());
 }
 
+// uniform_int(n) is the draw r % n of the first 64-bit draw r below the largest multiple of n
+// (2^64 - 1 - (2^64 - 1) % n), the rule written out here on a twin generator's raw draws. Just
+// above 2^63 about half the draws are redrawn, so the rejection path runs too.
+TEST(Generator, UniformIntRedrawsAboveTheLargestMultipleOfN) {
+  const uint64_t half = uint64_t{1} << 63;
+  for (uint64_t n : {uint64_t{1}, uint64_t{3}, uint64_t{60000}, half - 1, half, half + 1,
+                     half + 12345, UINT64_MAX - 1, UINT64_MAX}) {
+    Generator g(7, n), twin(7, n);
+    int redrawn = 0;
+    for (int i = 0; i < 2000; ++i) {
+      const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+      uint64_t r = twin.next_u64();
+      for (; r >= limit; r = twin.next_u64()) ++redrawn;
+      ASSERT_EQ(g.uniform_int(n), r % n) << "n = " << n << ", draw " << i;
+    }
+    if (n == half + 1) {
+      EXPECT_GT(redrawn, 500) << "the rejection path was not exercised";
+    }
+  }
+}
+
 TEST(Generator, NormalHasUnitMomentsAndTruncatedStaysWithinTwoSigma) {
   Generator g(1);
   Tensor n = g.normal({200000}, 0.0, 1.0, DType::float64);
