@@ -577,12 +577,12 @@ Result run_data_split(const Options& o, const Data& d, const Init& init,
     ph.mark(2, "backward");
     barrier.wait(sense[t]);
     ph.mark(3, "wait");
+    const float lr_t = adam_lr(s);
     if (late_dw1) {
       // Each thread computes both replicas' gradients of its half of the first kernel's rows, a
       // block at a time, and updates the block while it is in L1/L2 (in place).
       constexpr int64_t kBlock = 56;
       static thread_local std::vector<float> ga(kBlock * kHid), gb(kBlock * kHid);
-      const float lr_late = adam_lr(s);
       const int64_t r0 = t == 0 ? 0 : kIn / 2, r1 = t == 0 ? kIn / 2 : kIn;
       for (int64_t r = r0; r < r1; r += kBlock) {
         const int64_t rows_b = std::min(kBlock, r1 - r);
@@ -593,11 +593,10 @@ Result run_data_split(const Options& o, const Data& d, const Init& init,
         const int64_t off = r * kHid;
         if (!no_update)
           adam(ga.data(), gb.data(), w1[0] + off, m1[0] + off, v1[0] + off, w1[0] + off,
-               m1[0] + off, v1[0] + off, nullptr, 0, rows_b * kHid, lr_late);
+               m1[0] + off, v1[0] + off, nullptr, 0, rows_b * kHid, lr_t);
       }
     }
     // Each thread updates half of the first kernel; thread 0 the small variables too.
-    const float lr_t = adam_lr(s);
     const int64_t lo = t == 0 ? 0 : half, hi = t == 0 ? half : n1;
     if (no_update || late_dw1) {
     } else if (o.bf16 && fused_copy) {
