@@ -109,6 +109,40 @@ void BM_AdamUpdate(benchmark::State& state) {
 }
 BENCHMARK(BM_AdamUpdate)->Arg(0)->Arg(1);
 
+// Adam over the seed model's first kernel (784 x 128) with its bfloat16 copy: argument 0 plain,
+// 1 in the paired-rows layout oneDNN's AMX kernel reads it in (BA16a64b2a, rows padded to 800).
+void BM_AdamUpdateKernelCopy(benchmark::State& state) {
+  constexpr int64_t kIn = 784, kOut = 128, kN = kIn * kOut;
+  Generator gen(4);
+  Variable w(gen.uniform({kIn, kOut}, -0.1, 0.1), "w");
+  Tensor g = gen.uniform({kIn, kOut}, -0.01, 0.01);
+  keras::optimizers::Adam adam;
+  adam.bind({w});
+  std::vector<Variable> slots = adam.slot_variables(0);
+  std::vector<const float*> in{slots[0].raw_value().data<float>(),
+                               slots[1].raw_value().data<float>()};
+  std::vector<float*> out{slots[0].raw_value().data<float>(), slots[1].raw_value().data<float>()};
+  float* wp = w.raw_value().data<float>();
+  static const PairedRowsLayout kLayout{.rows = kIn,
+                                        .cols = kOut,
+                                        .row_block = 32,
+                                        .col_block = 64,
+                                        .row_tile_stride = 32 * 64,
+                                        .col_tile_stride = 800 * 64,
+                                        .size = 800 * kOut};
+  const bool paired = state.range(0) == 1;
+  std::vector<bfloat16> copy(paired ? kLayout.size : kN);
+  const distribute::RoundedOut rounded{.bf16 = copy.data(), .layout = paired ? &kLayout : nullptr};
+  for (auto _ : state) {
+    adam.begin_update({});
+    adam.apply(0, 0, wp, g.data<float>(), in, wp, out, kN, rounded, {});
+    adam.end_update();
+    benchmark::DoNotOptimize(wp);
+  }
+  label(state, 30, kN);
+}
+BENCHMARK(BM_AdamUpdateKernelCopy)->Arg(0)->Arg(1);
+
 // The ViT's attention (apps/models: 49 patches, 4 heads of 16) over 32 examples: the scores, the
 // column softmax and the weighted rows, forward and backward. Counted as the flop of its four
 // products (2·T·S·D each, per head).

@@ -18,7 +18,11 @@ StepMemory measure_step_memory(Model& model, const Tensor& x, const Tensor& y,
   for (const Variable& v : vars) {
     const distribute::RoundedOut r = rounded_weights_out(v);
     if (r.values != nullptr) m.rounded_weight_copies += v.raw_value().nbytes();
-    if (r.bf16 != nullptr) m.rounded_weight_copies += v.raw_value().nbytes() / 2;
+    if (r.bf16 != nullptr) {
+      m.rounded_weight_copies += r.layout != nullptr
+                                     ? static_cast<size_t>(r.layout->size) * sizeof(bfloat16)
+                                     : v.raw_value().nbytes() / 2;
+    }
   }
   const size_t start = storage_pool_stats().live_bytes;
   storage_pool_reset_peak();

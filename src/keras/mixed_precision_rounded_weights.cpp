@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,8 +15,9 @@ namespace lockstep::keras::mixed_precision {
 
 namespace {
 
-// The two kinds of copy: float32 holding bfloat16 values, and bfloat16.
-constexpr int kValues = 0, kBfloat16 = 1;
+// The kinds of copy: float32 holding bfloat16 values, bfloat16, and bfloat16 laid out for a
+// matmul's kernel (PairedRowsLayout).
+constexpr int kValues = 0, kBfloat16 = 1, kPaired = 2, kKinds = 3;
 
 // The rounded copies of one variable, one per kind and buffer. `current` is read without the lock
 // on every forward pass; the lock only serialises the (re)computation when several replicas find
@@ -22,8 +25,10 @@ constexpr int kValues = 0, kBfloat16 = 1;
 class RoundedWeights final : public Variable::Companion {
  public:
   std::mutex mu;
-  std::atomic<bool> current[2][2] = {{false, false}, {false, false}};  // [kind][buffer]
-  Tensor copies[2][2];
+  std::atomic<bool> current[kKinds][2] = {{false, false}, {false, false}, {false, false}};
+  Tensor copies[kKinds][2];  // [kind][buffer]
+  // The paired copy's layout (process-lifetime; see ops::bf16_kernel_layout), set once.
+  std::atomic<const PairedRowsLayout*> layout{nullptr};
   // next_rounded_weights_out() handed out the copy of kind `next_kind`, buffer `next_promised`,
   // since the last flip (-1: not); its writer fills it before the flip.
   std::atomic<int> next_promised{-1};
@@ -35,7 +40,7 @@ class RoundedWeights final : public Variable::Companion {
   void buffers_flipped(int buffer) override {
     const bool written = next_promised.exchange(-1, std::memory_order_acq_rel) == buffer;
     const int kind = next_kind.load(std::memory_order_acquire);
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kKinds; ++k) {
       current[k][buffer].store(written && k == kind && copies[k][buffer].defined(),
                                std::memory_order_release);
     }
@@ -57,6 +62,24 @@ RoundedWeights& companion_of(const Variable& v) {
   return *existing(v);
 }
 
+// A zeroed copy of `kind` for variable value v (the paired layout's padding must read zero).
+Tensor new_copy(const RoundedWeights& r, const Tensor& v, int kind) {
+  if (kind == kPaired) return Tensor::zeros(Shape{r.layout.load()->size}, DType::bfloat16);
+  return Tensor(v.shape(), kind == kValues ? DType::float32 : DType::bfloat16);
+}
+
+// Every element of the paired copy from the float32 values, a block at a time.
+void fill_paired(const PairedRowsLayout& layout, const float* v, bfloat16* copy, size_t n) {
+  constexpr size_t kBlock = 1024;
+  bfloat16 block[kBlock];
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    float_to_bfloat16(v + b, block, m);
+    store_paired_rows<0>(layout, reinterpret_cast<uint16_t*>(copy), static_cast<int64_t>(b),
+                         reinterpret_cast<const uint16_t*>(block), static_cast<int64_t>(m));
+  }
+}
+
 Tensor current_copy(const Variable& variable, int kind, const char* what) {
   const Tensor& v = variable.raw_value();
   LOCKSTEP_CHECK(v.dtype() == DType::float32, what,
@@ -70,12 +93,13 @@ Tensor current_copy(const Variable& variable, int kind, const char* what) {
     if (!r.current[kind][c].load(std::memory_order_relaxed)) {
       Tensor& copy = r.copies[kind][c];
       const size_t n = static_cast<size_t>(v.num_elements());
+      if (!copy.defined()) copy = new_copy(r, v, kind);
       if (kind == kValues) {
-        if (!copy.defined()) copy = Tensor(v.shape(), DType::float32);
         round_to_bfloat16_values(v.data<float>(), copy.data<float>(), n);
-      } else {
-        if (!copy.defined()) copy = Tensor(v.shape(), DType::bfloat16);
+      } else if (kind == kBfloat16) {
         float_to_bfloat16(v.data<float>(), copy.data<bfloat16>(), n);
+      } else {
+        fill_paired(*r.layout.load(), v.data<float>(), copy.data<bfloat16>(), n);
       }
       r.current[kind][c].store(true, std::memory_order_release);
     }
@@ -83,7 +107,23 @@ Tensor current_copy(const Variable& variable, int kind, const char* what) {
   return r.copies[kind][c];
 }
 
+std::atomic<bool>& paired_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LOCKSTEP_PAIRED_KERNELS");
+    return e == nullptr || std::string(e) != "0";
+  }()};
+  return flag;
+}
+
 }  // namespace
+
+void set_paired_kernels(bool enabled) {
+  paired_flag().store(enabled, std::memory_order_relaxed);
+}
+
+bool paired_kernels() {
+  return paired_flag().load(std::memory_order_relaxed);
+}
 
 Tensor rounded_weights(const Variable& variable) {
   return current_copy(variable, kValues, "rounded_weights");
@@ -93,17 +133,35 @@ Tensor bfloat16_weights(const Variable& variable) {
   return current_copy(variable, kBfloat16, "bfloat16_weights");
 }
 
+Tensor paired_bfloat16_weights(const Variable& variable, const PairedRowsLayout& layout) {
+  const Tensor& v = variable.raw_value();
+  LOCKSTEP_CHECK(v.rank() == 2 && v.dim(0) == layout.rows && v.dim(1) == layout.cols,
+                 "paired_bfloat16_weights: variable '", variable.name(), "' ", v.describe(),
+                 " does not fit a layout for a ", layout.rows, " x ", layout.cols, " matrix.");
+  RoundedWeights& r = companion_of(variable);
+  const PairedRowsLayout* expected = nullptr;
+  if (!r.layout.compare_exchange_strong(expected, &layout) && !(*expected == layout)) return {};
+  return current_copy(variable, kPaired, "paired_bfloat16_weights");
+}
+
 distribute::RoundedOut rounded_weights_out(const Variable& variable) {
   RoundedWeights* r = existing(variable);
   if (r == nullptr) return {};
   const int c = variable.current_buffer();
-  const bool values = r->current[kValues][c].load(std::memory_order_acquire);
-  const bool bf16 = r->current[kBfloat16][c].load(std::memory_order_acquire);
-  // One writer keeps one kind current; with both in use the bfloat16 copy goes stale and is
-  // recomputed on its next read.
-  if (values && bf16) r->current[kBfloat16][c].store(false, std::memory_order_release);
-  if (values) return {.values = r->copies[kValues][c].data<float>()};
-  if (bf16) return {.bf16 = r->copies[kBfloat16][c].data<bfloat16>()};
+  // One writer keeps one kind current: the first of values, bfloat16 and paired in use; the others
+  // go stale and are recomputed on their next read.
+  int kind = -1;
+  for (int k = 0; k < kKinds; ++k) {
+    if (!r->current[k][c].load(std::memory_order_acquire)) continue;
+    if (kind < 0) {
+      kind = k;
+    } else {
+      r->current[k][c].store(false, std::memory_order_release);
+    }
+  }
+  if (kind == kValues) return {.values = r->copies[kValues][c].data<float>()};
+  if (kind == kBfloat16) return {.bf16 = r->copies[kBfloat16][c].data<bfloat16>()};
+  if (kind == kPaired) return {.bf16 = r->copies[kPaired][c].data<bfloat16>(), .layout = r->layout};
   return {};
 }
 
@@ -112,12 +170,14 @@ distribute::RoundedOut next_rounded_weights_out(const Variable& variable) {
   RoundedWeights* r = existing(variable);
   if (r == nullptr) return {};
   const int c = variable.current_buffer();
-  // The kind the layers read now (the bfloat16 copy when both are: the other is recomputed).
+  // The kind the layers read now (the first in use of bfloat16, values and paired: the others
+  // are recomputed).
   int kind = -1;
-  if (r->current[kBfloat16][c].load(std::memory_order_acquire)) {
-    kind = kBfloat16;
-  } else if (r->current[kValues][c].load(std::memory_order_acquire)) {
-    kind = kValues;
+  for (const int k : {kBfloat16, kValues, kPaired}) {
+    if (r->current[k][c].load(std::memory_order_acquire)) {
+      kind = k;
+      break;
+    }
   }
   if (kind < 0) {
     // Every update asks: a promise left by an update that never flipped must not outlive it.
@@ -126,12 +186,11 @@ distribute::RoundedOut next_rounded_weights_out(const Variable& variable) {
   }
   std::lock_guard lock(r->mu);
   Tensor& copy = r->copies[kind][1 - c];
-  if (!copy.defined()) {
-    copy = Tensor(next.shape(), kind == kValues ? DType::float32 : DType::bfloat16);
-  }
+  if (!copy.defined()) copy = new_copy(*r, next, kind);
   r->next_kind.store(kind, std::memory_order_release);
   r->next_promised.store(1 - c, std::memory_order_release);
   if (kind == kValues) return {.values = copy.data<float>()};
+  if (kind == kPaired) return {.bf16 = copy.data<bfloat16>(), .layout = r->layout};
   return {.bf16 = copy.data<bfloat16>()};
 }
 

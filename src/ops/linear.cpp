@@ -19,6 +19,8 @@
 #include "gelu_kernels.h"
 #include "internal.h"
 #include "kernel_util.h"
+#include "onednn.h"
+#include "paired_kernel.h"
 
 namespace lockstep::ops {
 namespace {
@@ -306,6 +308,69 @@ void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias,
   detail::check_defined(y, "linear_into", "y");
   check_buffer(y, {x.dim(0), kernel.dim(1)}, x.dtype(), "linear_into", "y");
   gemm_with_activation(x, kernel, bias, activation, y);
+}
+
+void linear_paired_into(const Tensor& x, const Tensor& kernel, const PairedRowsLayout& layout,
+                        const Tensor& bias, FusedActivation activation, const Tensor& y) {
+  const char* op = "linear_paired_into";
+  LOCKSTEP_CHECK(x.dtype() == DType::bfloat16 && x.rank() == 2 && x.dim(1) == layout.rows &&
+                     kernel.dtype() == DType::bfloat16 && kernel.shape() == Shape{layout.size},
+                 op, ": expected a bfloat16 x [batch, ", layout.rows, "] and a bfloat16 kernel of ",
+                 layout.size, " elements in its paired layout. Received: x ", x.describe(),
+                 " and kernel ", kernel.describe(), ".");
+  LOCKSTEP_CHECK(
+      !bias.defined() || (bias.shape() == Shape{layout.cols} &&
+                          (bias.dtype() == DType::bfloat16 || bias.dtype() == DType::float32)),
+      op, ": expected bias of shape [", layout.cols, "]. Received: ", bias.describe(), ".");
+  LOCKSTEP_CHECK(activation != FusedActivation::gelu, op,
+                 ": gelu is not fused here (its gradient needs the pre-activation).");
+  detail::check_defined(y, op, "y");
+  check_buffer(y, {x.dim(0), layout.cols}, DType::bfloat16, op, "y");
+  LOCKSTEP_CHECK(y.dtype() == DType::bfloat16, op,
+                 ": expected a bfloat16 y. Received: ", y.describe(), ".");
+  const int64_t m = x.dim(0), k = layout.rows, n = layout.cols;
+  // relu keeps NaN (relu_keeping_nan), as gemm_with_activation applies it.
+  const FusedActivation fused =
+      activation == FusedActivation::relu ? FusedActivation::none : activation;
+  onednn::Key key("matmul_paired");
+  key.add(m).add(k).add(n).add(static_cast<int>(fused));
+  key.add(bias.defined() ? static_cast<int64_t>(bias.dtype()) : int64_t{-1});
+  key.add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&layout)));
+  auto& prim = onednn::cached<onednn::Primitive>(key, [&] {
+    using dims = dnnl::memory::dims;
+    const dnnl::memory::desc x_md = onednn::plain_desc(dims{m, k}, DType::bfloat16);
+    const dnnl::memory::desc& w_md = detail::paired_kernel_desc(layout);
+    const dnnl::memory::desc y_md = onednn::plain_desc(dims{m, n}, DType::bfloat16);
+    dnnl::primitive_attr attr;
+    if (fused != FusedActivation::none) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.0f, detail::onednn_eltwise(fused), 0.0f, 0.0f);
+      attr.set_post_ops(po);
+    }
+    if (bias.defined()) {
+      const dnnl::memory::desc b_md = onednn::plain_desc(dims{1, n}, bias.dtype());
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(x_md, w_md, b_md, y_md), attr,
+                                      onednn::engine());
+      return onednn::Primitive(dnnl::matmul(pd), {{DNNL_ARG_SRC, x_md},
+                                                  {DNNL_ARG_WEIGHTS, w_md},
+                                                  {DNNL_ARG_BIAS, b_md},
+                                                  {DNNL_ARG_DST, y_md}});
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(x_md, w_md, y_md), attr, onednn::engine());
+    return onednn::Primitive(
+        dnnl::matmul(pd), {{DNNL_ARG_SRC, x_md}, {DNNL_ARG_WEIGHTS, w_md}, {DNNL_ARG_DST, y_md}});
+  });
+  if (bias.defined()) {
+    prim.execute({{DNNL_ARG_SRC, x.raw_data()},
+                  {DNNL_ARG_WEIGHTS, kernel.raw_data()},
+                  {DNNL_ARG_BIAS, bias.raw_data()},
+                  {DNNL_ARG_DST, y.raw_data()}});
+  } else {
+    prim.execute({{DNNL_ARG_SRC, x.raw_data()},
+                  {DNNL_ARG_WEIGHTS, kernel.raw_data()},
+                  {DNNL_ARG_DST, y.raw_data()}});
+  }
+  if (activation == FusedActivation::relu) relu_keeping_nan(y.data<bfloat16>(), y.num_elements());
 }
 
 Tensor linear_to_bfloat16_values_forward(const Tensor& x, const Tensor& kernel,

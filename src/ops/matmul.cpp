@@ -18,6 +18,7 @@
 #include "internal.h"
 #include "kernel_util.h"
 #include "onednn.h"
+#include "paired_kernel.h"
 
 namespace lockstep::ops {
 namespace {
@@ -57,22 +58,6 @@ void check_out(const Tensor& out, const Tensor& a, int64_t m, int64_t n, const c
   const Shape expected{m, n};
   LOCKSTEP_CHECK(out.shape() == expected && dtype_ok, op, ": expected out of shape ", expected,
                  " and dtype ", a.dtype(), ". Received: ", out.describe(), ".");
-}
-
-dnnl::algorithm eltwise_algorithm(FusedActivation act) {
-  switch (act) {
-    case FusedActivation::relu:
-      return dnnl::algorithm::eltwise_relu;
-    case FusedActivation::sigmoid:
-      return dnnl::algorithm::eltwise_logistic;
-    case FusedActivation::tanh:
-      return dnnl::algorithm::eltwise_tanh;
-    case FusedActivation::gelu:
-      return dnnl::algorithm::eltwise_gelu_erf;
-    case FusedActivation::none:
-      break;
-  }
-  return dnnl::algorithm::undef;
 }
 
 double apply_activation(FusedActivation act, double z) {
@@ -133,6 +118,22 @@ Tensor as_f32(const Tensor& t) {
 }  // namespace
 
 namespace detail {
+dnnl::algorithm onednn_eltwise(FusedActivation act) {
+  switch (act) {
+    case FusedActivation::relu:
+      return dnnl::algorithm::eltwise_relu;
+    case FusedActivation::sigmoid:
+      return dnnl::algorithm::eltwise_logistic;
+    case FusedActivation::tanh:
+      return dnnl::algorithm::eltwise_tanh;
+    case FusedActivation::gelu:
+      return dnnl::algorithm::eltwise_gelu_erf;
+    case FusedActivation::none:
+      break;
+  }
+  return dnnl::algorithm::undef;
+}
+
 Tensor widen_to_f32(const Tensor& t) {
   return as_f32(t);
 }
@@ -369,7 +370,7 @@ void gemm_onednn(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, 
     dnnl::primitive_attr attr;
     if (act != FusedActivation::none) {
       dnnl::post_ops po;
-      po.append_eltwise(1.0f, eltwise_algorithm(act), 0.0f, 0.0f);
+      po.append_eltwise(1.0f, detail::onednn_eltwise(act), 0.0f, 0.0f);
       attr.set_post_ops(po);
     }
     if (bias.defined()) {

@@ -86,14 +86,15 @@ TEST(BufferedUpdate, UpdatesOutOfPlaceAndFlipsOnAnyNumberOfThreads) {
 }
 
 // What one update of kSizes' variables needs: a strategy of `threads` threads, the variables and
-// a copy of their initial values, the fake rule keeping no rounding (0), a float32 one (1) or a
-// bfloat16 one (2), and the summed gradient.
+// a copy of their initial values, the fake rule keeping no rounding (0), a float32 one (1), a
+// bfloat16 one (2) or a bfloat16 one in pairs of rows (3), and the summed gradient.
 struct UpdateSetup {
   UpdateSetup(int threads, int rounding)
       : strategy(make_strategy(1, threads)),
         vars(make_variables(kSizes)),
         initial(make_variables(kSizes)),
-        rule(/*rounding=*/rounding > 0, /*bfloat16_copy=*/rounding == 2),
+        rule(/*rounding=*/rounding > 0, /*bfloat16_copy=*/rounding == 2, /*swappable=*/true,
+             /*paired=*/rounding == 3),
         layout(vars, threads),
         update(layout, vars, rule, strategy->task_pool().total_threads()),
         g(flat_sum(layout)) {}
@@ -114,7 +115,7 @@ TEST(BufferedUpdate, UpdatesInPlaceWithTheValuesOfOutOfPlace) {
   for (bool stream : {true, false}) {
     BufferedUpdate::set_stream_shared_reads(stream);
     for (int threads : {1, 2, 3}) {
-      for (int rounding : {0, 1, 2}) {  // none, a float32 copy, a bfloat16 copy
+      for (int rounding : {0, 1, 2, 3}) {  // none, float32, bfloat16, bfloat16 in pairs of rows
         SCOPED_TRACE(::testing::Message() << (stream ? "streamed, " : "stored, ") << threads
                                           << " threads, rounding " << rounding);
         UpdateSetup u(threads, rounding);
@@ -131,6 +132,7 @@ TEST(BufferedUpdate, UpdatesInPlaceWithTheValuesOfOutOfPlace) {
         EXPECT_EQ(rule.slot(0).raw_value().data<float>(), slot_before);
         EXPECT_EQ(strategy->task_pool().stats().backups, 0u);
         expect_updated(vars, initial, rule, layout, g, /*rounding=*/rounding > 0);
+        EXPECT_TRUE(rule.padding_is_zero());
         EXPECT_EQ(g, flat_sum(layout)) << "the sum is read, not written";
         // The next update out of place again: its phase allows backups, and it flips.
         update.begin_update();
@@ -177,7 +179,7 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
   for (bool stream : {true, false}) {
     BufferedUpdate::set_stream_shared_reads(stream);
     for (int threads : {1, 2}) {
-      for (int rounding : {0, 1, 2}) {  // none, a float32 copy, a bfloat16 copy
+      for (int rounding : {0, 1, 2, 3}) {  // none, float32, bfloat16, bfloat16 in pairs of rows
         SCOPED_TRACE(::testing::Message() << (stream ? "streamed, " : "stored, ") << threads
                                           << " threads, rounding " << rounding);
         UpdateSetup u(threads, rounding);
@@ -188,6 +190,7 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
         // A slow machine may back a chunk up (its result then goes through the spares): the
         // same values either way.
         expect_updated(vars, initial, rule, layout, g, /*rounding=*/rounding > 0);
+        EXPECT_TRUE(rule.padding_is_zero());
         strategy->task_pool().wait_for_runs_before(UINT64_MAX);
         // Every chunk has a first run (a backup starts beside one); a rounding is asked to be
         // streamed only by first runs on several threads with streaming on.
@@ -205,11 +208,11 @@ TEST(BufferedUpdate, ValuesTheReplicasReadAreStreamedOrStoredWithTheSameBits) {
 // Beyond the caches (a streaming threshold of 0 here) first runs stream their weights and slots
 // straight to the next buffers, and a backup's result takes the spares all the same.
 void backup_published_through_the_spares(bool bfloat16_copy, bool swappable, bool stream,
-                                         bool beyond_caches) {
+                                         bool beyond_caches, bool paired = false) {
   BufferedUpdate::set_stream_shared_reads(stream);
   std::vector<Variable> vars = make_variables(kSizes);
   const std::vector<Variable> initial = make_variables(kSizes);
-  FakeUpdate rule(/*rounding=*/true, bfloat16_copy, swappable);
+  FakeUpdate rule(/*rounding=*/true, bfloat16_copy, swappable, paired);
   ChunkLayout layout(vars, 1);
   const size_t saved = BufferedUpdate::streaming_threshold();
   if (beyond_caches) BufferedUpdate::set_streaming_threshold(0);
@@ -242,6 +245,7 @@ void backup_published_through_the_spares(bool bfloat16_copy, bool swappable, boo
                 static_cast<float>(bfloat16(w1 - gj * 0.5f)));
     }
   }
+  EXPECT_TRUE(rule.padding_is_zero());
 }
 
 TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
@@ -256,6 +260,11 @@ TEST(BufferedUpdate, AChunkWonByABackupIsPublishedThroughTheSpares) {
                        (swappable ? ", swappable" : ", copied by the winner"));
           backup_published_through_the_spares(bfloat16_copy, swappable, stream, beyond_caches);
         }
+        SCOPED_TRACE(std::string(beyond_caches ? "beyond the caches, " : "") +
+                     (stream ? "streamed, " : "stored, ") + "bfloat16 copy in pairs of rows" +
+                     (swappable ? ", swappable" : ", copied by the winner"));
+        backup_published_through_the_spares(true, swappable, stream, beyond_caches,
+                                            /*paired=*/true);
       }
     }
   }

@@ -27,11 +27,35 @@ namespace lockstep::distribute::testing {
 // begin/end calls and the swaps.
 class FakeUpdate : public ElementwiseUpdate {
  public:
-  explicit FakeUpdate(bool rounding = false, bool bfloat16_copy = false, bool swappable = true)
-      : rounding_(rounding), bfloat16_copy_(bfloat16_copy), swappable_(swappable) {}
+  // paired: the bfloat16 copy of each variable is kept in pairs of rows (paired_layout(n)).
+  explicit FakeUpdate(bool rounding = false, bool bfloat16_copy = false, bool swappable = true,
+                      bool paired = false)
+      : rounding_(rounding),
+        bfloat16_copy_(bfloat16_copy || paired),
+        swappable_(swappable),
+        paired_(paired) {}
+  // A variable of n elements as a matrix of n / 100 rows of 100 (or n rows of 1 when smaller), in
+  // tiles of 8 x 16 with the rows and columns padded to them, the tiles along the columns
+  // outermost (oneDNN's BA16a...b2a order with smaller tiles).
+  static PairedRowsLayout paired_layout(int64_t n) {
+    const int64_t cols = n % 100 == 0 ? 100 : 1, rows = n / cols;
+    const int64_t padded_rows = (rows + 7) / 8 * 8, padded_cols = (cols + 15) / 16 * 16;
+    return {.rows = rows,
+            .cols = cols,
+            .row_block = 8,
+            .col_block = 16,
+            .row_tile_stride = 8 * 16,
+            .col_tile_stride = padded_rows * 16,
+            .size = padded_rows * padded_cols};
+  }
   void bind(const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) {
       slots_.push_back(Variable(Tensor::zeros(v.shape(), DType::float32), v.name() + "/m", false));
+      if (paired_) {
+        layouts_.push_back(std::make_unique<PairedRowsLayout>(paired_layout(v.num_elements())));
+        rounded_.push_back(Tensor::zeros({layouts_.back()->size}, DType::bfloat16));
+        continue;
+      }
       rounded_.push_back(
           Tensor::zeros(v.shape(), bfloat16_copy_ ? DType::bfloat16 : DType::float32));
     }
@@ -50,12 +74,14 @@ class FakeUpdate : public ElementwiseUpdate {
       w_out[j] = w[j] - g[j] * 0.5f;
       slots_out[0][j] = slots[0][j] + g[j];
       if (rounded.values != nullptr) rounded.values[j] = static_cast<float>(bfloat16(w_out[j]));
-      if (rounded.bf16 != nullptr) rounded.bf16[j] = bfloat16(w_out[j]);
+      const bfloat16 r(w_out[j]);
+      if (rounded.bf16 != nullptr) rounded.store(j, &r, 1);
     }
   }
   void end_update() override { ++ends; }
   RoundedOut rounded_output(size_t i) const override {
     if (!rounding_) return {};
+    if (paired_) return {.bf16 = rounded_[i].data<bfloat16>(), .layout = layouts_[i].get()};
     if (bfloat16_copy_) return {.bf16 = rounded_[i].data<bfloat16>()};
     return {.values = rounded_[i].data<float>()};
   }
@@ -73,8 +99,26 @@ class FakeUpdate : public ElementwiseUpdate {
   const Variable& slot(size_t i) const { return slots_[i]; }
   // The kept rounding of variable i's element j, as a float.
   float rounded(size_t i, size_t j) const {
+    if (paired_) {
+      const PairedRowsLayout& l = *layouts_[i];
+      const auto e = static_cast<int64_t>(j);
+      return static_cast<float>(rounded_[i].data<bfloat16>()[l.offset(e / l.cols, e % l.cols)]);
+    }
     return bfloat16_copy_ ? static_cast<float>(rounded_[i].data<bfloat16>()[j])
                           : rounded_[i].data<float>()[j];
+  }
+  // The paired copies' padding: every element no variable's element maps to is zero.
+  bool padding_is_zero() const {
+    for (size_t i = 0; i < layouts_.size(); ++i) {
+      const PairedRowsLayout& l = *layouts_[i];
+      std::vector<bool> used(static_cast<size_t>(l.size));
+      for (int64_t e = 0; e < l.rows * l.cols; ++e)
+        used[static_cast<size_t>(l.offset(e / l.cols, e % l.cols))] = true;
+      const bfloat16* r = rounded_[i].data<bfloat16>();
+      for (size_t at = 0; at < used.size(); ++at)
+        if (!used[at] && r[at].bits != 0) return false;
+    }
+    return true;
   }
   std::vector<double> norms_;
   int begins = 0, ends = 0, swaps = 0;
@@ -82,9 +126,10 @@ class FakeUpdate : public ElementwiseUpdate {
   mutable std::atomic<int> rounded_streamed{0};
 
  private:
-  bool rounding_, bfloat16_copy_, swappable_;
+  bool rounding_, bfloat16_copy_, swappable_, paired_;
   std::vector<Variable> slots_;
   std::vector<Tensor> rounded_;
+  std::vector<std::unique_ptr<PairedRowsLayout>> layouts_;
 };
 
 // The cross-worker communicator of one worker of two whose other worker offers the same values:

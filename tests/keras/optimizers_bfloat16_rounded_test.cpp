@@ -43,12 +43,31 @@ std::vector<Tensor> grads_for_step(int step) {
 
 using Factory = std::function<std::unique_ptr<Optimizer>()>;
 
+// The kernel of make_vars() as a 50 x 100 matrix in pairs of rows interleaved, in tiles of 8 x 16
+// (both extents padded: 56 x 112), the tiles along the columns outermost — as oneDNN's BA16a...b2a
+// weights are, with smaller tiles so that rows and columns both end inside one.
+const PairedRowsLayout kPaired{.rows = 50,
+                               .cols = 100,
+                               .row_block = 8,
+                               .col_block = 16,
+                               .row_tile_stride = 8 * 16,
+                               .col_tile_stride = 56 * 16,
+                               .size = 56 * 112};
+
 // Runs `steps` steps with and without the rounded copies (float32 values, or `bfloat16_copy`) and
-// compares; `split` applies each step as three ranges on three threads, as replicas do.
-void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_copy = false) {
-  SCOPED_TRACE(bfloat16_copy ? "bfloat16 copy" : "float32 copy");
+// compares; `split` applies each step as three ranges on three threads, as replicas do. `paired`:
+// the kernel's bfloat16 copy is kept in kPaired (the ranges then cut its pairs of rows).
+void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_copy = false,
+                                bool paired = false) {
+  SCOPED_TRACE(paired ? "paired bfloat16 copy" : bfloat16_copy ? "bfloat16 copy" : "float32 copy");
   std::vector<Variable> plain = make_vars(), cached = make_vars();
+  if (paired) {
+    plain[0] = Variable(plain[0].value().reshape({50, 100}), "dense/kernel");
+    cached[0] = Variable(cached[0].value().reshape({50, 100}), "dense/kernel");
+    ASSERT_TRUE(mixed_precision::paired_bfloat16_weights(cached[0], kPaired).defined());
+  }
   for (const Variable& v : cached) {
+    if (paired && v.same_as(cached[0])) continue;
     if (bfloat16_copy) {
       mixed_precision::bfloat16_weights(v);
     } else {
@@ -62,6 +81,7 @@ void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_c
   for (const Variable& v : cached) total += v.num_elements();
   for (int step = 0; step < 4; ++step) {
     std::vector<Tensor> g = grads_for_step(step);
+    if (paired) g[0] = g[0].reshape({50, 100});
     opt_plain->apply_gradients(g, plain);
     if (!split) {
       opt_cached->apply_gradients(g, cached);
@@ -72,16 +92,30 @@ void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_c
       const float* w = cached[i].raw_value().data<float>();
       const float* ref = plain[i].raw_value().data<float>();
       const distribute::RoundedOut r = mixed_precision::rounded_weights_out(cached[i]);
-      ASSERT_TRUE(bfloat16_copy ? r.bf16 != nullptr : r.values != nullptr)
+      const bool in_pairs = paired && i == 0;
+      ASSERT_TRUE(bfloat16_copy || in_pairs ? r.bf16 != nullptr : r.values != nullptr)
           << "step " << step << ": the copy of " << cached[i].name() << " went stale";
+      ASSERT_EQ(r.layout, in_pairs ? &kPaired : nullptr);
+      std::vector<bool> written(in_pairs ? static_cast<size_t>(kPaired.size) : 0);
       for (int64_t j = 0; j < cached[i].num_elements(); ++j) {
         ASSERT_EQ(float_bits(w[j]), float_bits(ref[j]))
             << cached[i].name() << "[" << j << "] step " << step;
+        int64_t at = j;
+        if (in_pairs) {
+          at = kPaired.offset(j / kPaired.cols, j % kPaired.cols);
+          written[static_cast<size_t>(at)] = true;
+        }
         // A bfloat16 holds the upper half of the float it rounds to.
         const uint32_t got =
-            bfloat16_copy ? uint32_t{r.bf16[j].bits} << 16 : float_bits(r.values[j]);
+            bfloat16_copy || in_pairs ? uint32_t{r.bf16[at].bits} << 16 : float_bits(r.values[j]);
         ASSERT_EQ(got, float_bits(reference_round_to_bfloat16(w[j])))
             << cached[i].name() << "[" << j << "] step " << step;
+      }
+      // The layout's padding stays zero.
+      for (size_t at = 0; at < written.size(); ++at) {
+        if (!written[at]) {
+          ASSERT_EQ(r.bf16[at].bits, 0) << "padding element " << at;
+        }
       }
     }
   }
@@ -113,6 +147,20 @@ TEST(OptimizerBfloat16Rounded, TheBfloat16CopyIsKeptCurrentInEveryPath) {
       false, true);
   check_keeps_copies_current([] { return std::make_unique<AdamW>(AdamWOptions{}); }, false, true);
   check_keeps_copies_current([] { return std::make_unique<Adam>(AdamOptions{}); }, true, true);
+}
+
+// Every path keeps a copy in pairs of rows current too, whole or cut into ranges that end inside
+// a pair (another thread writes the pair's other row).
+TEST(OptimizerBfloat16Rounded, ACopyInPairsOfRowsIsKeptCurrentInEveryPath) {
+  check_keeps_copies_current([] { return std::make_unique<Adam>(AdamOptions{}); }, false, true,
+                             true);
+  check_keeps_copies_current(
+      [] { return std::make_unique<SGD>(SGDOptions{.momentum = 0.9, .base = {.clipvalue = 0.5}}); },
+      false, true, true);
+  check_keeps_copies_current([] { return std::make_unique<Adam>(AdamOptions{}); }, true, true,
+                             true);
+  check_keeps_copies_current([] { return std::make_unique<RMSprop>(RMSpropOptions{}); }, true, true,
+                             true);
 }
 
 TEST(OptimizerBfloat16Rounded, AVariableWithoutACopyGetsNone) {

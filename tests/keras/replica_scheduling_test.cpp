@@ -60,9 +60,10 @@ std::string bytes_of(const std::vector<Variable>& vars) {
 
 // Fits 3 epochs of Adam on `strategy` from fixed weights and returns the weights' bytes; `setup`
 // may install hooks (run before fit, with the model's callbacks list to extend).
+// `first_kernel_paired`: set to whether the first kernel's bfloat16 copy ended in pairs of rows.
 std::string fit_bytes(distribute::Strategy& strategy,
                       std::vector<std::shared_ptr<callbacks::Callback>> cbs = {},
-                      distribute::SyncStats* stats = nullptr) {
+                      distribute::SyncStats* stats = nullptr, bool* first_kernel_paired = nullptr) {
   testing::ClassificationData data =
       testing::random_classification(kExamples, kInputs, kClasses, 5);
   Dataset ds = Dataset::from_tensor_slices({data.x, data.y}).batch(kGlobalBatch);
@@ -77,6 +78,8 @@ std::string fit_bytes(distribute::Strategy& strategy,
   model.fit(ds, {.epochs = 3, .verbose = 0, .callbacks = cbs});
   EXPECT_EQ(model.optimizer().iterations(), 3 * 4);
   if (stats != nullptr) *stats = model.gradient_sync_stats();
+  if (first_kernel_paired != nullptr)
+    *first_kernel_paired = mixed_precision::rounded_weights_out(ws[0]).layout != nullptr;
   return bytes_of(ws);
 }
 
@@ -155,6 +158,43 @@ TEST(ReplicaScheduling, MixedBfloat16GradientBuffersGiveTheBitsOfFloat32Ones) {
           << n << " replicas on " << t << " threads: bfloat16 gradient buffers changed the bytes";
       // Both kernels (one chunk each) read as bfloat16 in each of the 12 steps.
       EXPECT_GE(stats.bfloat16_gradient_chunks, 2u * 12u) << n << " replicas";
+    }
+  }
+}
+
+// Under mixed_bfloat16 the first kernel (whose input needs no gradient) is multiplied in the
+// layout oneDNN's bfloat16 kernel reads (pairs of rows, kept so by the optimizer's update): the
+// bytes of the plain copy, on one thread and several, in place and out of place. Where oneDNN has
+// no bfloat16 kernels there is no such layout and both runs multiply the same way.
+TEST(ReplicaScheduling, MixedBfloat16KernelsInPairsOfRowsGiveTheBitsOfPlainOnes) {
+  lockstep::testing::PolicyGuard policy("mixed_bfloat16");
+  const ops::Bf16MatmulMode saved_mode = ops::bf16_matmul_mode();
+  ops::set_bf16_matmul_mode(ops::Bf16MatmulMode::bfloat16_kernels);
+  struct Restore {
+    ops::Bf16MatmulMode mode;
+    ~Restore() {
+      mixed_precision::set_paired_kernels(true);
+      ops::set_bf16_matmul_mode(mode);
+    }
+  } restore{saved_mode};
+  const bool expect_paired = ops::bf16_kernel_layout(kGlobalBatch / 2, kInputs, kHidden, true,
+                                                     ops::FusedActivation::relu) != nullptr;
+  for (auto in_place :
+       {distribute::BufferedUpdate::InPlace::never, distribute::BufferedUpdate::InPlace::always}) {
+    const InPlaceGuard guard(in_place);
+    for (int n : {2, 3}) {
+      mixed_precision::set_paired_kernels(false);
+      distribute::Strategy reference_strategy(config(n, 1));
+      bool paired = true;
+      const std::string reference = fit_bytes(reference_strategy, {}, nullptr, &paired);
+      EXPECT_FALSE(paired);
+      mixed_precision::set_paired_kernels(true);
+      for (int t : {1, 2}) {
+        distribute::Strategy strategy(config(n, t));
+        EXPECT_TRUE(fit_bytes(strategy, {}, nullptr, &paired) == reference)
+            << n << " replicas on " << t << " threads: the paired kernel changed the bytes";
+        EXPECT_EQ(paired, expect_paired) << n << " replicas on " << t << " threads";
+      }
     }
   }
 }

@@ -29,9 +29,12 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor
 // values: then its gradient is theirs — the product's gradient rounded to bfloat16, as
 // TensorFlow's cast and PyTorch's autocast give it — written as bfloat16 into a bfloat16
 // destination (GradientTape::gradient), else widened exactly to the kernel's dtype.
+// kernel_layout: the kernel is a bfloat16 one in that layout (ops::linear_paired_into), which only
+// the product reads: for an x whose gradient no tape wants (a model's first layer).
 struct LinearOperands {
   Tensor kernel, bias;
   bool bfloat16_values = false;
+  const PairedRowsLayout* kernel_layout = nullptr;
 };
 // linear() multiplying `multiplied` instead of kernel / bias, into an output of dtype `out`
 // (x's dtype, or float32 for a bfloat16 x). gelu_to_bfloat16_values (float32 out, gelu):

@@ -11,23 +11,31 @@
 
 #include "lockstep/autodiff/variable.h"
 #include "lockstep/core/bfloat16.h"
+#include "lockstep/core/paired_rows_layout.h"
 
 namespace lockstep::distribute {
 
 // Where an update writes the bfloat16 rounding of each new weight for the layers that multiply by
 // it: as float32 holding bfloat16 values (round_to_bfloat16_value; the mixed_bfloat16 policy's
 // float32 form) or as bfloat16 (what oneDNN's bfloat16 kernels read). At most one is set; neither:
-// nothing to write.
+// nothing to write. A bfloat16 copy may be laid out for a matmul's kernel (`layout`, see
+// lockstep/core/paired_rows_layout.h): then bf16 is the layout's start, and element i of the
+// destination is element `offset` + i of the variable, at its place in the layout.
 struct RoundedOut {
   float* values = nullptr;
   bfloat16* bf16 = nullptr;
+  const PairedRowsLayout* layout = nullptr;
+  size_t offset = 0;
 
   explicit operator bool() const { return values != nullptr || bf16 != nullptr; }
   // The same destination from element `offset` on.
-  RoundedOut at(size_t offset) const {
-    return {values != nullptr ? values + offset : nullptr,
-            bf16 != nullptr ? bf16 + offset : nullptr};
+  RoundedOut at(size_t from) const {
+    if (layout != nullptr) return {nullptr, bf16, layout, offset + from};
+    return {values != nullptr ? values + from : nullptr, bf16 != nullptr ? bf16 + from : nullptr};
   }
+  // Writes count bfloat16 values, elements [from, from + count) of this destination, wherever
+  // they go: the copy path of an update that computed them elsewhere first.
+  void store(size_t from, const bfloat16* rounded, size_t count) const;
 };
 
 // Which of an update's outputs may bypass the caches (non-temporal stores): the new weights, the

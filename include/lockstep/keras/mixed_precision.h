@@ -66,11 +66,22 @@ Tensor rounded_weights(const Variable& variable);
 // The same copy as bfloat16 (what oneDNN's bfloat16 kernels read): bfloat16(value) element by
 // element, bit for bit the cast to bfloat16, kept and invalidated as rounded_weights() is.
 Tensor bfloat16_weights(const Variable& variable);
+// The same bfloat16 values laid out for a matmul's kernel (`layout`, from
+// ops::bf16_kernel_layout, which must outlive the variable: that function's layouts live as long
+// as the process): a 1-D tensor of layout.size elements, zero where the layout pads. A variable
+// keeps one such layout, the first asked for; another gives an undefined tensor (multiply by
+// bfloat16_weights() then). Kept and invalidated as the others are.
+Tensor paired_bfloat16_weights(const Variable& variable, const PairedRowsLayout& layout);
+// Whether layers may multiply by paired_bfloat16_weights() (process-wide; on unless the
+// environment sets LOCKSTEP_PAIRED_KERNELS=0): off, they take bfloat16_weights() — the same
+// products, each with a copy of the kernel into oneDNN's layout.
+void set_paired_kernels(bool enabled);
+bool paired_kernels();
 // For code that updates the value in place through raw_value()'s data (optimizers): the copy in
 // use when it is current, else nothing. Whoever writes element i of the value must then write its
 // rounding to element i of that copy before the next read; with nothing there is nothing to do
-// (the next rounded_weights() or bfloat16_weights() recomputes it). With both kinds in use, the
-// float32 one is handed out and the bfloat16 one goes stale.
+// (the next rounded_weights() or bfloat16_weights() recomputes it). With several kinds in use, the
+// first of the float32, the bfloat16 and the paired one is handed out and the others go stale.
 distribute::RoundedOut rounded_weights_out(const Variable& variable);
 // For an update written out of place into the variable's next buffer (the replicated step): where
 // the rounding of the next values goes when a copy of the current ones is in use (the bfloat16 one

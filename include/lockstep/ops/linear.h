@@ -10,6 +10,7 @@
 //                              output y; gelu needs the pre-activation z (act'(z) = Φ(z) + z φ(z))
 //   dkernel = xᵀ · dz,  dbias = Σ_batch dz,  dx = dz · kernelᵀ
 // The first layer's dx is not needed: skip it with need_dx = false.
+#include "lockstep/core/paired_rows_layout.h"
 #include "lockstep/core/tensor.h"
 
 namespace lockstep::ops {
@@ -27,6 +28,19 @@ Tensor linear_forward(const Tensor& x, const Tensor& kernel, const Tensor& bias,
 // (holding bfloat16 values under mixed_bfloat16, or a float32 layer's own weights).
 void linear_into(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                  FusedActivation activation, const Tensor& y);
+
+// The layout oneDNN's bfloat16 kernel wants the kernel in for a [batch, in] · [in, out] product
+// here (with a bias when has_bias), when it is a paired-rows one (lockstep/core/
+// paired_rows_layout.h) — a kernel handed over that way is not copied into it on every call — or
+// nullptr: no bfloat16 kernels, gelu (not fused), or another layout. The layout lives as long as
+// the process, and equal layouts are the same object.
+const PairedRowsLayout* bf16_kernel_layout(int64_t batch, int64_t in, int64_t out, bool has_bias,
+                                           FusedActivation activation);
+// linear_into for a bfloat16 x and a bfloat16 kernel in `layout` (from bf16_kernel_layout; a 1-D
+// tensor of layout.size elements, zero where the layout pads), into a bfloat16 y: the same values
+// as the kernel in its plain layout would give. No gelu.
+void linear_paired_into(const Tensor& x, const Tensor& kernel, const PairedRowsLayout& layout,
+                        const Tensor& bias, FusedActivation activation, const Tensor& y);
 
 // mixed_bfloat16's float32 form (keras/layer.h): float32 x · kernel + bias rounded to bfloat16
 // values and marked (Tensor::holds_bfloat16_values), a cache-sized block of rows at a time right

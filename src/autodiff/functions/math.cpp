@@ -100,7 +100,16 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
 Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
               ops::FusedActivation activation, const LinearOperands& multiplied, DType out,
               bool gelu_to_bfloat16_values) {
-  const Tensor& mk = multiplied.kernel.defined() ? multiplied.kernel : kernel;
+  const PairedRowsLayout* paired = multiplied.kernel_layout;
+  if (paired != nullptr) {
+    LOCKSTEP_CHECK_AS(Internal, !autodiff::should_record({&x}),
+                      "linear: a kernel in a paired layout cannot give x's gradient.");
+  }
+  // A paired kernel stands in for the backward pass (which reads only its shape and dtype: no
+  // dx) as a view of the kernel's shape.
+  const Tensor mk = paired != nullptr ? multiplied.kernel.view_as(DType::bfloat16, kernel.shape())
+                    : multiplied.kernel.defined() ? multiplied.kernel
+                                                  : kernel;
   const Tensor& mb = multiplied.bias.defined() || !bias.defined() ? multiplied.bias : bias;
   LOCKSTEP_CHECK(mk.shape() == kernel.shape() && mb.defined() == bias.defined() &&
                      (!mb.defined() || mb.shape() == bias.shape()),
@@ -123,6 +132,9 @@ Tensor linear(const Tensor& x, const Tensor& kernel, const Tensor& bias,
     z = Tensor(shape, out);
     ops::linear_into(x, mk, mb, ops::FusedActivation::none, z);
     y = gelu_rounded ? ops::gelu_to_bfloat16_values_forward(z) : ops::gelu_forward(z);
+  } else if (paired != nullptr) {
+    y = Tensor(shape, out);
+    ops::linear_paired_into(x, multiplied.kernel, *paired, mb, activation, y);
   } else {
     y = Tensor(shape, out);
     ops::linear_into(x, mk, mb, activation, y);

@@ -290,7 +290,11 @@ void BufferedUpdate::run_part(const Chunk& c, size_t base, Scratch& sc, bool bac
     rounded.values = sc.values_direct ? next_r_[i].values + c.offset : sc.rounded.data() + base;
   }
   if (next_r_[i].bf16 != nullptr) {
-    rounded.bf16 = sc.bf16_direct ? next_r_[i].bf16 + c.offset : sc.rounded_bf16.data() + base;
+    if (sc.bf16_direct) {
+      rounded = next_r_[i].at(static_cast<size_t>(c.offset));
+    } else {
+      rounded.bf16 = sc.rounded_bf16.data() + base;
+    }
   }
   GradientReducer::Term terms[2];
   const int count = sum_ == nullptr ? GradientReducer::chunk_terms(c, terms_, terms) : 0;
@@ -339,7 +343,12 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
   }
   if (r.bf16 != nullptr && !sc.bf16_direct) {
     bfloat16* dst = rounded_to_spare ? spare_r_[i].data<bfloat16>() : r.bf16;
-    copy_next(dst + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), false);
+    if (r.layout != nullptr) {
+      RoundedOut{.bf16 = dst, .layout = r.layout}.store(static_cast<size_t>(c.offset),
+                                                        sc.rounded_bf16.data(), n);
+    } else {
+      copy_next(dst + c.offset, sc.rounded_bf16.data(), n * sizeof(bfloat16), false);
+    }
   }
   if (sc.direct) return;  // the weights and slots are in place already
   // Only a backup writes scratch, and it won: the chunk's first run may still be writing the next
@@ -357,7 +366,7 @@ void BufferedUpdate::commit_chunk(int task, void* result) {
 BufferedUpdate::DirectRounded BufferedUpdate::direct_rounded(size_t i) const {
   const RoundedOut& r = next_r_[i];
   if (!direct_rounded_) return {};
-  if (r.bf16 != nullptr) return {r.bf16, DType::bfloat16};
+  if (r.bf16 != nullptr) return {r.bf16, DType::bfloat16, r.layout};
   if (r.values != nullptr) return {r.values, DType::float32};
   return {};
 }
@@ -367,8 +376,16 @@ void BufferedUpdate::allocate_spares(size_t i) {
   // The rounded output's spare, for the kind first runs write directly (the kind can change
   // between updates).
   const DirectRounded rounded = direct_rounded(i);
-  if (rounded.data != nullptr && (!spare_r_[i].defined() || spare_r_[i].dtype() != rounded.dtype))
+  if (rounded.layout != nullptr) {
+    // Laid out for a matmul: its padding is zero, and only the matrix's elements are written.
+    const Shape shape{rounded.layout->size};
+    if (!spare_r_[i].defined() || spare_r_[i].shape() != shape)
+      spare_r_[i] = Tensor::zeros(shape, DType::bfloat16);
+  } else if (rounded.data != nullptr &&
+             (!spare_r_[i].defined() || spare_r_[i].dtype() != rounded.dtype ||
+              spare_r_[i].shape() != vars_[i].shape())) {
     spare_r_[i] = Tensor(vars_[i].shape(), rounded.dtype);
+  }
   if (spare_w_[i].defined()) return;
   spare_w_[i] = Tensor(vars_[i].shape(), DType::float32);
   for (const Variable& sv : slots_[i]) spare_s_[i].emplace_back(sv.shape(), DType::float32);
@@ -399,7 +416,10 @@ void BufferedUpdate::publish_backup_updates() {
         std::memcpy(spare_w_[i].data<float>() + ck.offset, next_w_[i] + ck.offset, bytes);
         for (size_t j = 0; j < next_s_[i].size(); ++j)
           std::memcpy(spare_s_[i][j].data<float>() + ck.offset, next_s_[i][j] + ck.offset, bytes);
-        if (rounded != nullptr) {
+        if (rounded != nullptr && direct.layout != nullptr) {
+          copy_paired_rows(*direct.layout, static_cast<const uint16_t*>(rounded),
+                           static_cast<uint16_t*>(spare_r_[i].raw_data()), ck.offset, ck.n);
+        } else if (rounded != nullptr) {
           const size_t at = static_cast<size_t>(ck.offset) * rounded_size;
           std::memcpy(static_cast<char*>(spare_r_[i].raw_data()) + at,
                       static_cast<const char*>(rounded) + at,

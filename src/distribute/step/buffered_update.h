@@ -108,6 +108,7 @@ class BufferedUpdate {
   struct DirectRounded {
     void* data = nullptr;
     DType dtype = DType::float32;
+    const PairedRowsLayout* layout = nullptr;
   };
   DirectRounded direct_rounded(size_t i) const;
   void allocate_spares(size_t var);

@@ -1,8 +1,20 @@
 #include "lockstep/distribute/elementwise_update.h"
 
+#include <cstring>
+
 #include "lockstep/ops/elementwise.h"
 
 namespace lockstep::distribute {
+
+void RoundedOut::store(size_t from, const bfloat16* rounded, size_t count) const {
+  if (layout != nullptr) {
+    store_paired_rows<0>(*layout, reinterpret_cast<uint16_t*>(bf16),
+                         static_cast<int64_t>(offset + from),
+                         reinterpret_cast<const uint16_t*>(rounded), static_cast<int64_t>(count));
+  } else if (bf16 != nullptr) {
+    std::memcpy(bf16 + from, rounded, count * sizeof(bfloat16));
+  }
+}
 
 void ElementwiseUpdate::apply_sum_of_two(size_t i, int64_t offset, const float* w, const float* a,
                                          const float* b, float* g,

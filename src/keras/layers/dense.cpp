@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/autodiff/functions.h"
+#include "lockstep/autodiff/gradient_tape.h"
 #include "lockstep/core/check.h"
 #include "lockstep/keras/activations.h"
 #include "lockstep/keras/initializers.h"
@@ -63,6 +64,7 @@ Tensor Dense::bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation k
     // (ops::bf16_matmul_computes_in_f32 picks the faster). Either way the activations stay
     // bfloat16 and the gradients reach the variables in float32.
     Tensor kernel = kernel_.raw_value(), bias = options_.use_bias ? bias_.raw_value() : Tensor();
+    const PairedRowsLayout* kernel_layout = nullptr;
     if (compute == DType::bfloat16) {
       // Multiplied as bfloat16 values, the kernel gets their gradient: bfloat16 (linear).
       kernel_.set_gradient_dtype(DType::bfloat16);
@@ -70,7 +72,18 @@ Tensor Dense::bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation k
         kernel = mixed_precision::rounded_weights(kernel_);
         if (bias.defined()) bias = mixed_precision::rounded_weights(bias_);
       } else {
-        kernel = mixed_precision::bfloat16_weights(kernel_);
+        // Where only the product reads the kernel (no tape wants x's gradient: a first layer),
+        // the copy is kept in the layout the bfloat16 kernel reads, which spares the product a
+        // copy of it into that layout on every call.
+        if (mixed_precision::paired_kernels() && !autodiff::should_record({&x})) {
+          kernel_layout =
+              ops::bf16_kernel_layout(x.dim(0), x.dim(1), options_.units, bias.defined(), kind);
+        }
+        if (kernel_layout != nullptr) {
+          kernel = mixed_precision::paired_bfloat16_weights(kernel_, *kernel_layout);
+          if (!kernel.defined()) kernel_layout = nullptr;  // the copy keeps another layout
+        }
+        if (kernel_layout == nullptr) kernel = mixed_precision::bfloat16_weights(kernel_);
         if (bias.defined()) bias = mixed_precision::bfloat16_weights(bias_);
       }
     }
@@ -78,9 +91,10 @@ Tensor Dense::bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation k
     // go straight to the tape's destinations — the kernel's as the gradient of its bfloat16
     // values under mixed_bfloat16 (LinearOperands) — and only the bfloat16 x is kept for the
     // backward pass.
-    y = linear(x, kernel_.value(), options_.use_bias ? bias_.value() : Tensor(), kind,
-               LinearOperands{kernel, bias, /*bfloat16_values=*/compute == DType::bfloat16},
-               compute);
+    y = linear(
+        x, kernel_.value(), options_.use_bias ? bias_.value() : Tensor(), kind,
+        LinearOperands{kernel, bias, /*bfloat16_values=*/compute == DType::bfloat16, kernel_layout},
+        compute);
   } else {
     Tensor kernel = autocast(kernel_.value());
     Tensor bias = options_.use_bias ? autocast(bias_.value()) : Tensor();

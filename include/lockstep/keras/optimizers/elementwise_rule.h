@@ -209,8 +209,135 @@ template <bool kSum, Rounded kRounded, int kLanes, typename Rule, bool kBf16 = f
   }
 }
 
+// The elements [from, from + n) of s, their rounding (bfloat16) into `rounded` (or nowhere:
+// nullptr), every other output where s has it; `in` and `out` hold the slots' pointers the part
+// refers to.
+template <size_t kSlots>
+[[gnu::always_inline]] inline UpdateSpan span_part(const UpdateSpan& s, size_t from, size_t n,
+                                                   uint16_t* rounded,
+                                                   std::array<const float*, kSlots>& in,
+                                                   std::array<float*, kSlots>& out) {
+  UpdateSpan p = s;
+  p.w = s.w + from;
+  if (s.g != nullptr) p.g = s.g + from;
+  if (s.g2 != nullptr) p.g2 = s.g2 + from;
+  if (s.gb != nullptr) p.gb = s.gb + from;
+  if (s.gb2 != nullptr) p.gb2 = s.gb2 + from;
+  p.w_out = s.w_out + from;
+  for (size_t k = 0; k < kSlots; ++k) {
+    in[k] = s.slots[k] + from;
+    out[k] = s.slots_out[k] + from;
+  }
+  p.slots = std::span<const float* const>(in.data(), kSlots);
+  p.slots_out = std::span<float* const>(out.data(), kSlots);
+  p.rounded = {.bf16 = reinterpret_cast<bfloat16*>(rounded)};
+  p.n = n;
+  p.streamed = {};
+  return p;
+}
+
+// The rule over elements i of row parts `a` and `b` at once (the two rows of a pair, n elements
+// each), their roundings interleaved into `pairs` (pairs[2i] a's, pairs[2i + 1] b's). rule_loop's
+// arithmetic for each element, so the same bits.
+template <bool kSum, typename Rule, bool kBf16>
+[[gnu::always_inline]] inline void rule_loop_two_rows(const Rule& rule, const UpdateSpan& a,
+                                                      const UpdateSpan& b, uint16_t* pairs) {
+  constexpr size_t kSlots = Rule::kSlots;
+  std::array<const float*, kSlots> in_a{}, in_b{};
+  std::array<float*, kSlots> out_a{}, out_b{};
+  for (size_t k = 0; k < kSlots; ++k) {
+    in_a[k] = a.slots[k];
+    out_a[k] = a.slots_out[k];
+    in_b[k] = b.slots[k];
+    out_b[k] = b.slots_out[k];
+  }
+  const size_t n = a.n;
+  auto element = [](const Rule& r, const UpdateSpan& s, const std::array<const float*, kSlots>& in,
+                    const std::array<float*, kSlots>& out, size_t i) [[gnu::always_inline]] {
+    std::array<float, kSlots> slot;
+    for (size_t k = 0; k < kSlots; ++k) slot[k] = in[k][i];
+    float gi;
+    if constexpr (kBf16) {
+      gi = widened(reinterpret_cast<const uint16_t*>(s.gb)[i]) +
+           widened(reinterpret_cast<const uint16_t*>(s.gb2)[i]);
+    } else {
+      gi = s.g[i];
+      if constexpr (kSum) gi += s.g2[i];
+    }
+    const float wi = r(s.w[i], gi, slot);
+    for (size_t k = 0; k < kSlots; ++k) out[k][i] = slot[k];
+    s.w_out[i] = wi;
+    uint32_t u;
+    const float rounded = round_to_bfloat16_value(wi);
+    std::memcpy(&u, &rounded, sizeof u);
+    return static_cast<uint16_t>(u >> 16);
+  };
+#if defined(__clang__)
+#pragma clang loop vectorize(assume_safety)
+#elif defined(__GNUC__)
+#pragma GCC ivdep
+#endif
+  for (size_t i = 0; i < n; ++i) {
+    pairs[2 * i] = element(rule, a, in_a, out_a, i);
+    pairs[2 * i + 1] = element(rule, b, in_b, out_b, i);
+  }
+}
+
+// rule_loop for a bfloat16 copy laid out for a matmul's kernel (RoundedOut::layout: pairs of
+// rows interleaved). The pairs of rows s holds whole go a block of each row at a time, their
+// roundings interleaved into whole cache lines; at s's ends, where a pair's other row belongs to
+// another span (maybe another thread's), each rounding is a store of its own
+// (store_paired_rows). The rule's arithmetic is rule_loop's, so the bits are the same. Nothing
+// is streamed (s.streamed is a hint).
+template <bool kSum, int kLanes, typename Rule, bool kBf16 = false>
+[[gnu::always_inline]] inline void rule_loop_paired(const Rule& rule, const UpdateSpan& s) {
+  constexpr size_t kSlots = Rule::kSlots;
+  constexpr size_t kBlock = 64;
+  const PairedRowsLayout& layout = *s.rounded.layout;
+  auto* dst = reinterpret_cast<uint16_t*>(s.rounded.bf16);
+  const size_t cols = static_cast<size_t>(layout.cols), begin = s.rounded.offset;
+  alignas(64) uint16_t a[kBlock];
+  std::array<const float*, kSlots> in{};
+  std::array<float*, kSlots> out{};
+  // (No lambda here: its body would be a function of its own, built for the baseline ISA.)
+  const size_t pair = 2 * cols;
+  const size_t head = std::min(s.n, (pair - begin % pair) % pair);
+  size_t e = 0;
+  // The head and the tail a block at a time, each rounding stored on its own.
+  for (; e < head; e += kBlock) {
+    const size_t m = std::min(kBlock, head - e);
+    rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(rule, span_part(s, e, m, a, in, out));
+    store_paired_rows<kLanes>(layout, dst, static_cast<int64_t>(begin + e), a,
+                              static_cast<int64_t>(m));
+  }
+  e = head;
+  for (; e + pair <= s.n; e += pair) {
+    const auto k = static_cast<int64_t>((begin + e) / cols);
+    for (size_t c = 0; c < cols;) {
+      const auto n = static_cast<int64_t>(c);
+      const size_t run =
+          std::min(cols - c, static_cast<size_t>(layout.col_block - (n & (layout.col_block - 1))));
+      std::array<const float*, kSlots> in_b{};
+      std::array<float*, kSlots> out_b{};
+      rule_loop_two_rows<kSum, Rule, kBf16>(rule, span_part(s, e + c, run, nullptr, in, out),
+                                            span_part(s, e + cols + c, run, nullptr, in_b, out_b),
+                                            dst + layout.offset(k, n));
+      c += run;
+    }
+  }
+  for (; e < s.n; e += kBlock) {
+    const size_t m = std::min(kBlock, s.n - e);
+    rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(rule, span_part(s, e, m, a, in, out));
+    store_paired_rows<kLanes>(layout, dst, static_cast<int64_t>(begin + e), a,
+                              static_cast<int64_t>(m));
+  }
+}
+
 template <bool kSum, Rounded kRounded, int kLanes, typename Rule, bool kBf16 = false>
 [[gnu::always_inline]] inline void rule_loop_stored(const Rule& rule, const UpdateSpan& s) {
+  if constexpr (kRounded == Rounded::bfloat16) {
+    if (s.rounded.layout != nullptr) return rule_loop_paired<kSum, kLanes, Rule, kBf16>(rule, s);
+  }
   if (kLanes > 0 && s.streamed)
     return rule_loop_streamed<kSum, kRounded, kLanes, Rule, kBf16>(rule, s);
   rule_loop<kSum, kRounded, Rule, kBf16>(rule, s);
