@@ -74,7 +74,8 @@ Tensor Dense::bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation k
       } else {
         // Where only the product reads the kernel (no tape wants x's gradient: a first layer),
         // the copy is kept in the layout the bfloat16 kernel reads, which spares the product a
-        // copy of it into that layout on every call.
+        // copy of it into that layout on every call (docs/performance.md, "Measured design
+        // choices").
         if (mixed_precision::paired_kernels() && !autodiff::should_record({&x})) {
           kernel_layout =
               ops::bf16_kernel_layout(x.dim(0), x.dim(1), options_.units, bias.defined(), kind);
