@@ -84,12 +84,14 @@ void BM_RescalingUint8(benchmark::State& state) {
 }
 BENCHMARK(BM_RescalingUint8)->Arg(0)->Arg(1);
 
-// One Adam step through the training step's path (ElementwiseUpdate::apply), in place; argument 1
-// also writes the new weights' bfloat16 copy (mixed_bfloat16's, mixed_precision::bfloat16_weights).
-void BM_AdamUpdate(benchmark::State& state) {
+// Adam steps on a variable of `shape` through the training step's path (ElementwiseUpdate::apply),
+// in place, writing the new weights' bfloat16 copy (mixed_bfloat16's) to `copy` when it has
+// room: in `layout` when given, else plainly.
+void adam_steps(benchmark::State& state, const Shape& shape, std::vector<bfloat16>& copy,
+                const PairedRowsLayout* layout) {
   Generator gen(4);
-  Variable w(gen.uniform({kSeedParameters}, -0.1, 0.1), "w");
-  Tensor g = gen.uniform({kSeedParameters}, -0.01, 0.01);
+  Variable w(gen.uniform(shape, -0.1, 0.1), "w");
+  Tensor g = gen.uniform(shape, -0.01, 0.01);
   keras::optimizers::Adam adam;
   adam.bind({w});
   std::vector<Variable> slots = adam.slot_variables(0);
@@ -97,32 +99,30 @@ void BM_AdamUpdate(benchmark::State& state) {
                                slots[1].raw_value().data<float>()};
   std::vector<float*> out{slots[0].raw_value().data<float>(), slots[1].raw_value().data<float>()};
   float* wp = w.raw_value().data<float>();
-  std::vector<bfloat16> copy(state.range(0) == 1 ? kSeedParameters : 0);
-  const distribute::RoundedOut rounded{.bf16 = copy.empty() ? nullptr : copy.data()};
+  const auto n = static_cast<size_t>(w.num_elements());
+  const distribute::RoundedOut rounded{.bf16 = copy.empty() ? nullptr : copy.data(),
+                                       .layout = layout};
   for (auto _ : state) {
     adam.begin_update({});
-    adam.apply(0, 0, wp, g.data<float>(), in, wp, out, kSeedParameters, rounded, {});
+    adam.apply(0, 0, wp, g.data<float>(), in, wp, out, n, rounded, {});
     adam.end_update();
     benchmark::DoNotOptimize(wp);
   }
-  label(state, state.range(0) == 1 ? 30 : 28, kSeedParameters);  // w, g, m, v in; w, m, v out
+  // w, g, m, v in; w, m, v out; and the copy.
+  label(state, copy.empty() ? 28 : 30, static_cast<int64_t>(n));
+}
+
+// The seed model's weights as one variable; argument 1 also writes the bfloat16 copy.
+void BM_AdamUpdate(benchmark::State& state) {
+  std::vector<bfloat16> copy(state.range(0) == 1 ? kSeedParameters : 0);
+  adam_steps(state, {kSeedParameters}, copy, nullptr);
 }
 BENCHMARK(BM_AdamUpdate)->Arg(0)->Arg(1);
 
 // Adam over the seed model's first kernel (784 x 128) with its bfloat16 copy: argument 0 plain,
 // 1 in the paired-rows layout oneDNN's AMX kernel reads it in (BA16a64b2a, rows padded to 800).
 void BM_AdamUpdateKernelCopy(benchmark::State& state) {
-  constexpr int64_t kIn = 784, kOut = 128, kN = kIn * kOut;
-  Generator gen(4);
-  Variable w(gen.uniform({kIn, kOut}, -0.1, 0.1), "w");
-  Tensor g = gen.uniform({kIn, kOut}, -0.01, 0.01);
-  keras::optimizers::Adam adam;
-  adam.bind({w});
-  std::vector<Variable> slots = adam.slot_variables(0);
-  std::vector<const float*> in{slots[0].raw_value().data<float>(),
-                               slots[1].raw_value().data<float>()};
-  std::vector<float*> out{slots[0].raw_value().data<float>(), slots[1].raw_value().data<float>()};
-  float* wp = w.raw_value().data<float>();
+  constexpr int64_t kIn = 784, kOut = 128;
   static const PairedRowsLayout kLayout{.rows = kIn,
                                         .cols = kOut,
                                         .row_block = 32,
@@ -131,15 +131,8 @@ void BM_AdamUpdateKernelCopy(benchmark::State& state) {
                                         .col_tile_stride = 800 * 64,
                                         .size = 800 * kOut};
   const bool paired = state.range(0) == 1;
-  std::vector<bfloat16> copy(paired ? kLayout.size : kN);
-  const distribute::RoundedOut rounded{.bf16 = copy.data(), .layout = paired ? &kLayout : nullptr};
-  for (auto _ : state) {
-    adam.begin_update({});
-    adam.apply(0, 0, wp, g.data<float>(), in, wp, out, kN, rounded, {});
-    adam.end_update();
-    benchmark::DoNotOptimize(wp);
-  }
-  label(state, 30, kN);
+  std::vector<bfloat16> copy(static_cast<size_t>(paired ? kLayout.size : kIn * kOut));
+  adam_steps(state, {kIn, kOut}, copy, paired ? &kLayout : nullptr);
 }
 BENCHMARK(BM_AdamUpdateKernelCopy)->Arg(0)->Arg(1);
 
