@@ -55,22 +55,66 @@ enum class Rounded { none, float32_values, bfloat16 };
   return f;
 }
 
-// kBf16: the gradient is s.gb[i] + s.gb2[i], widened (kSum is then ignored).
+// The inputs and outputs of a span's elements, as rule_element reads and writes them.
+template <size_t kSlots>
+struct ElementArrays {
+  const float* w;
+  const float* g;
+  const float* g2;
+  const uint16_t* gb;
+  const uint16_t* gb2;
+  std::array<const float*, kSlots> in;
+  std::array<float*, kSlots> out;
+  float* w_out;
+
+  explicit ElementArrays(const UpdateSpan& s)
+      : w(s.w),
+        g(s.g),
+        g2(s.g2),
+        gb(reinterpret_cast<const uint16_t*>(s.gb)),
+        gb2(reinterpret_cast<const uint16_t*>(s.gb2)),
+        in{},
+        out{},
+        w_out(s.w_out) {
+    for (size_t k = 0; k < kSlots; ++k) {
+      in[k] = s.slots[k];
+      out[k] = s.slots_out[k];
+    }
+  }
+};
+
+// The rule on element i: reads its gradient (kBf16: a.gb[i] + a.gb2[i], widened, kSum then
+// ignored; else a.g[i], plus a.g2[i] when kSum), its weight and slots, writes its new slots and
+// weight, and returns the new weight.
+template <bool kSum, bool kBf16, typename Rule>
+[[gnu::always_inline]] inline float rule_element(const Rule& rule,
+                                                 const ElementArrays<Rule::kSlots>& a, size_t i) {
+  std::array<float, Rule::kSlots> slot;
+  for (size_t k = 0; k < Rule::kSlots; ++k) slot[k] = a.in[k][i];
+  float gi;
+  if constexpr (kBf16) {
+    gi = widened(a.gb[i]) + widened(a.gb2[i]);
+  } else {
+    gi = a.g[i];
+    if constexpr (kSum) gi += a.g2[i];
+  }
+  const float wi = rule(a.w[i], gi, slot);
+  for (size_t k = 0; k < Rule::kSlots; ++k) a.out[k][i] = slot[k];
+  a.w_out[i] = wi;
+  return wi;
+}
+
+// The upper half of the rounded float: bfloat16(w)'s bits, NaN included, branch-free.
+[[gnu::always_inline]] inline uint16_t bfloat16_bits(float w) {
+  uint32_t u;
+  const float r = round_to_bfloat16_value(w);
+  std::memcpy(&u, &r, sizeof u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
 template <bool kSum, Rounded kRounded, typename Rule, bool kBf16 = false>
 [[gnu::always_inline]] inline void rule_loop(const Rule& rule, const UpdateSpan& s) {
-  constexpr size_t kSlots = Rule::kSlots;
-  std::array<const float*, kSlots> in{};
-  std::array<float*, kSlots> out{};
-  for (size_t k = 0; k < kSlots; ++k) {
-    in[k] = s.slots[k];
-    out[k] = s.slots_out[k];
-  }
-  const float* w = s.w;
-  const float* g = s.g;
-  const float* g2 = s.g2;
-  const auto* gb = reinterpret_cast<const uint16_t*>(s.gb);
-  const auto* gb2 = reinterpret_cast<const uint16_t*>(s.gb2);
-  float* w_out = s.w_out;
+  const ElementArrays<Rule::kSlots> a(s);
   float* rounded = s.rounded.values;
   uint16_t* rounded_bits = reinterpret_cast<uint16_t*>(s.rounded.bf16);
   const size_t n = s.n;
@@ -82,26 +126,9 @@ template <bool kSum, Rounded kRounded, typename Rule, bool kBf16 = false>
 #pragma GCC ivdep
 #endif
   for (size_t i = 0; i < n; ++i) {
-    std::array<float, kSlots> slot;
-    for (size_t k = 0; k < kSlots; ++k) slot[k] = in[k][i];
-    float gi;
-    if constexpr (kBf16) {
-      gi = widened(gb[i]) + widened(gb2[i]);
-    } else {
-      gi = g[i];
-      if constexpr (kSum) gi += g2[i];
-    }
-    const float wi = rule(w[i], gi, slot);
-    for (size_t k = 0; k < kSlots; ++k) out[k][i] = slot[k];
-    w_out[i] = wi;
+    const float wi = rule_element<kSum, kBf16>(rule, a, i);
     if constexpr (kRounded == Rounded::float32_values) rounded[i] = round_to_bfloat16_value(wi);
-    if constexpr (kRounded == Rounded::bfloat16) {
-      // The upper half of the rounded float: bfloat16(wi)'s bits, NaN included, branch-free.
-      uint32_t u;
-      const float r = round_to_bfloat16_value(wi);
-      std::memcpy(&u, &r, sizeof u);
-      rounded_bits[i] = static_cast<uint16_t>(u >> 16);
-    }
+    if constexpr (kRounded == Rounded::bfloat16) rounded_bits[i] = bfloat16_bits(wi);
   }
 }
 
@@ -242,44 +269,16 @@ template <size_t kSlots>
 template <bool kSum, typename Rule, bool kBf16>
 [[gnu::always_inline]] inline void rule_loop_two_rows(const Rule& rule, const UpdateSpan& a,
                                                       const UpdateSpan& b, uint16_t* pairs) {
-  constexpr size_t kSlots = Rule::kSlots;
-  std::array<const float*, kSlots> in_a{}, in_b{};
-  std::array<float*, kSlots> out_a{}, out_b{};
-  for (size_t k = 0; k < kSlots; ++k) {
-    in_a[k] = a.slots[k];
-    out_a[k] = a.slots_out[k];
-    in_b[k] = b.slots[k];
-    out_b[k] = b.slots_out[k];
-  }
+  const ElementArrays<Rule::kSlots> ea(a), eb(b);
   const size_t n = a.n;
-  auto element = [](const Rule& r, const UpdateSpan& s, const std::array<const float*, kSlots>& in,
-                    const std::array<float*, kSlots>& out, size_t i) [[gnu::always_inline]] {
-    std::array<float, kSlots> slot;
-    for (size_t k = 0; k < kSlots; ++k) slot[k] = in[k][i];
-    float gi;
-    if constexpr (kBf16) {
-      gi = widened(reinterpret_cast<const uint16_t*>(s.gb)[i]) +
-           widened(reinterpret_cast<const uint16_t*>(s.gb2)[i]);
-    } else {
-      gi = s.g[i];
-      if constexpr (kSum) gi += s.g2[i];
-    }
-    const float wi = r(s.w[i], gi, slot);
-    for (size_t k = 0; k < kSlots; ++k) out[k][i] = slot[k];
-    s.w_out[i] = wi;
-    uint32_t u;
-    const float rounded = round_to_bfloat16_value(wi);
-    std::memcpy(&u, &rounded, sizeof u);
-    return static_cast<uint16_t>(u >> 16);
-  };
 #if defined(__clang__)
 #pragma clang loop vectorize(assume_safety)
 #elif defined(__GNUC__)
 #pragma GCC ivdep
 #endif
   for (size_t i = 0; i < n; ++i) {
-    pairs[2 * i] = element(rule, a, in_a, out_a, i);
-    pairs[2 * i + 1] = element(rule, b, in_b, out_b, i);
+    pairs[2 * i] = bfloat16_bits(rule_element<kSum, kBf16>(rule, ea, i));
+    pairs[2 * i + 1] = bfloat16_bits(rule_element<kSum, kBf16>(rule, eb, i));
   }
 }
 
