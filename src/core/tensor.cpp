@@ -230,6 +230,55 @@ void Tensor::copy_from(const Tensor& src) const {
                  describe(), " and source ", src.describe(), " differ in shape or dtype.");
   std::memmove(raw_data(), src.raw_data(), nbytes());
   storage_->set_holds_bfloat16_values(false);
+  storage_->set_transposed_copy({});
+}
+
+namespace {
+size_t transpose_room_offset(int64_t rows, int64_t cols, size_t elem_bytes) {
+  const size_t bytes = static_cast<size_t>(rows * cols) * elem_bytes;
+  return (bytes + Storage::kAlignment - 1) / Storage::kAlignment * Storage::kAlignment;
+}
+}  // namespace
+
+Tensor Tensor::with_room_for_transpose(int64_t rows, int64_t cols, DType dtype) {
+  LOCKSTEP_CHECK(rows >= 0 && cols >= 0,
+                 "with_room_for_transpose: expected a non-negative shape. "
+                 "Received: [",
+                 rows, ", ", cols, "].");
+  const size_t elem = dtype_size(dtype);
+  const size_t room = transpose_room_offset(rows, cols, elem);
+  Tensor block(Shape{static_cast<int64_t>((room + static_cast<size_t>(rows * cols) * elem))},
+               DType::uint8);
+  return block.view_as(dtype, Shape{rows, cols});
+}
+
+Tensor Tensor::transpose_room() const {
+  const size_t elem = dtype_size(dtype_);
+  const size_t need = rank() == 2 ? transpose_room_offset(dim(0), dim(1), elem) + nbytes() : 0;
+  LOCKSTEP_CHECK(storage_ != nullptr && rank() == 2 && offset_ == 0 && storage_->nbytes() >= need,
+                 "transpose_room: expected a matrix made by with_room_for_transpose. Received: ",
+                 describe(), ".");
+  Tensor v(*this);
+  v.offset_ = transpose_room_offset(dim(0), dim(1), elem);
+  v.shape_ = Shape{dim(1), dim(0)};
+  v.id_ = next_tensor_id();
+  return v;
+}
+
+void Tensor::mark_transposed_copy() const {
+  (void)transpose_room();  // checks that the room exists
+  storage_->set_transposed_copy({dim(0), dim(1), dtype_size(dtype_)});
+}
+
+Tensor Tensor::transposed_copy() const {
+  if (storage_ == nullptr || rank() != 2 || offset_ != 0) return Tensor();
+  const Storage::TransposedCopy want{dim(0), dim(1), dtype_size(dtype_)};
+  if (want.rows == 0 || !(storage_->transposed_copy() == want)) return Tensor();
+  return transpose_room();
+}
+
+void Tensor::clear_transposed_copy() const {
+  if (storage_ != nullptr) storage_->set_transposed_copy({});
 }
 
 bool Tensor::holds_bfloat16_values() const {

@@ -115,7 +115,23 @@ std::atomic<bool>& paired_flag() {
   return flag;
 }
 
+std::atomic<bool>& transposed_inputs_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LOCKSTEP_TRANSPOSED_INPUTS");
+    return e == nullptr || std::string(e) != "0";
+  }()};
+  return flag;
+}
+
 }  // namespace
+
+void set_transposed_input_copies(bool enabled) {
+  transposed_inputs_flag().store(enabled, std::memory_order_relaxed);
+}
+
+bool transposed_input_copies() {
+  return transposed_inputs_flag().load(std::memory_order_relaxed);
+}
 
 void set_paired_kernels(bool enabled) {
   paired_flag().store(enabled, std::memory_order_relaxed);

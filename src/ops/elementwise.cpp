@@ -201,10 +201,12 @@ LOCKSTEP_DISPATCHED(void, sum_into,
 void add_into(const Tensor& dst, const Tensor& src) {
   in_place<Binary::add>(dst, src, "add_into");
   dst.clear_bfloat16_values();  // a sum of bfloat16 values need not be one
+  dst.clear_transposed_copy();
 }
 void sub_into(const Tensor& dst, const Tensor& src) {
   in_place<Binary::sub>(dst, src, "sub_into");
   dst.clear_bfloat16_values();
+  dst.clear_transposed_copy();
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {

@@ -463,7 +463,14 @@ void linear_backward_into(const Tensor& dy, const Tensor& x, const Tensor& kerne
     dz = detail::widen_to_f32(dz);
   }
   if (dkernel.defined()) {
-    detail::gemm_into(x, dz, Tensor(), true, false, FusedActivation::none, dkernel);  // xᵀ·dz
+    // A dense transpose of x written beside it (a Rescaling's output, Tensor::transposed_copy)
+    // spares oneDNN's bfloat16 kernels their copy of the strided xᵀ; the same bits.
+    const Tensor xt = !bf16_in_f32 && x.dtype() == DType::bfloat16 ? x.transposed_copy() : Tensor();
+    if (xt.defined()) {
+      detail::gemm_into(xt, dz, Tensor(), false, false, FusedActivation::none, dkernel);
+    } else {
+      detail::gemm_into(x, dz, Tensor(), true, false, FusedActivation::none, dkernel);  // xᵀ·dz
+    }
   }
   if (dbias.defined() && !dbias_done) detail::column_sums_into(dz, dbias);
   if (dx.defined()) {

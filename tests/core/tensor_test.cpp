@@ -195,5 +195,67 @@ TEST(TensorStorage, LargeTensorsStartOnAHugePageBoundary) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % Storage::kAlignment, 0u);
 }
 
+// A matrix's transposed copy (Tensor::with_room_for_transpose): found only through a handle on
+// the whole matrix after the mark, and forgotten by the writers that rewrite the matrix.
+TEST(TensorTransposedCopy, IsFoundOnlyOnTheWholeMarkedMatrix) {
+  Tensor m = Tensor::with_room_for_transpose(3, 5, DType::bfloat16);
+  ASSERT_EQ(m.shape(), Shape({3, 5}));
+  EXPECT_FALSE(m.transposed_copy().defined()) << "not marked yet";
+  Tensor room = m.transpose_room();
+  ASSERT_EQ(room.shape(), Shape({5, 3}));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(room.raw_data()) % Storage::kAlignment, 0u);
+  // The room lies past the matrix's bytes: writing one does not touch the other.
+  EXPECT_GE(static_cast<char*>(room.raw_data()), static_cast<char*>(m.raw_data()) + m.nbytes());
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 5; ++j) {
+      m.data<bfloat16>()[i * 5 + j] = bfloat16(static_cast<float>(10 * i + j));
+      room.data<bfloat16>()[j * 3 + i] = bfloat16(static_cast<float>(10 * i + j));
+    }
+  }
+  m.mark_transposed_copy();
+  Tensor t = m.transposed_copy();
+  ASSERT_TRUE(t.defined());
+  EXPECT_EQ(t.shape(), Shape({5, 3}));
+  EXPECT_EQ(t.raw_data(), room.raw_data());
+  Tensor handle = m;  // a copy of the handle is the same matrix
+  EXPECT_TRUE(handle.transposed_copy().defined());
+  EXPECT_TRUE(m.reshape({3, 5}).transposed_copy().defined());
+  EXPECT_FALSE(m.reshape({15}).transposed_copy().defined());
+  EXPECT_FALSE(m.reshape({5, 3}).transposed_copy().defined());
+  EXPECT_FALSE(m.slice(1, 3).transposed_copy().defined());
+  EXPECT_FALSE(m.slice(0, 2).transposed_copy().defined());
+  EXPECT_FALSE(m.view_as(DType::float32, {1, 2}).transposed_copy().defined());
+  EXPECT_FALSE(Tensor({3, 5}, DType::bfloat16).transposed_copy().defined());
+}
+
+TEST(TensorTransposedCopy, CopyFromForgetsIt) {
+  Tensor m = Tensor::with_room_for_transpose(2, 2, DType::float32);
+  m.copy_from(Tensor::zeros({2, 2}));
+  m.transpose_room().copy_from(Tensor::zeros({2, 2}));
+  m.mark_transposed_copy();
+  ASSERT_TRUE(m.transposed_copy().defined());
+  m.copy_from(Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}));
+  EXPECT_FALSE(m.transposed_copy().defined());
+  m.mark_transposed_copy();
+  m.clear_transposed_copy();
+  EXPECT_FALSE(m.transposed_copy().defined());
+}
+
+TEST(TensorTransposedCopy, ARoomOnlyWhereOneWasMade) {
+  try {
+    (void)Tensor({4, 4}).transpose_room();
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("with_room_for_transpose"));
+    EXPECT_THAT(e.what(), HasSubstr("float32[4, 4]"));
+  }
+  EXPECT_THROW(Tensor({4, 4}).mark_transposed_copy(), InvalidArgument);
+  // Empty matrices have a room of no bytes and never a copy.
+  Tensor empty = Tensor::with_room_for_transpose(0, 7, DType::bfloat16);
+  EXPECT_EQ(empty.transpose_room().shape(), Shape({7, 0}));
+  empty.mark_transposed_copy();
+  EXPECT_FALSE(empty.transposed_copy().defined());
+}
+
 }  // namespace
 }  // namespace lockstep

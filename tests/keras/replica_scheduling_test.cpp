@@ -199,6 +199,56 @@ TEST(ReplicaScheduling, MixedBfloat16KernelsInPairsOfRowsGiveTheBitsOfPlainOnes)
   }
 }
 
+// Under mixed_bfloat16 a Rescaling of uint8 rows writes its output's transpose beside it in
+// training, and the first kernel's gradient reads that dense copy instead of a strided view of the
+// output (where oneDNN's bfloat16 kernels run): the bytes of the run without it, on one thread and
+// several. A model with 40 inputs, so that the copy spans more than one of its 32 × 32 tiles.
+TEST(ReplicaScheduling, MixedBfloat16TransposedInputCopiesGiveTheBitsOfStridedProducts) {
+  lockstep::testing::PolicyGuard policy("mixed_bfloat16");
+  const ops::Bf16MatmulMode saved_mode = ops::bf16_matmul_mode();
+  ops::set_bf16_matmul_mode(ops::Bf16MatmulMode::bfloat16_kernels);
+  struct Restore {
+    ops::Bf16MatmulMode mode;
+    ~Restore() {
+      mixed_precision::set_transposed_input_copies(true);
+      ops::set_bf16_matmul_mode(mode);
+    }
+  } restore{saved_mode};
+  constexpr int64_t kPixels = 40;
+  std::mt19937_64 rng(17);
+  Tensor x({kExamples, kPixels}, DType::uint8);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  const Tensor y = testing::random_classification(kExamples, 1, kClasses, 6).y;
+  auto fit = [&](distribute::Strategy& strategy) {
+    Dataset ds = Dataset::from_tensor_slices({x, y}).batch(kGlobalBatch);
+    auto scope = strategy.scope();
+    Sequential model(
+        {Input({kPixels}, DType::uint8), layers::Rescaling(1.0 / 255),
+         layers::Dense({.units = kHidden, .activation = "relu"}),
+         layers::Dense({.units = kClasses, .activation = "softmax", .dtype = "float32"})});
+    std::mt19937_64 init(43);
+    std::vector<Variable> ws = model.weights();
+    ws[0].assign(testing::uniform_tensor(init, {kPixels, kHidden}, 0.5f));
+    ws[2].assign(testing::uniform_tensor(init, {kHidden, kClasses}, 0.5f));
+    model.compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+                   .loss = losses::CategoricalCrossentropy()});
+    model.fit(ds, {.epochs = 3, .verbose = 0});
+    EXPECT_EQ(model.optimizer().iterations(), 3 * 4);
+    return bytes_of(ws);
+  };
+  for (int n : {2, 3}) {
+    mixed_precision::set_transposed_input_copies(false);
+    distribute::Strategy reference_strategy(config(n, 1));
+    const std::string reference = fit(reference_strategy);
+    mixed_precision::set_transposed_input_copies(true);
+    for (int t : {1, 2}) {
+      distribute::Strategy strategy(config(n, t));
+      EXPECT_TRUE(fit(strategy) == reference)
+          << n << " replicas on " << t << " threads: the transposed input copy changed the bytes";
+    }
+  }
+}
+
 // The weight gradients split into blocks of rows that a thread done with its replica takes from
 // one still running (ops::weight_gradient_blocks, forced down to this model's size): the same
 // bytes on any number of threads.

@@ -62,5 +62,22 @@ TEST(AddInto, RefusesAnotherShapeOrDtypeNamingBoth) {
   EXPECT_THROW(ops::sub_into(dst, Tensor::zeros({2, 3}, DType::float64)), InvalidArgument);
 }
 
+// The in-place sum rewrites the matrix, so a transposed copy written beside it is stale after it.
+TEST(AddInto, ForgetsAMatrixsTransposedCopy) {
+  for (bool subtract : {false, true}) {
+    Tensor m = Tensor::with_room_for_transpose(2, 3, DType::float32);
+    m.copy_from(Tensor::zeros({2, 3}));
+    m.transpose_room().copy_from(Tensor::zeros({3, 2}));
+    m.mark_transposed_copy();
+    ASSERT_TRUE(m.transposed_copy().defined());
+    if (subtract) {
+      ops::sub_into(m, Tensor::ones({2, 3}));
+    } else {
+      ops::add_into(m, Tensor::ones({2, 3}));
+    }
+    EXPECT_FALSE(m.transposed_copy().defined()) << (subtract ? "sub_into" : "add_into");
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -31,12 +31,25 @@ class Storage {
   bool holds_bfloat16_values() const { return bfloat16_values_; }
   void set_holds_bfloat16_values(bool v) { bfloat16_values_ = v; }
 
+  // Set by a writer that filled the block with a row-major [rows, cols] matrix of `elem_bytes`
+  // elements at its start and the matrix's transpose after it (Tensor::transposed_copy), and
+  // cleared by any later writer: lets a product that reads the matrix transposed read a dense
+  // copy instead of a strided view. A new block starts cleared.
+  struct TransposedCopy {
+    int64_t rows = 0, cols = 0;
+    size_t elem_bytes = 0;
+    bool operator==(const TransposedCopy&) const = default;
+  };
+  const TransposedCopy& transposed_copy() const { return transposed_copy_; }
+  void set_transposed_copy(TransposedCopy t) { transposed_copy_ = t; }
+
  private:
   static constexpr size_t kHeaderBytes = kAlignment;
   explicit Storage(size_t nbytes) : nbytes_(nbytes) {}
   std::atomic<int64_t> refs_{1};
   size_t nbytes_;
   bool bfloat16_values_ = false;
+  TransposedCopy transposed_copy_;
 };
 
 // Statistics of the block pool, for tests that check the steady state does not allocate.

@@ -75,6 +75,20 @@ class Tensor {
   bool holds_bfloat16_values() const;
   void mark_bfloat16_values() const;
   void clear_bfloat16_values() const;
+  // A matrix that can carry a dense copy of its transpose in the same memory block, for a
+  // producer whose consumer multiplies it transposed (a layer's input, read as xᵀ by its kernel's
+  // gradient xᵀ·dz). `with_room_for_transpose` returns the [rows, cols] matrix (contents
+  // unspecified); `transpose_room` the [cols, rows] tensor behind it, to fill;
+  // `mark_transposed_copy` says both are written (the room holds the matrix's transpose, element
+  // for element), and `transposed_copy` returns that tensor while the mark holds and this handle is
+  // the whole matrix — otherwise an undefined Tensor, and the consumer reads the matrix itself.
+  // Mark only what you filled and nothing rewrites later; copy_from and the in-place arithmetic
+  // (ops::add_into) clear the mark.
+  static Tensor with_room_for_transpose(int64_t rows, int64_t cols, DType dtype);
+  Tensor transpose_room() const;
+  void mark_transposed_copy() const;
+  Tensor transposed_copy() const;
+  void clear_transposed_copy() const;
   // True when this handle is the only one referring to its memory block (no view, no copy of the
   // handle, no tape keeping it): its contents may then be rewritten in place.
   bool sole_handle() const { return storage_ != nullptr && storage_->unshared(); }

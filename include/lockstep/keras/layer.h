@@ -33,13 +33,16 @@ class LayerCallScope {
   LayerCallScope()
       : outer_float32_output_(float32_output_flag()),
         outermost_(depth() == 0),
-        output_read_rounded_(std::exchange(read_rounded_flag(), false)) {
+        output_read_rounded_(std::exchange(read_rounded_flag(), false)),
+        outer_read_transposed_(std::exchange(current_read_transposed(),
+                                             std::exchange(read_transposed_flag(), false))) {
     ++depth();
     float32_output_flag() = false;
   }
   ~LayerCallScope() {
     --depth();
     float32_output_flag() = outer_float32_output_;
+    current_read_transposed() = outer_read_transposed_;
   }
   LayerCallScope(const LayerCallScope&) = delete;
   LayerCallScope& operator=(const LayerCallScope&) = delete;
@@ -54,6 +57,13 @@ class LayerCallScope {
   static void set_next_output_read_rounded() { read_rounded_flag() = true; }
   static void clear_next_output_read_rounded() { read_rounded_flag() = false; }
   bool output_read_rounded() const { return output_read_rounded_; }
+  // A model says, just before calling a layer, that every reader of the layer's output multiplies
+  // it transposed and would read a dense transpose written beside it
+  // (Layer::reads_input_transposed). The next scope opened on this thread takes the flag; the
+  // layer's call() reads it, for the innermost open scope, as current_output_read_transposed().
+  static void set_next_output_read_transposed() { read_transposed_flag() = true; }
+  static void clear_next_output_read_transposed() { read_transposed_flag() = false; }
+  static bool current_output_read_transposed() { return current_read_transposed(); }
 
  private:
   static int& depth() {
@@ -68,9 +78,18 @@ class LayerCallScope {
     thread_local bool f = false;
     return f;
   }
+  static bool& read_transposed_flag() {
+    thread_local bool f = false;
+    return f;
+  }
+  static bool& current_read_transposed() {
+    thread_local bool f = false;
+    return f;
+  }
   bool outer_float32_output_;
   bool outermost_;
   bool output_read_rounded_;
+  bool outer_read_transposed_;
 };
 
 }  // namespace detail
@@ -118,6 +137,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual Shape compute_output_shape(const Shape& input_shape) const;
   // Number of inputs the layer takes (merge layers: several).
   virtual bool accepts_multiple_inputs() const { return false; }
+  // Whether a training call multiplies its input transposed, and would read a dense transpose of
+  // it written beside it by the layer before (Tensor::transposed_copy): a Dense layer's kernel
+  // gradient xᵀ·dz on oneDNN's bfloat16 kernels. Models ask it of a layer's readers and tell the
+  // layer (detail::LayerCallScope::set_next_output_read_transposed).
+  virtual bool reads_input_transposed() const { return false; }
 
   // Configuration as Keras' get_config (name, trainable and the layer's own options).
   virtual nlohmann::json get_config() const;

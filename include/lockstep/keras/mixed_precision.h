@@ -77,6 +77,13 @@ Tensor paired_bfloat16_weights(const Variable& variable, const PairedRowsLayout&
 // products, each with a copy of the kernel into oneDNN's layout.
 void set_paired_kernels(bool enabled);
 bool paired_kernels();
+// Whether a training step's Rescaling of uint8 rows under a bfloat16 compute dtype also writes
+// its output's transpose beside it (Tensor::transposed_copy), from which the next Dense layer's
+// kernel gradient reads a dense xᵀ (process-wide; on unless the environment sets
+// LOCKSTEP_TRANSPOSED_INPUTS=0; only where the AVX512_BF16 conversion runs). The same bits
+// either way.
+void set_transposed_input_copies(bool enabled);
+bool transposed_input_copies();
 // For code that updates the value in place through raw_value()'s data (optimizers): the copy in
 // use when it is current, else nothing. Whoever writes element i of the value must then write its
 // rounding to element i of that copy before the next read; with nothing there is nothing to do

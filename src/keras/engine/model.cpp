@@ -45,6 +45,16 @@ bool read_only_by_rounding_adds(const std::vector<const Layer*>& readers) {
   return true;
 }
 
+// Whether every reader of a node's output multiplies it transposed (Layer::reads_input_transposed),
+// so that the node's layer may write the output's transpose beside it. Not the model's output.
+bool read_only_transposed(const std::vector<const Layer*>& readers) {
+  if (readers.empty()) return false;
+  for (const Layer* r : readers) {
+    if (!r->reads_input_transposed()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 OptimizerArg::OptimizerArg(const char* name) : ptr(optimizers::get(name)) {}
@@ -161,6 +171,12 @@ Tensor Model::call(const std::vector<Tensor>& inputs, bool training) {
       }
       ~ReadRounded() { detail::LayerCallScope::clear_next_output_read_rounded(); }
     } read_rounded(read_only_by_rounding_adds(graph_->readers[i]));
+    struct ReadTransposed {
+      explicit ReadTransposed(bool on) {
+        if (on) detail::LayerCallScope::set_next_output_read_transposed();
+      }
+      ~ReadTransposed() { detail::LayerCallScope::clear_next_output_read_transposed(); }
+    } read_transposed(training && read_only_transposed(graph_->readers[i]));
     values[n.get()] =
         args.size() == 1 ? (*n->layer)(args[0], training) : (*n->layer)(args, training);
   }

@@ -8,6 +8,7 @@
 #include "lockstep/keras/activations.h"
 #include "lockstep/keras/initializers.h"
 #include "lockstep/keras/mixed_precision.h"
+#include "lockstep/ops/cpu_kernels.h"
 #include "lockstep/ops/linear.h"
 #include "lockstep/ops/matmul.h"
 #include "lockstep/ops/shape_ops.h"
@@ -102,6 +103,13 @@ Tensor Dense::bfloat16_or_float32_linear(const Tensor& x, ops::FusedActivation k
     y = linear(x, kernel, bias, kind);
   }
   return y;
+}
+
+bool Dense::reads_input_transposed() const {
+  // Only oneDNN's bfloat16 kernels read the copy (ops::linear_backward_into); a frozen kernel
+  // takes no gradient.
+  return trainable() && compute_dtype() == DType::bfloat16 && ops::has_native_bfloat16_math() &&
+         ops::bf16_matmul_mode() != ops::Bf16MatmulMode::float32_compute;
 }
 
 Tensor Dense::call(const Tensor& inputs, bool) {

@@ -31,6 +31,7 @@ class Dense : public LayerImpl<Dense> {
   std::string class_name() const override { return "Dense"; }
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
+  bool reads_input_transposed() const override;
   Shape compute_output_shape(const Shape& input_shape) const override;
   nlohmann::json get_config() const override;
   const Variable& kernel() const { return kernel_; }

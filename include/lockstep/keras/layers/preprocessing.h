@@ -16,7 +16,11 @@ struct RescalingOptions {
 // y = x * scale + offset (keras.layers.Rescaling). Integer inputs (uint8 images) are converted to
 // the compute dtype in the same pass, so a pipeline can ship uint8 batches — a quarter of the
 // bytes of float32 — and leave the conversion to the replicas, in parallel, instead of the host
-// thread. Floating inputs are rescaled differentiably.
+// thread. Floating inputs are rescaled differentiably. In a model's training step under a
+// bfloat16 compute dtype (mixed_bfloat16 where the CPU has bfloat16 math), when the output's
+// readers are Dense layers that read it transposed (Layer::reads_input_transposed), uint8 rows
+// also get their output's transpose written beside it (Tensor::transposed_copy), from which those
+// layers' kernel gradients read a dense xᵀ (mixed_precision::set_transposed_input_copies).
 class Rescaling : public LayerImpl<Rescaling> {
  public:
   explicit Rescaling(RescalingOptions options);
