@@ -18,6 +18,7 @@
 #include "lockstep/distribute/strategy.h"
 #include "lockstep/keras.h"
 #include "lockstep/ops/matmul.h"
+#include "testing/bf16_matmul_mode.h"
 #include "testing/classification_data.h"
 #include "testing/policy_guard.h"
 
@@ -205,15 +206,10 @@ TEST(ReplicaScheduling, MixedBfloat16KernelsInPairsOfRowsGiveTheBitsOfPlainOnes)
 // several. A model with 40 inputs, so that the copy spans more than one of its 32 × 32 tiles.
 TEST(ReplicaScheduling, MixedBfloat16TransposedInputCopiesGiveTheBitsOfStridedProducts) {
   lockstep::testing::PolicyGuard policy("mixed_bfloat16");
-  const ops::Bf16MatmulMode saved_mode = ops::bf16_matmul_mode();
-  ops::set_bf16_matmul_mode(ops::Bf16MatmulMode::bfloat16_kernels);
-  struct Restore {
-    ops::Bf16MatmulMode mode;
-    ~Restore() {
-      mixed_precision::set_transposed_input_copies(true);
-      ops::set_bf16_matmul_mode(mode);
-    }
-  } restore{saved_mode};
+  lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
+  struct RestoreCopies {
+    ~RestoreCopies() { mixed_precision::set_transposed_input_copies(true); }
+  } restore;
   constexpr int64_t kPixels = 40;
   std::mt19937_64 rng(17);
   Tensor x({kExamples, kPixels}, DType::uint8);
