@@ -107,19 +107,19 @@ Tensor current_copy(const Variable& variable, int kind, const char* what) {
   return r.copies[kind][c];
 }
 
+// A process-wide switch, on unless the environment sets `name` to 0.
+bool on_unless_environment_says_0(const char* name) {
+  const char* e = std::getenv(name);
+  return e == nullptr || std::string(e) != "0";
+}
+
 std::atomic<bool>& paired_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("LOCKSTEP_PAIRED_KERNELS");
-    return e == nullptr || std::string(e) != "0";
-  }()};
+  static std::atomic<bool> flag{on_unless_environment_says_0("LOCKSTEP_PAIRED_KERNELS")};
   return flag;
 }
 
 std::atomic<bool>& transposed_inputs_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("LOCKSTEP_TRANSPOSED_INPUTS");
-    return e == nullptr || std::string(e) != "0";
-  }()};
+  static std::atomic<bool> flag{on_unless_environment_says_0("LOCKSTEP_TRANSPOSED_INPUTS")};
   return flag;
 }
 

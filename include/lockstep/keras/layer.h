@@ -92,6 +92,23 @@ class LayerCallScope {
   bool outer_read_transposed_;
 };
 
+// What a model says about the readers of the next layer's output (LayerCallScope's "read
+// rounded" and "read transposed" flags), for as long as the object lives: the next scope opened
+// on this thread takes the flags; both are cleared when it ends, whatever happened in between.
+class NextOutputReaders {
+ public:
+  NextOutputReaders(bool read_rounded, bool read_transposed) {
+    if (read_rounded) LayerCallScope::set_next_output_read_rounded();
+    if (read_transposed) LayerCallScope::set_next_output_read_transposed();
+  }
+  ~NextOutputReaders() {
+    LayerCallScope::clear_next_output_read_rounded();
+    LayerCallScope::clear_next_output_read_transposed();
+  }
+  NextOutputReaders(const NextOutputReaders&) = delete;
+  NextOutputReaders& operator=(const NextOutputReaders&) = delete;
+};
+
 }  // namespace detail
 
 class Layer : public std::enable_shared_from_this<Layer> {

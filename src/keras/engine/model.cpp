@@ -164,19 +164,8 @@ Tensor Model::call(const std::vector<Tensor>& inputs, bool training) {
     if (n->inputs.empty()) continue;
     std::vector<Tensor> args;
     for (const KerasTensor& t : n->inputs) args.push_back(values.at(t.node().get()));
-    // Taken by the layer call's scope; cleared after it whatever happens in between.
-    struct ReadRounded {
-      explicit ReadRounded(bool on) {
-        if (on) detail::LayerCallScope::set_next_output_read_rounded();
-      }
-      ~ReadRounded() { detail::LayerCallScope::clear_next_output_read_rounded(); }
-    } read_rounded(read_only_by_rounding_adds(graph_->readers[i]));
-    struct ReadTransposed {
-      explicit ReadTransposed(bool on) {
-        if (on) detail::LayerCallScope::set_next_output_read_transposed();
-      }
-      ~ReadTransposed() { detail::LayerCallScope::clear_next_output_read_transposed(); }
-    } read_transposed(training && read_only_transposed(graph_->readers[i]));
+    const detail::NextOutputReaders readers(read_only_by_rounding_adds(graph_->readers[i]),
+                                            training && read_only_transposed(graph_->readers[i]));
     values[n.get()] =
         args.size() == 1 ? (*n->layer)(args[0], training) : (*n->layer)(args, training);
   }

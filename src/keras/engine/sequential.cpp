@@ -57,14 +57,8 @@ Tensor Sequential::call(const Tensor& inputs, bool training) {
   detail::LayerCallScope scope;  // the layers' calls are inner ones
   Tensor x = inputs;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    // Taken by the layer call's scope; cleared after it whatever happens in between.
-    struct ReadTransposed {
-      explicit ReadTransposed(bool on) {
-        if (on) detail::LayerCallScope::set_next_output_read_transposed();
-      }
-      ~ReadTransposed() { detail::LayerCallScope::clear_next_output_read_transposed(); }
-    } read_transposed(training && i + 1 < layers_.size() &&
-                      layers_[i + 1]->reads_input_transposed());
+    const detail::NextOutputReaders readers(
+        false, training && i + 1 < layers_.size() && layers_[i + 1]->reads_input_transposed());
     x = (*layers_[i])(x, training);
   }
   return x;

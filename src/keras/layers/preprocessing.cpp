@@ -266,6 +266,11 @@ bool uses_avx512_bf16_rescale(float scale, float offset) {
   static const bool available = effective_cpu_isa() >= CpuIsa::avx512_core_bf16;
   return available && offset == 0.0f && (scale == 0.0f || std::fabs(scale) >= FLT_MIN);
 }
+
+// The bytes' rescaling runs as the one-instruction conversion above (the same bits as the loop).
+bool rescales_with_avx512_bf16(float scale, float offset) {
+  return rescale_stays_finite(scale, offset) && uses_avx512_bf16_rescale(scale, offset);
+}
 #endif
 
 #if defined(__x86_64__)
@@ -273,14 +278,13 @@ bool uses_avx512_bf16_rescale(float scale, float offset) {
 // for a training step: uint8 rows, the AVX512_BF16 conversion, and the mixed-precision switch on.
 bool writes_transposed_copy(const Tensor& in, float scale, float offset) {
   return in.dtype() == DType::uint8 && in.rank() == 2 && in.num_elements() > 0 &&
-         mixed_precision::transposed_input_copies() && rescale_stays_finite(scale, offset) &&
-         uses_avx512_bf16_rescale(scale, offset);
+         mixed_precision::transposed_input_copies() && rescales_with_avx512_bf16(scale, offset);
 }
 #endif
 
 void rescale_into(const uint8_t* x, bfloat16* y, int64_t n, float scale, float offset) {
 #if defined(__x86_64__)
-  if (rescale_stays_finite(scale, offset) && uses_avx512_bf16_rescale(scale, offset)) {
+  if (rescales_with_avx512_bf16(scale, offset)) {
     rescale_uint8_with_avx512_bf16(x, y, n, scale);
     return;
   }
