@@ -31,60 +31,53 @@ namespace detail {
 class LayerCallScope {
  public:
   LayerCallScope()
-      : outer_float32_output_(float32_output_flag()),
-        outermost_(depth() == 0),
-        output_read_rounded_(std::exchange(read_rounded_flag(), false)),
-        outer_read_transposed_(std::exchange(current_read_transposed(),
-                                             std::exchange(read_transposed_flag(), false))) {
-    ++depth();
-    float32_output_flag() = false;
+      : outer_float32_output_(state().float32_output),
+        outermost_(state().depth == 0),
+        output_read_rounded_(std::exchange(state().next_read_rounded, false)),
+        outer_read_transposed_(std::exchange(state().current_read_transposed,
+                                             std::exchange(state().next_read_transposed, false))) {
+    ++state().depth;
+    state().float32_output = false;
   }
   ~LayerCallScope() {
-    --depth();
-    float32_output_flag() = outer_float32_output_;
-    current_read_transposed() = outer_read_transposed_;
+    --state().depth;
+    state().float32_output = outer_float32_output_;
+    state().current_read_transposed = outer_read_transposed_;
   }
   LayerCallScope(const LayerCallScope&) = delete;
   LayerCallScope& operator=(const LayerCallScope&) = delete;
 
   bool outermost() const { return outermost_; }
   // Read after call() returned, before the scope ends.
-  bool float32_output() const { return float32_output_flag(); }
-  static void set_float32_output() { float32_output_flag() = true; }
+  bool float32_output() const { return state().float32_output; }
+  static void set_float32_output() { state().float32_output = true; }
   // mixed_bfloat16's float32 form: a model says, just before calling a layer, that every reader
   // of the layer's output rounds it as it reads it (layers::Add), so the call need not round it.
   // The next scope opened on this thread takes the flag.
-  static void set_next_output_read_rounded() { read_rounded_flag() = true; }
-  static void clear_next_output_read_rounded() { read_rounded_flag() = false; }
+  static void set_next_output_read_rounded() { state().next_read_rounded = true; }
+  static void clear_next_output_read_rounded() { state().next_read_rounded = false; }
   bool output_read_rounded() const { return output_read_rounded_; }
   // A model says, just before calling a layer, that every reader of the layer's output multiplies
   // it transposed and would read a dense transpose written beside it
   // (Layer::reads_input_transposed). The next scope opened on this thread takes the flag; the
   // layer's call() reads it, for the innermost open scope, as current_output_read_transposed().
-  static void set_next_output_read_transposed() { read_transposed_flag() = true; }
-  static void clear_next_output_read_transposed() { read_transposed_flag() = false; }
-  static bool current_output_read_transposed() { return current_read_transposed(); }
+  static void set_next_output_read_transposed() { state().next_read_transposed = true; }
+  static void clear_next_output_read_transposed() { state().next_read_transposed = false; }
+  static bool current_output_read_transposed() { return state().current_read_transposed; }
 
  private:
-  static int& depth() {
-    thread_local int d = 0;
-    return d;
-  }
-  static bool& float32_output_flag() {
-    thread_local bool f = false;
-    return f;
-  }
-  static bool& read_rounded_flag() {
-    thread_local bool f = false;
-    return f;
-  }
-  static bool& read_transposed_flag() {
-    thread_local bool f = false;
-    return f;
-  }
-  static bool& current_read_transposed() {
-    thread_local bool f = false;
-    return f;
+  // This thread's nesting: the open scopes, the innermost call's float32 output, what the model
+  // said about the next call's readers, and what the innermost open call's readers do.
+  struct State {
+    int depth = 0;
+    bool float32_output = false;
+    bool next_read_rounded = false;
+    bool next_read_transposed = false;
+    bool current_read_transposed = false;
+  };
+  static State& state() {
+    thread_local State s;
+    return s;
   }
   bool outer_float32_output_;
   bool outermost_;
