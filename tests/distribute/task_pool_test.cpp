@@ -785,6 +785,52 @@ TEST(TaskPool, IdleWorkPrefersATaskStillRunningOrTheIdleThreadsOwnWhereChosenAnd
   }
 }
 
+// A first phase of one task with three units of idle work, chained to a phase of four tasks, run
+// by the caller alone, which logs what it does in order. Where chosen, the idle work comes before
+// any task of the chained phase; where not, a thread does it only when it finds nothing to take,
+// which the caller alone never does before the phase is complete.
+class LoggedIdleWorkPhase : public CountingPhase {
+ public:
+  LoggedIdleWorkPhase(int n, std::vector<std::string>& log) : CountingPhase(n), log_(log) {}
+  bool idle_work(int) override {
+    if (units_ == 0) return false;
+    --units_;
+    log_.push_back("idle");
+    return true;
+  }
+
+ private:
+  int units_ = 3;
+  std::vector<std::string>& log_;
+};
+
+class LoggedPhase : public CountingPhase {
+ public:
+  LoggedPhase(int n, std::vector<std::string>& log) : CountingPhase(n), log_(log) {}
+  void* run(int task, int thread) override {
+    log_.push_back("task " + std::to_string(task));
+    return CountingPhase::run(task, thread);
+  }
+
+ private:
+  std::vector<std::string>& log_;
+};
+
+TEST(TaskPool, TheFirstPhasesIdleWorkComesBeforeTheChainedPhasesTasksWhereChosen) {
+  for (bool before : {false, true}) {
+    SCOPED_TRACE(before ? "idle work before the chained phase" : "idle work when idle");
+    TaskPool pool({.num_threads = 1, .idle_work_before_chained_phase = before});
+    std::vector<std::string> log;
+    LoggedIdleWorkPhase first(1, log);
+    LoggedPhase second(4, log);
+    pool.run(first, second);
+    std::vector<std::string> expected = {"task 0", "task 1", "task 2", "task 3"};
+    if (before) expected.insert(expected.begin(), 3, "idle");
+    EXPECT_EQ(log, expected);
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(second.commits_[static_cast<size_t>(t)].load(), 1);
+  }
+}
+
 TEST(TaskPool, RejectsNoThreads) {
   EXPECT_THROW(TaskPool({.num_threads = 0}), InvalidArgument);
 }

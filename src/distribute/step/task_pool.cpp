@@ -189,6 +189,12 @@ bool TaskPool::work_on(Record& rec, int thread, int64_t& wake_ns) {
   const int n = rec.num_tasks;
   const int threads = rec.threads;
   for (;;) {
+    // The first phase's idle work before the second phase's tasks, where chosen
+    // (TaskPoolOptions::idle_work_before_chained_phase); once the second is open, every task of
+    // the first is done.
+    if (idle_work_before_chained_phase_ && rec.then != nullptr &&
+        rec.open.load(std::memory_order_acquire) && idle_work(rec, thread))
+      continue;
     // This thread's own range first, then the others' in turn; the second phase's once it is
     // open.
     int claimed = -1;

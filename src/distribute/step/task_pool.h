@@ -80,12 +80,13 @@ class TaskPhase {
   // starts. An exception fails both.
   virtual void phase_done() {}
   // Work that belongs to no task, for a thread that finds nothing to take while the phase (or the
-  // one chained after it) is still running: one unit of it, and whether there was any (false:
-  // nothing to do now). `preferred`: a task of this phase not done yet (-1: none), or, on a quiet
-  // machine with TaskPoolOptions::idle_work_prefers_own_task, the task the idle thread was dealt
-  // first (it runs that task again next time).
-  // It may not change what any task computes (a replica phase stages the input of later steps).
-  // It runs counted as a task run (wait_for_runs_before waits for it).
+  // one chained after it) is still running, or before it takes the chained phase's tasks
+  // (TaskPoolOptions::idle_work_before_chained_phase): one unit of it, and whether there was any
+  // (false: nothing to do now). `preferred`: a task of this phase not done yet (-1: none), or, on a
+  // quiet machine with TaskPoolOptions::idle_work_prefers_own_task, the task the idle thread was
+  // dealt first (it runs that task again next time). It may not change what any task computes (a
+  // replica phase stages the input of later steps). It runs counted as a task run
+  // (wait_for_runs_before waits for it).
   virtual bool idle_work(int /*preferred*/) { return false; }
   // Whether an idle thread may run a task of this phase again while its first run is under way (a
   // backup). A phase whose tasks write what they read says no: a second run would read what the
@@ -126,6 +127,13 @@ struct TaskPoolOptions {
   // BufferedUpdate::stream_shared_reads). On a busy machine it prefers a task still running,
   // whose holder may be descheduled and hold the phase up.
   std::optional<bool> idle_work_prefers_own_task;
+  // Whether a thread takes the first phase's idle work before the tasks of the phase chained after
+  // it (run(first, then)) once that one is open, rather than only when no task is left. A replica
+  // phase's idle work stages the next step's input, a unit several times an update chunk's length:
+  // taken first, it leaves the step to end on short chunks both threads share, instead of on one
+  // thread's staging while the other waits. Unset: on Intel's CPUs, where it measured a gain; on
+  // AMD's it measured none (docs/performance.md, "Measured design choices").
+  std::optional<bool> idle_work_before_chained_phase;
   // Test hook: when set, decides whether another process is runnable instead of /proc/stat, and
   // is asked at every run().
   std::function<bool()> machine_busy;
@@ -246,7 +254,8 @@ class TaskPool {
   void place_sleepers_off(int cpu);
 
   TaskPoolOptions options_;
-  bool idle_work_prefers_own_task_ = false;  // the option, resolved
+  bool idle_work_prefers_own_task_ = false;      // the option, resolved
+  bool idle_work_before_chained_phase_ = false;  // the option, resolved
   std::vector<std::thread> threads_;
   std::vector<std::unique_ptr<Record>> ring_;
   std::atomic<uint32_t> announced_{0};  // futex word: low bits of the latest phase's sequence

@@ -38,7 +38,9 @@ using namespace task_pool_detail;
 TaskPool::TaskPool(TaskPoolOptions options)
     : options_(std::move(options)),
       idle_work_prefers_own_task_(
-          options_.idle_work_prefers_own_task.value_or(cpu_vendor() == CpuVendor::amd)) {
+          options_.idle_work_prefers_own_task.value_or(cpu_vendor() == CpuVendor::amd)),
+      idle_work_before_chained_phase_(
+          options_.idle_work_before_chained_phase.value_or(cpu_vendor() == CpuVendor::intel)) {
   if (options_.num_threads < 1) {
     throw InvalidArgument("TaskPool: expected num_threads >= 1. Received: " +
                           std::to_string(options_.num_threads) + ".");
