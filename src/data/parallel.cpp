@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/cpu_affinity.h"
 #include "internal.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/cpu_cores.h"
@@ -120,6 +121,7 @@ class ParallelMapIterator : public IteratorImpl {
   }
 
   void work() {
+    os::adopt_thread_start_mask();
     Element in;
     std::unique_lock lock(mu_);
     for (;;) {
@@ -286,6 +288,7 @@ class PrefetchIterator : public IteratorImpl {
 
  private:
   void produce() {
+    os::adopt_thread_start_mask();
     lower_priority();
     Element e;
     for (;;) {

@@ -21,6 +21,7 @@
 
 #include <cmath>
 
+#include "core/cpu_affinity.h"
 #include "distribute/step/task_pool.h"
 #include "lockstep/core/denormals.h"
 #include "lockstep/core/error.h"
@@ -833,6 +834,56 @@ TEST(TaskPool, TheFirstPhasesIdleWorkComesBeforeTheChainedPhasesTasksWhereChosen
 
 TEST(TaskPool, RejectsNoThreads) {
   EXPECT_THROW(TaskPool({.num_threads = 0}), InvalidArgument);
+}
+
+// A rank's thread may be narrowed to one CPU by a peer for a while (HostRankPlacement); a pool it
+// starts then must not inherit that CPU for good. Its helpers start on the registered mask.
+TEST(TaskPool, HelpersStartOnTheRegisteredStartMaskNotOnTheirStartersNarrowedOne) {
+  cpu_set_t original;
+  CPU_ZERO(&original);
+  ASSERT_EQ(sched_getaffinity(0, sizeof original, &original), 0);
+  int first_cpu = 0;
+  while (!CPU_ISSET(first_cpu, &original)) ++first_cpu;
+  cpu_set_t narrowed;
+  CPU_ZERO(&narrowed);
+  CPU_SET(first_cpu, &narrowed);
+  const int owner = 0;
+  os::register_thread_start_mask(&owner, original);
+  ASSERT_EQ(sched_setaffinity(0, sizeof narrowed, &narrowed), 0);
+  cpu_set_t helper_mask;
+  CPU_ZERO(&helper_mask);
+  {
+    TaskPool pool({.num_threads = 2});
+    std::mutex mu;
+    std::condition_variable cv;
+    bool seen = false;
+    pool.set_join_hook([&](int thread, uint64_t) {
+      std::lock_guard lock(mu);
+      if (thread != 1 || seen) return;
+      sched_getaffinity(0, sizeof helper_mask, &helper_mask);
+      seen = true;
+      cv.notify_all();
+    });
+    CountingPhase phase(4);
+    pool.run(phase);
+    {
+      // The helper joins the phase whether it woke before the caller finished it or after.
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, std::chrono::minutes(1), [&] { return seen; });
+      EXPECT_TRUE(seen);
+    }
+    pool.wait_for_runs_before(UINT64_MAX);
+    pool.set_join_hook({});
+  }
+  cpu_set_t caller_mask;
+  CPU_ZERO(&caller_mask);
+  sched_getaffinity(0, sizeof caller_mask, &caller_mask);
+  sched_setaffinity(0, sizeof original, &original);
+  os::unregister_thread_start_mask(&owner);
+  EXPECT_TRUE(CPU_EQUAL(&helper_mask, &original))
+      << "the helper runs on " << CPU_COUNT(&helper_mask) << " CPUs, the registered mask has "
+      << CPU_COUNT(&original);
+  EXPECT_TRUE(CPU_EQUAL(&caller_mask, &narrowed)) << "the caller's own mask is not the pool's";
 }
 
 }  // namespace

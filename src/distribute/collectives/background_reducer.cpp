@@ -1,5 +1,6 @@
 #include "lockstep/distribute/background_reducer.h"
 
+#include "core/cpu_affinity.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
@@ -53,6 +54,7 @@ void BackgroundReducer::loop() {
   // Started from a thread that may be pinned to one core: without this it would inherit that
   // core and compete with the very computation it overlaps.
   use_process_cores();
+  os::adopt_thread_start_mask();
   profiler::set_thread_label("communication");
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {

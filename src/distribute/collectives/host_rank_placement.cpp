@@ -32,9 +32,13 @@ HostRankPlacement::HostRankPlacement(void* seats, int rank, int size, int cpus)
   if (sched_getaffinity(0, sizeof mine.allowed, &mine.allowed) != 0) enabled_ = false;
   mine.pid = static_cast<int32_t>(getpid());
   mine.tid.store(static_cast<int32_t>(os::this_thread_id()), std::memory_order_release);
+  // A peer may narrow this rank's thread while it starts threads of its own: they start on the
+  // rank's mask instead of the narrowed one.
+  if (enabled_) os::register_thread_start_mask(this, mine.allowed);
 }
 
 HostRankPlacement::~HostRankPlacement() {
+  os::unregister_thread_start_mask(this);
   for (int fd : fds_)
     if (fd >= 0) close(fd);
 }

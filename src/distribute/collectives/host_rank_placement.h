@@ -14,7 +14,8 @@
 //     own CPU, which it leaves idle;
 //   - place: the last rank to arrive wakes a sleeping peer that last ran on its own CPU with that
 //     CPU taken out of the peer's affinity, so that the two compute side by side, not in turns.
-// A moved rank restores its own affinity (the mask it started with) at its next barrier. Nothing
+// A moved rank restores its own affinity (the mask it started with) at its next barrier, and the
+// threads Lockstep starts meanwhile start on that mask (os::adopt_thread_start_mask). Nothing
 // moves outside a rank's own mask (ranks bound to a core each by the launcher stay there), and
 // nothing moves with more ranks on the host than it has CPUs. Results do not depend on any of
 // this, only who waits for whom.

@@ -108,6 +108,7 @@ bool TaskPool::spinning_allowed() {
 
 void TaskPool::helper(int thread) {
   t_helper_thread = true;
+  os::adopt_thread_start_mask();
   if (thread < static_cast<int>(options_.pin_cores.size()))
     pin_current_thread(options_.pin_cores[static_cast<size_t>(thread)]);
   {

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/cpu_affinity.h"
 #include "lockstep/core/cpu_cores.h"
 #include "lockstep/core/error.h"
 
@@ -26,6 +27,7 @@ ReplicaThreads::~ReplicaThreads() {
 }
 
 void ReplicaThreads::worker(int replica, std::vector<int> cores) {
+  os::adopt_thread_start_mask();
   pin_current_thread(cores);
   // Each replica owns one core: oneDNN's OpenMP regions started from this thread stay on it, and
   // no idle OpenMP team spins on the other cores.
