@@ -170,7 +170,8 @@ TEST(HostRankPlacementRule, ReadsAThreadsRunTimeFromSchedstat) {
   EXPECT_LT(HostRankPlacement::open_schedstat(getpid(), 0), 0);
 }
 
-TEST_F(HostRankPlacementTest, AWaiterPullsAnAsleepLatePeerOntoItsCpuAndThePeerRestoresItsMask) {
+TEST_F(HostRankPlacementTest,
+       AWaiterPullsAnAsleepLatePeerOntoItsCpuAndItsThreadsStartOnItsMaskUntilItRestoresIt) {
   Seats seats(2);
   Peer peer(seats, 1, 2);
   const int here = cpus_.front();
@@ -188,6 +189,21 @@ TEST_F(HostRankPlacementTest, AWaiterPullsAnAsleepLatePeerOntoItsCpuAndThePeerRe
   // At most one pull per barrier.
   me->while_waiting(0, true);
   EXPECT_EQ(me->pulls(), 1u);
+  // Until then a thread the peer starts would inherit the one CPU for good; the threads Lockstep
+  // starts take the rank's own mask.
+  cpu_set_t inherited, adopted;
+  peer.run([&](HostRankPlacement&) {
+    std::thread([&] { inherited = affinity_of(0); }).join();
+    std::thread([&] {
+      os::adopt_thread_start_mask();
+      adopted = affinity_of(0);
+    }).join();
+  });
+  const cpu_set_t narrowed = only(here);
+  EXPECT_TRUE(CPU_EQUAL(&inherited, &narrowed)) << "a plain thread inherits the narrowed mask";
+  EXPECT_TRUE(CPU_EQUAL(&adopted, &original_))
+      << "a thread Lockstep starts runs on " << CPU_COUNT(&adopted) << " CPUs, the rank's mask has "
+      << CPU_COUNT(&original_);
   // Past its next barrier the peer may run anywhere its own mask allows again.
   uint64_t restores = 0;
   peer.run([&](HostRankPlacement& p) {
@@ -293,36 +309,6 @@ TEST_F(HostRankPlacementTest, AsleepRanksAreNotAwake) {
   EXPECT_EQ(me.awake_ranks(), 2);
   peer.run([](HostRankPlacement& p) { p.set_sleeping(true); });
   EXPECT_EQ(me.awake_ranks(), 1);
-}
-
-// A pulled rank stays on the puller's CPU until its next barrier, and a thread it starts meanwhile
-// would inherit that one CPU for good; the threads Lockstep starts take the rank's own mask.
-TEST_F(HostRankPlacementTest, ThreadsAPulledRankStartsBeforeItsNextBarrierTakeItsOwnMask) {
-  Seats seats(2);
-  Peer peer(seats, 1, 2);
-  const int here = cpus_.front();
-  auto me = waiter_on(here, seats);
-  me->set_sleeping(true);
-  look_twice(*me, true);
-  if (cpus_.size() < 2) {
-    EXPECT_EQ(me->pulls(), 0u);
-    return;
-  }
-  ASSERT_EQ(me->pulls(), 1u);
-  ASSERT_TRUE(has_mask(peer.tid(), only(here)));
-  cpu_set_t inherited, adopted;
-  peer.run([&](HostRankPlacement&) {
-    std::thread([&] { inherited = affinity_of(0); }).join();
-    std::thread([&] {
-      os::adopt_thread_start_mask();
-      adopted = affinity_of(0);
-    }).join();
-  });
-  const cpu_set_t narrowed = only(here);
-  EXPECT_TRUE(CPU_EQUAL(&inherited, &narrowed)) << "a plain thread inherits the narrowed mask";
-  EXPECT_TRUE(CPU_EQUAL(&adopted, &original_))
-      << "a thread Lockstep starts runs on " << CPU_COUNT(&adopted) << " CPUs, the rank's mask has "
-      << CPU_COUNT(&original_);
 }
 
 }  // namespace
