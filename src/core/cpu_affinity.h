@@ -27,8 +27,7 @@ inline bool mask_without(const cpu_set_t& mask, int cpu, cpu_set_t& out) {
 // registration wins; `owner` clears it.
 void register_thread_start_mask(const void* owner, const cpu_set_t& mask);
 void unregister_thread_start_mask(const void* owner);
-// Called first on a thread Lockstep starts: takes the registered mask, if any. True when the
-// thread's mask changed.
-bool adopt_thread_start_mask();
+// Called first on a thread Lockstep starts: takes the registered mask, if any.
+void adopt_thread_start_mask();
 
 }  // namespace lockstep::os
