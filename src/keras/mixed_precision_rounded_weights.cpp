@@ -8,6 +8,7 @@
 
 #include "lockstep/core/bfloat16.h"
 #include "lockstep/core/check.h"
+#include "lockstep/core/cpu_isa.h"
 #include "lockstep/core/error.h"
 #include "lockstep/keras/mixed_precision.h"
 
@@ -118,8 +119,16 @@ std::atomic<bool>& paired_flag() {
   return flag;
 }
 
+// On by default where oneDNN's bfloat16 matmul runs on AMX, whose kernel copies a strided xᵀ
+// transposed before it multiplies; the AVX512_BF16 kernel reads the strided view nearly as fast
+// as a dense copy, and there writing the copy costs the forward pass more than the gradient saves
+// (docs/performance.md). LOCKSTEP_TRANSPOSED_INPUTS=0 or 1 decides instead.
 std::atomic<bool>& transposed_inputs_flag() {
-  static std::atomic<bool> flag{on_unless_environment_says_0("LOCKSTEP_TRANSPOSED_INPUTS")};
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("LOCKSTEP_TRANSPOSED_INPUTS");
+    if (e != nullptr) return std::string(e) != "0";
+    return effective_cpu_isa() >= CpuIsa::avx512_core_amx;
+  }()};
   return flag;
 }
 

@@ -2,6 +2,7 @@
 
 #include "testing/bf16_matmul_mode.h"
 #include "testing/policy_guard.h"
+#include "testing/transposed_input_copies.h"
 
 #include <cfloat>
 #include <cmath>
@@ -99,6 +100,7 @@ bool expect_transposed_copy() {
 
 TEST(Rescaling, InTrainingUnderMixedBfloat16WritesItsTransposeBesideItsOutput) {
   testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
+  testing::TransposedInputCopiesGuard copies(true);
   const bool expect_copy = expect_transposed_copy();
   std::mt19937 rng(11);
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
@@ -156,10 +158,11 @@ TEST(Rescaling, WritesNoTransposeWhereItIsNotAsked) {
   EXPECT_FALSE(told(mixed, x3).reshape({8, 40}).transposed_copy().defined());
   layers::Rescaling f32(1.0 / 255);
   EXPECT_FALSE(told(f32, x2).transposed_copy().defined());
-  mixed_precision::set_transposed_input_copies(false);
-  const bool off_copy = told(mixed, x2).transposed_copy().defined();
-  mixed_precision::set_transposed_input_copies(true);
-  EXPECT_FALSE(off_copy);
+  {
+    testing::TransposedInputCopiesGuard copies(false);
+    EXPECT_FALSE(told(mixed, x2).transposed_copy().defined()) << "switched off";
+  }
+  testing::TransposedInputCopiesGuard copies(true);
   EXPECT_EQ(told(mixed, x2).transposed_copy().defined(), expect_transposed_copy());
 }
 

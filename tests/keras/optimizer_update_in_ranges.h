@@ -1,11 +1,17 @@
 #pragma once
 // One optimizer update through the public ElementwiseUpdate path, split the way the training step
 // splits it: the flat concatenation of `vars` cut at `cuts` (from 0 to the total element count),
-// each range applied in place on a thread of its own. Tests compare it with apply_gradients.
+// each range applied in place on a thread of its own, with the outputs `streamed` names written
+// around the caches where the loop has such stores (each thread fences them before it ends, as
+// the step does). Tests compare it with apply_gradients.
 #include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "lockstep/keras/mixed_precision.h"
 #include "lockstep/keras/optimizers/optimizer.h"
@@ -13,7 +19,8 @@
 namespace lockstep::keras::optimizers {
 
 inline void update_in_ranges(Optimizer& opt, const std::vector<Tensor>& grads,
-                             const std::vector<Variable>& vars, const std::vector<int64_t>& cuts) {
+                             const std::vector<Variable>& vars, const std::vector<int64_t>& cuts,
+                             distribute::Streamed streamed = {}) {
   opt.bind(vars);
   std::vector<double> squared_norms;
   if (opt.wants_gradient_norms()) {
@@ -43,8 +50,12 @@ inline void update_in_ranges(Optimizer& opt, const std::vector<Tensor>& grads,
       const std::vector<const float*> slots_in(slots.begin(), slots.end());
       float* w = vars[i].raw_value().data<float>() + offset;
       opt.apply(i, offset, w, g.data(), slots_in, w, slots, count,
-                mixed_precision::rounded_weights_out(vars[i]).at(static_cast<size_t>(offset)), {});
+                mixed_precision::rounded_weights_out(vars[i]).at(static_cast<size_t>(offset)),
+                streamed);
     }
+#if defined(__x86_64__)
+    if (streamed) _mm_sfence();
+#endif
   };
   std::vector<std::thread> threads;
   for (size_t r = 0; r + 1 < cuts.size(); ++r) {

@@ -57,9 +57,11 @@ const PairedRowsLayout kPaired{.rows = 50,
 // Runs `steps` steps with and without the rounded copies (float32 values, or `bfloat16_copy`) and
 // compares; `split` applies each step as three ranges on three threads, as replicas do. `paired`:
 // the kernel's bfloat16 copy is kept in kPaired (the ranges then cut its pairs of rows).
+// `streamed`: the split ranges write the copy around the caches, as the step asks on some CPUs.
 void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_copy = false,
-                                bool paired = false) {
+                                bool paired = false, bool streamed = false) {
   SCOPED_TRACE(paired ? "paired bfloat16 copy" : bfloat16_copy ? "bfloat16 copy" : "float32 copy");
+  SCOPED_TRACE(streamed ? "streamed" : "stored");
   std::vector<Variable> plain = make_vars(), cached = make_vars();
   if (paired) {
     plain[0] = Variable(plain[0].value().reshape({50, 100}), "dense/kernel");
@@ -86,7 +88,8 @@ void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_c
     if (!split) {
       opt_cached->apply_gradients(g, cached);
     } else {
-      update_in_ranges(*opt_cached, g, cached, {0, 1700, 4999, total});
+      update_in_ranges(*opt_cached, g, cached, {0, 1700, 4999, total},
+                       distribute::Streamed{.rounded = streamed});
     }
     for (size_t i = 0; i < cached.size(); ++i) {
       const float* w = cached[i].raw_value().data<float>();
@@ -161,6 +164,15 @@ TEST(OptimizerBfloat16Rounded, ACopyInPairsOfRowsIsKeptCurrentInEveryPath) {
                              true);
   check_keeps_copies_current([] { return std::make_unique<RMSprop>(RMSpropOptions{}); }, true, true,
                              true);
+}
+
+// Written around the caches (whole pairs of rows a tile's run at a time, the ends of a range
+// stored), the plain copy and the one in pairs of rows hold the same values.
+TEST(OptimizerBfloat16Rounded, AStreamedCopyIsKeptCurrent) {
+  const Factory adam = [] { return std::make_unique<Adam>(AdamOptions{}); };
+  check_keeps_copies_current(adam, true, true, true, true);
+  check_keeps_copies_current(adam, true, true, false, true);
+  check_keeps_copies_current(adam, true, false, false, true);
 }
 
 TEST(OptimizerBfloat16Rounded, AVariableWithoutACopyGetsNone) {

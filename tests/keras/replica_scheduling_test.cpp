@@ -21,6 +21,7 @@
 #include "testing/bf16_matmul_mode.h"
 #include "testing/classification_data.h"
 #include "testing/policy_guard.h"
+#include "testing/transposed_input_copies.h"
 
 namespace lockstep::keras {
 namespace {
@@ -207,9 +208,6 @@ TEST(ReplicaScheduling, MixedBfloat16KernelsInPairsOfRowsGiveTheBitsOfPlainOnes)
 TEST(ReplicaScheduling, MixedBfloat16TransposedInputCopiesGiveTheBitsOfStridedProducts) {
   lockstep::testing::PolicyGuard policy("mixed_bfloat16");
   lockstep::testing::Bf16MatmulModeGuard mode(ops::Bf16MatmulMode::bfloat16_kernels);
-  struct RestoreCopies {
-    ~RestoreCopies() { mixed_precision::set_transposed_input_copies(true); }
-  } restore;
   constexpr int64_t kPixels = 40;
   std::mt19937_64 rng(17);
   Tensor x({kExamples, kPixels}, DType::uint8);
@@ -233,10 +231,13 @@ TEST(ReplicaScheduling, MixedBfloat16TransposedInputCopiesGiveTheBitsOfStridedPr
     return bytes_of(ws);
   };
   for (int n : {2, 3}) {
-    mixed_precision::set_transposed_input_copies(false);
-    distribute::Strategy reference_strategy(config(n, 1));
-    const std::string reference = fit(reference_strategy);
-    mixed_precision::set_transposed_input_copies(true);
+    std::string reference;
+    {
+      lockstep::testing::TransposedInputCopiesGuard copies(false);
+      distribute::Strategy reference_strategy(config(n, 1));
+      reference = fit(reference_strategy);
+    }
+    lockstep::testing::TransposedInputCopiesGuard copies(true);
     for (int t : {1, 2}) {
       distribute::Strategy strategy(config(n, t));
       EXPECT_TRUE(fit(strategy) == reference)

@@ -6,6 +6,7 @@
 // order the dot-product instructions consume. Handing the kernel its operand in that layout saves
 // the copy it otherwise makes of a plain operand on every call. The padding is zero and stays so:
 // only the matrix's elements are ever written.
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -87,6 +88,34 @@ template <int kLanes>
       n = 0;
       ++k;
     }
+  }
+}
+
+// Stores rows k and k + 1 (k even) of columns [n, n + count) — a[j] and b[j] the values of column
+// n + j — at their places in `dst`, which holds the matrix in `layout`: the two values of a column
+// are adjacent there, so each pair goes as one 32-bit word (row k's value in its low half) and
+// the loop vectorises without permutes. Only for a pair of rows one thread writes whole.
+inline void store_row_pair(const PairedRowsLayout& layout, uint16_t* dst, int64_t k, int64_t n,
+                           const uint16_t* a, const uint16_t* b, int64_t count) {
+  typedef uint32_t Word __attribute__((may_alias));
+  while (count > 0) {
+    const int64_t in_tile = layout.col_block - (n & (layout.col_block - 1));
+    const int64_t run = count < in_tile ? count : in_tile;
+    uint16_t* pairs = dst + layout.offset(k, n);
+    if constexpr (std::endian::native == std::endian::little) {
+      Word* words = reinterpret_cast<Word*>(pairs);
+      for (int64_t j = 0; j < run; ++j)
+        words[j] = static_cast<uint32_t>(a[j]) | (static_cast<uint32_t>(b[j]) << 16);
+    } else {
+      for (int64_t j = 0; j < run; ++j) {
+        pairs[2 * j] = a[j];
+        pairs[2 * j + 1] = b[j];
+      }
+    }
+    a += run;
+    b += run;
+    n += run;
+    count -= run;
   }
 }
 

@@ -79,9 +79,9 @@ void set_paired_kernels(bool enabled);
 bool paired_kernels();
 // Whether a training step's Rescaling of uint8 rows under a bfloat16 compute dtype also writes
 // its output's transpose beside it (Tensor::transposed_copy), from which the next Dense layer's
-// kernel gradient reads a dense xᵀ (process-wide; on unless the environment sets
-// LOCKSTEP_TRANSPOSED_INPUTS=0; only where the AVX512_BF16 conversion runs). The same bits
-// either way.
+// kernel gradient reads a dense xᵀ (process-wide; by default on where oneDNN's bfloat16 kernels
+// are AMX ones, whose gradient it speeds up, else off; LOCKSTEP_TRANSPOSED_INPUTS=0 or 1 decides
+// instead; only where the AVX512_BF16 conversion runs). The same bits either way.
 void set_transposed_input_copies(bool enabled);
 bool transposed_input_copies();
 // For code that updates the value in place through raw_value()'s data (optimizers): the copy in

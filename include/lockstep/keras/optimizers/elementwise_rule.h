@@ -11,6 +11,7 @@
 // so a loop makes no call per element, and the same rule gives the same bits in every loop.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -263,31 +264,40 @@ template <size_t kSlots>
   return p;
 }
 
-// The rule over elements i of row parts `a` and `b` at once (the two rows of a pair, n elements
-// each), their roundings interleaved into `pairs` (pairs[2i] a's, pairs[2i + 1] b's). rule_loop's
-// arithmetic for each element, so the same bits.
-template <bool kSum, typename Rule, bool kBf16>
-[[gnu::always_inline]] inline void rule_loop_two_rows(const Rule& rule, const UpdateSpan& a,
-                                                      const UpdateSpan& b, uint16_t* pairs) {
-  const ElementArrays<Rule::kSlots> ea(a), eb(b);
-  const size_t n = a.n;
-#if defined(__clang__)
-#pragma clang loop vectorize(assume_safety)
-#elif defined(__GNUC__)
-#pragma GCC ivdep
-#endif
-  for (size_t i = 0; i < n; ++i) {
-    pairs[2 * i] = bfloat16_bits(rule_element<kSum, kBf16>(rule, ea, i));
-    pairs[2 * i + 1] = bfloat16_bits(rule_element<kSum, kBf16>(rule, eb, i));
+// store_row_pair with non-temporal stores where the build has them (stream_floats): each run of
+// a tile's row goes through an L1 buffer of whole words, a pair of roundings each.
+template <int kLanes>
+[[gnu::always_inline]] inline void stream_row_pair(const PairedRowsLayout& layout, uint16_t* dst,
+                                                   int64_t k, int64_t n, const uint16_t* a,
+                                                   const uint16_t* b, int64_t count) {
+  if constexpr (kLanes == 0 || std::endian::native != std::endian::little) {
+    store_row_pair(layout, dst, k, n, a, b, count);
+  } else {
+    constexpr int64_t kWords = 64;
+    alignas(64) uint32_t words[kWords];
+    while (count > 0) {
+      const int64_t in_tile = layout.col_block - (n & (layout.col_block - 1));
+      const int64_t run = std::min({count, in_tile, kWords});
+      for (int64_t j = 0; j < run; ++j)
+        words[j] = static_cast<uint32_t>(a[j]) | (static_cast<uint32_t>(b[j]) << 16);
+      stream_floats<kLanes>(reinterpret_cast<float*>(dst + layout.offset(k, n)),
+                            reinterpret_cast<const float*>(words), static_cast<size_t>(run));
+      a += run;
+      b += run;
+      n += run;
+      count -= run;
+    }
   }
 }
 
 // rule_loop for a bfloat16 copy laid out for a matmul's kernel (RoundedOut::layout: pairs of
-// rows interleaved). The pairs of rows s holds whole go a block of each row at a time, their
-// roundings interleaved into whole cache lines; at s's ends, where a pair's other row belongs to
-// another span (maybe another thread's), each rounding is a store of its own
-// (store_paired_rows). The rule's arithmetic is rule_loop's, so the bits are the same. Nothing
-// is streamed (s.streamed is a hint).
+// rows interleaved). The pairs of rows s holds whole go through rule_loop as the plain copy's
+// loop reads them — each row's part one long contiguous span (both rows at once where they fit
+// the buffer), in memory order, which the hardware's prefetchers follow — their roundings into a
+// buffer in L1, then interleaved into whole cache lines (store_row_pair); at s's ends, where a
+// pair's other row belongs to another span (maybe another thread's), each rounding is a store of
+// its own (store_paired_rows). The rule's arithmetic is rule_loop's, so the bits are the same. Of
+// the outputs, only whole pairs of the rounding are streamed (s.streamed is a hint).
 template <bool kSum, int kLanes, typename Rule, bool kBf16 = false>
 [[gnu::always_inline]] inline void rule_loop_paired(const Rule& rule, const UpdateSpan& s) {
   constexpr size_t kSlots = Rule::kSlots;
@@ -295,11 +305,16 @@ template <bool kSum, int kLanes, typename Rule, bool kBf16 = false>
   const PairedRowsLayout& layout = *s.rounded.layout;
   auto* dst = reinterpret_cast<uint16_t*>(s.rounded.bf16);
   const size_t cols = static_cast<size_t>(layout.cols), begin = s.rounded.offset;
-  alignas(64) uint16_t a[kBlock];
+  // The roundings of a whole pair's two rows (up to kSlab columns of each), in L1.
+  constexpr size_t kSlab = 256;
+  alignas(64) uint16_t a[kBlock], r[2 * kSlab];
   std::array<const float*, kSlots> in{};
   std::array<float*, kSlots> out{};
   // (No lambda here: its body would be a function of its own, built for the baseline ISA.)
   const size_t pair = 2 * cols;
+  // Whole pairs' lines go around the caches when the caller asks (s.streamed.rounded): the other
+  // CPU's matmul reads them next, and an ordinary store would first take back each line it read.
+  const bool stream = kLanes > 0 && s.streamed.rounded;
   const size_t head = std::min(s.n, (pair - begin % pair) % pair);
   size_t e = 0;
   // The head and the tail a block at a time, each rounding stored on its own.
@@ -312,16 +327,28 @@ template <bool kSum, int kLanes, typename Rule, bool kBf16 = false>
   e = head;
   for (; e + pair <= s.n; e += pair) {
     const auto k = static_cast<int64_t>((begin + e) / cols);
-    for (size_t c = 0; c < cols;) {
-      const auto n = static_cast<int64_t>(c);
-      const size_t run =
-          std::min(cols - c, static_cast<size_t>(layout.col_block - (n & (layout.col_block - 1))));
-      std::array<const float*, kSlots> in_b{};
-      std::array<float*, kSlots> out_b{};
-      rule_loop_two_rows<kSum, Rule, kBf16>(rule, span_part(s, e + c, run, nullptr, in, out),
-                                            span_part(s, e + cols + c, run, nullptr, in_b, out_b),
-                                            dst + layout.offset(k, n));
-      c += run;
+    if (cols <= kSlab) {
+      // The pair's two rows are one contiguous span.
+      rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(rule, span_part(s, e, pair, r, in, out));
+      if (stream) {
+        stream_row_pair<kLanes>(layout, dst, k, 0, r, r + cols, static_cast<int64_t>(cols));
+      } else {
+        store_row_pair(layout, dst, k, 0, r, r + cols, static_cast<int64_t>(cols));
+      }
+      continue;
+    }
+    for (size_t c = 0; c < cols; c += kSlab) {
+      const size_t w = std::min(kSlab, cols - c);
+      rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(rule, span_part(s, e + c, w, r, in, out));
+      rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(
+          rule, span_part(s, e + cols + c, w, r + kSlab, in, out));
+      if (stream) {
+        stream_row_pair<kLanes>(layout, dst, k, static_cast<int64_t>(c), r, r + kSlab,
+                                static_cast<int64_t>(w));
+      } else {
+        store_row_pair(layout, dst, k, static_cast<int64_t>(c), r, r + kSlab,
+                       static_cast<int64_t>(w));
+      }
     }
   }
   for (; e < s.n; e += kBlock) {
