@@ -21,6 +21,7 @@
 #include "testing/bf16_matmul_mode.h"
 #include "testing/classification_data.h"
 #include "testing/policy_guard.h"
+#include "testing/setting_guard.h"
 #include "testing/transposed_input_copies.h"
 
 namespace lockstep::keras {
@@ -86,18 +87,11 @@ std::string fit_bytes(distribute::Strategy& strategy,
 }
 
 // Sets how the step's update writes (in place or out of place) for a test's duration.
-class InPlaceGuard {
+class InPlaceGuard : public lockstep::testing::SettingGuard<distribute::BufferedUpdate::InPlace> {
  public:
   explicit InPlaceGuard(distribute::BufferedUpdate::InPlace mode)
-      : saved_(distribute::BufferedUpdate::in_place_mode()) {
-    distribute::BufferedUpdate::set_in_place(mode);
-  }
-  ~InPlaceGuard() { distribute::BufferedUpdate::set_in_place(saved_); }
-  InPlaceGuard(const InPlaceGuard&) = delete;
-  InPlaceGuard& operator=(const InPlaceGuard&) = delete;
-
- private:
-  distribute::BufferedUpdate::InPlace saved_;
+      : SettingGuard(distribute::BufferedUpdate::in_place_mode,
+                     distribute::BufferedUpdate::set_in_place, mode) {}
 };
 
 TEST(ReplicaScheduling, WeightsAreBitIdenticalOnAnyNumberOfThreads) {

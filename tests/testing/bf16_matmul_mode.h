@@ -3,20 +3,14 @@
 // previous mode, so a test of one path runs on every machine instead of skipping where the
 // automatic choice picks the other.
 #include "lockstep/ops/matmul.h"
+#include "testing/setting_guard.h"
 
 namespace lockstep::testing {
 
-class Bf16MatmulModeGuard {
+class Bf16MatmulModeGuard : public SettingGuard<ops::Bf16MatmulMode> {
  public:
-  explicit Bf16MatmulModeGuard(ops::Bf16MatmulMode mode) : previous_(ops::bf16_matmul_mode()) {
-    ops::set_bf16_matmul_mode(mode);
-  }
-  ~Bf16MatmulModeGuard() { ops::set_bf16_matmul_mode(previous_); }
-  Bf16MatmulModeGuard(const Bf16MatmulModeGuard&) = delete;
-  Bf16MatmulModeGuard& operator=(const Bf16MatmulModeGuard&) = delete;
-
- private:
-  ops::Bf16MatmulMode previous_;
+  explicit Bf16MatmulModeGuard(ops::Bf16MatmulMode mode)
+      : SettingGuard(ops::bf16_matmul_mode, ops::set_bf16_matmul_mode, mode) {}
 };
 
 }  // namespace lockstep::testing
