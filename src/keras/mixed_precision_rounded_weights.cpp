@@ -108,14 +108,15 @@ Tensor current_copy(const Variable& variable, int kind, const char* what) {
   return r.copies[kind][c];
 }
 
-// A process-wide switch, on unless the environment sets `name` to 0.
-bool on_unless_environment_says_0(const char* name) {
+// A process-wide switch: off where the environment sets `name` to 0, on where it sets it to
+// anything else, `otherwise` where it is unset.
+bool environment_switch(const char* name, bool otherwise) {
   const char* e = std::getenv(name);
-  return e == nullptr || std::string(e) != "0";
+  return e == nullptr ? otherwise : std::string(e) != "0";
 }
 
 std::atomic<bool>& paired_flag() {
-  static std::atomic<bool> flag{on_unless_environment_says_0("LOCKSTEP_PAIRED_KERNELS")};
+  static std::atomic<bool> flag{environment_switch("LOCKSTEP_PAIRED_KERNELS", true)};
   return flag;
 }
 
@@ -124,11 +125,8 @@ std::atomic<bool>& paired_flag() {
 // as a dense copy, and there writing the copy costs the forward pass more than the gradient saves
 // (docs/performance.md). LOCKSTEP_TRANSPOSED_INPUTS=0 or 1 decides instead.
 std::atomic<bool>& transposed_inputs_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("LOCKSTEP_TRANSPOSED_INPUTS");
-    if (e != nullptr) return std::string(e) != "0";
-    return effective_cpu_isa() >= CpuIsa::avx512_core_amx;
-  }()};
+  static std::atomic<bool> flag{environment_switch("LOCKSTEP_TRANSPOSED_INPUTS",
+                                                   effective_cpu_isa() >= CpuIsa::avx512_core_amx)};
   return flag;
 }
 

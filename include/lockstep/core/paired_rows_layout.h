@@ -91,6 +91,12 @@ template <int kLanes>
   }
 }
 
+// The word a column's pair of values makes in a paired layout on a little-endian CPU: row k's
+// value in the low half, row k + 1's in the high half.
+inline uint32_t row_pair_word(uint16_t row_k, uint16_t row_k1) {
+  return static_cast<uint32_t>(row_k) | (static_cast<uint32_t>(row_k1) << 16);
+}
+
 // Stores rows k and k + 1 (k even) of columns [n, n + count) — a[j] and b[j] the values of column
 // n + j — at their places in `dst`, which holds the matrix in `layout`: the two values of a column
 // are adjacent there, so each pair goes as one 32-bit word (row k's value in its low half) and
@@ -104,8 +110,7 @@ inline void store_row_pair(const PairedRowsLayout& layout, uint16_t* dst, int64_
     uint16_t* pairs = dst + layout.offset(k, n);
     if constexpr (std::endian::native == std::endian::little) {
       Word* words = reinterpret_cast<Word*>(pairs);
-      for (int64_t j = 0; j < run; ++j)
-        words[j] = static_cast<uint32_t>(a[j]) | (static_cast<uint32_t>(b[j]) << 16);
+      for (int64_t j = 0; j < run; ++j) words[j] = row_pair_word(a[j], b[j]);
     } else {
       for (int64_t j = 0; j < run; ++j) {
         pairs[2 * j] = a[j];

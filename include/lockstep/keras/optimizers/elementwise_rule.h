@@ -278,8 +278,7 @@ template <int kLanes>
     while (count > 0) {
       const int64_t in_tile = layout.col_block - (n & (layout.col_block - 1));
       const int64_t run = std::min({count, in_tile, kWords});
-      for (int64_t j = 0; j < run; ++j)
-        words[j] = static_cast<uint32_t>(a[j]) | (static_cast<uint32_t>(b[j]) << 16);
+      for (int64_t j = 0; j < run; ++j) words[j] = row_pair_word(a[j], b[j]);
       stream_floats<kLanes>(reinterpret_cast<float*>(dst + layout.offset(k, n)),
                             reinterpret_cast<const float*>(words), static_cast<size_t>(run));
       a += run;
@@ -327,27 +326,22 @@ template <bool kSum, int kLanes, typename Rule, bool kBf16 = false>
   e = head;
   for (; e + pair <= s.n; e += pair) {
     const auto k = static_cast<int64_t>((begin + e) / cols);
-    if (cols <= kSlab) {
-      // The pair's two rows are one contiguous span.
-      rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(rule, span_part(s, e, pair, r, in, out));
-      if (stream) {
-        stream_row_pair<kLanes>(layout, dst, k, 0, r, r + cols, static_cast<int64_t>(cols));
-      } else {
-        store_row_pair(layout, dst, k, 0, r, r + cols, static_cast<int64_t>(cols));
-      }
-      continue;
-    }
     for (size_t c = 0; c < cols; c += kSlab) {
       const size_t w = std::min(kSlab, cols - c);
-      rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(rule, span_part(s, e + c, w, r, in, out));
-      rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(
-          rule, span_part(s, e + cols + c, w, r + kSlab, in, out));
-      if (stream) {
-        stream_row_pair<kLanes>(layout, dst, k, static_cast<int64_t>(c), r, r + kSlab,
-                                static_cast<int64_t>(w));
+      uint16_t* rb = r + w;  // the second row's roundings
+      if (w == cols) {
+        // The pair's two rows are one contiguous span.
+        rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(rule, span_part(s, e, pair, r, in, out));
       } else {
-        store_row_pair(layout, dst, k, static_cast<int64_t>(c), r, r + kSlab,
-                       static_cast<int64_t>(w));
+        rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(rule, span_part(s, e + c, w, r, in, out));
+        rule_loop<kSum, Rounded::bfloat16, Rule, kBf16>(rule,
+                                                        span_part(s, e + cols + c, w, rb, in, out));
+      }
+      const auto n = static_cast<int64_t>(c), count = static_cast<int64_t>(w);
+      if (stream) {
+        stream_row_pair<kLanes>(layout, dst, k, n, r, rb, count);
+      } else {
+        store_row_pair(layout, dst, k, n, r, rb, count);
       }
     }
   }
