@@ -54,22 +54,36 @@ const PairedRowsLayout kPaired{.rows = 50,
                                .col_tile_stride = 56 * 16,
                                .size = 56 * 112};
 
+// The same kernel as an 8 x 625 matrix, in tiles of 4 x 64 (columns padded to 640): a pair's rows
+// are longer than the buffer the update rounds them into, so they go through it in parts, the
+// last one shorter.
+const PairedRowsLayout kWidePaired{.rows = 8,
+                                   .cols = 625,
+                                   .row_block = 4,
+                                   .col_block = 64,
+                                   .row_tile_stride = 4 * 64,
+                                   .col_tile_stride = 8 * 64,
+                                   .size = 8 * 640};
+
 // Runs `steps` steps with and without the rounded copies (float32 values, or `bfloat16_copy`) and
 // compares; `split` applies each step as three ranges on three threads, as replicas do. `paired`:
-// the kernel's bfloat16 copy is kept in kPaired (the ranges then cut its pairs of rows).
+// the kernel's bfloat16 copy is kept in that layout (the ranges then cut its pairs of rows).
 // `streamed`: the split ranges write the copy around the caches, as the step asks on some CPUs.
 void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_copy = false,
-                                bool paired = false, bool streamed = false) {
-  SCOPED_TRACE(paired ? "paired bfloat16 copy" : bfloat16_copy ? "bfloat16 copy" : "float32 copy");
+                                const PairedRowsLayout* paired = nullptr, bool streamed = false) {
+  SCOPED_TRACE(paired != nullptr ? "paired bfloat16 copy"
+               : bfloat16_copy   ? "bfloat16 copy"
+                                 : "float32 copy");
   SCOPED_TRACE(streamed ? "streamed" : "stored");
   std::vector<Variable> plain = make_vars(), cached = make_vars();
-  if (paired) {
-    plain[0] = Variable(plain[0].value().reshape({50, 100}), "dense/kernel");
-    cached[0] = Variable(cached[0].value().reshape({50, 100}), "dense/kernel");
-    ASSERT_TRUE(mixed_precision::paired_bfloat16_weights(cached[0], kPaired).defined());
+  const Shape matrix = paired != nullptr ? Shape{paired->rows, paired->cols} : Shape{};
+  if (paired != nullptr) {
+    plain[0] = Variable(plain[0].value().reshape(matrix), "dense/kernel");
+    cached[0] = Variable(cached[0].value().reshape(matrix), "dense/kernel");
+    ASSERT_TRUE(mixed_precision::paired_bfloat16_weights(cached[0], *paired).defined());
   }
   for (const Variable& v : cached) {
-    if (paired && v.same_as(cached[0])) continue;
+    if (paired != nullptr && v.same_as(cached[0])) continue;
     if (bfloat16_copy) {
       mixed_precision::bfloat16_weights(v);
     } else {
@@ -83,7 +97,7 @@ void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_c
   for (const Variable& v : cached) total += v.num_elements();
   for (int step = 0; step < 4; ++step) {
     std::vector<Tensor> g = grads_for_step(step);
-    if (paired) g[0] = g[0].reshape({50, 100});
+    if (paired != nullptr) g[0] = g[0].reshape(matrix);
     opt_plain->apply_gradients(g, plain);
     if (!split) {
       opt_cached->apply_gradients(g, cached);
@@ -95,17 +109,17 @@ void check_keeps_copies_current(const Factory& make, bool split, bool bfloat16_c
       const float* w = cached[i].raw_value().data<float>();
       const float* ref = plain[i].raw_value().data<float>();
       const distribute::RoundedOut r = mixed_precision::rounded_weights_out(cached[i]);
-      const bool in_pairs = paired && i == 0;
+      const bool in_pairs = paired != nullptr && i == 0;
       ASSERT_TRUE(bfloat16_copy || in_pairs ? r.bf16 != nullptr : r.values != nullptr)
           << "step " << step << ": the copy of " << cached[i].name() << " went stale";
-      ASSERT_EQ(r.layout, in_pairs ? &kPaired : nullptr);
-      std::vector<bool> written(in_pairs ? static_cast<size_t>(kPaired.size) : 0);
+      ASSERT_EQ(r.layout, in_pairs ? paired : nullptr);
+      std::vector<bool> written(in_pairs ? static_cast<size_t>(paired->size) : 0);
       for (int64_t j = 0; j < cached[i].num_elements(); ++j) {
         ASSERT_EQ(float_bits(w[j]), float_bits(ref[j]))
             << cached[i].name() << "[" << j << "] step " << step;
         int64_t at = j;
         if (in_pairs) {
-          at = kPaired.offset(j / kPaired.cols, j % kPaired.cols);
+          at = paired->offset(j / paired->cols, j % paired->cols);
           written[static_cast<size_t>(at)] = true;
         }
         // A bfloat16 holds the upper half of the float it rounds to.
@@ -156,23 +170,35 @@ TEST(OptimizerBfloat16Rounded, TheBfloat16CopyIsKeptCurrentInEveryPath) {
 // a pair (another thread writes the pair's other row).
 TEST(OptimizerBfloat16Rounded, ACopyInPairsOfRowsIsKeptCurrentInEveryPath) {
   check_keeps_copies_current([] { return std::make_unique<Adam>(AdamOptions{}); }, false, true,
-                             true);
+                             &kPaired);
   check_keeps_copies_current(
       [] { return std::make_unique<SGD>(SGDOptions{.momentum = 0.9, .base = {.clipvalue = 0.5}}); },
-      false, true, true);
+      false, true, &kPaired);
   check_keeps_copies_current([] { return std::make_unique<Adam>(AdamOptions{}); }, true, true,
-                             true);
+                             &kPaired);
   check_keeps_copies_current([] { return std::make_unique<RMSprop>(RMSpropOptions{}); }, true, true,
-                             true);
+                             &kPaired);
+}
+
+// Rows longer than the update's buffer: each pair goes through it in parts, whole or cut into
+// ranges.
+TEST(OptimizerBfloat16Rounded, ACopyInPairsOfLongRowsIsKeptCurrent) {
+  const Factory adam = [] { return std::make_unique<Adam>(AdamOptions{}); };
+  check_keeps_copies_current(adam, false, true, &kWidePaired);
+  check_keeps_copies_current(adam, true, true, &kWidePaired);
+  check_keeps_copies_current(
+      [] { return std::make_unique<SGD>(SGDOptions{.momentum = 0.9, .base = {.clipvalue = 0.5}}); },
+      true, true, &kWidePaired);
 }
 
 // Written around the caches (whole pairs of rows a tile's run at a time, the ends of a range
 // stored), the plain copy and the one in pairs of rows hold the same values.
 TEST(OptimizerBfloat16Rounded, AStreamedCopyIsKeptCurrent) {
   const Factory adam = [] { return std::make_unique<Adam>(AdamOptions{}); };
-  check_keeps_copies_current(adam, true, true, true, true);
-  check_keeps_copies_current(adam, true, true, false, true);
-  check_keeps_copies_current(adam, true, false, false, true);
+  check_keeps_copies_current(adam, true, true, &kPaired, true);
+  check_keeps_copies_current(adam, true, true, &kWidePaired, true);
+  check_keeps_copies_current(adam, true, true, nullptr, true);
+  check_keeps_copies_current(adam, true, false, nullptr, true);
 }
 
 TEST(OptimizerBfloat16Rounded, AVariableWithoutACopyGetsNone) {
