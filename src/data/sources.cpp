@@ -82,18 +82,23 @@ class SlicesAccess : public RandomAccess {
     }
   }
   void gather_rows(std::span<const int64_t> idx, const Element& dst, int64_t row) const override {
-    // Rows are scattered over the whole dataset (tens of MB): prefetch a few rows ahead so that
-    // the copies overlap the cache misses instead of waiting on each.
-    constexpr size_t kAhead = 4;
+    // Rows are scattered over the whole dataset (tens of MB): prefetch rows ahead so that the
+    // copies overlap the cache misses instead of waiting on each. Every line a row touches: one
+    // that does not start a line spans one more.
+    constexpr size_t kAhead = 8;
     for (size_t c = 0; c < tensors_.size(); ++c) {
       size_t rb = row_bytes_[c];
       const char* src = static_cast<const char*>(tensors_[c].raw_data());
       char* out = static_cast<char*>(dst[c].raw_data()) + static_cast<size_t>(row) * rb;
-      for (size_t k = 0; k < idx.size(); ++k) {
-        if (k + kAhead < idx.size()) {
-          const char* p = src + static_cast<size_t>(idx[k + kAhead]) * rb;
-          for (size_t b = 0; b < rb; b += 64) __builtin_prefetch(p + b);
+      auto prefetch_row = [&](size_t k) {
+        const auto first = reinterpret_cast<uintptr_t>(src + static_cast<size_t>(idx[k]) * rb);
+        for (uintptr_t line = first & ~uintptr_t{63}; line < first + rb; line += 64) {
+          __builtin_prefetch(reinterpret_cast<const void*>(line));
         }
+      };
+      for (size_t k = 0; k < std::min(kAhead, idx.size()); ++k) prefetch_row(k);
+      for (size_t k = 0; k < idx.size(); ++k) {
+        if (k + kAhead < idx.size()) prefetch_row(k + kAhead);
         std::memcpy(out + k * rb, src + static_cast<size_t>(idx[k]) * rb, rb);
       }
     }
