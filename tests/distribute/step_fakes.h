@@ -18,6 +18,7 @@
 #include "lockstep/distribute/collective.h"
 #include "lockstep/distribute/elementwise_update.h"
 #include "lockstep/distribute/strategy.h"
+#include "testing/paired_layout.h"
 
 namespace lockstep::distribute::testing {
 
@@ -39,14 +40,7 @@ class FakeUpdate : public ElementwiseUpdate {
   // outermost (oneDNN's BA16a...b2a order with smaller tiles).
   static PairedRowsLayout paired_layout(int64_t n) {
     const int64_t cols = n % 100 == 0 ? 100 : 1, rows = n / cols;
-    const int64_t padded_rows = (rows + 7) / 8 * 8, padded_cols = (cols + 15) / 16 * 16;
-    return {.rows = rows,
-            .cols = cols,
-            .row_block = 8,
-            .col_block = 16,
-            .row_tile_stride = 8 * 16,
-            .col_tile_stride = padded_rows * 16,
-            .size = padded_rows * padded_cols};
+    return lockstep::testing::tiled_paired_layout(rows, cols, 8, 16);
   }
   void bind(const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) {

@@ -15,6 +15,7 @@
 #include "lockstep/keras/optimizers.h"
 #include "optimizer_update_in_ranges.h"
 #include "testing/bfloat16_reference.h"
+#include "testing/paired_layout.h"
 
 namespace lockstep::keras::optimizers {
 namespace {
@@ -46,24 +47,12 @@ using Factory = std::function<std::unique_ptr<Optimizer>()>;
 // The kernel of make_vars() as a 50 x 100 matrix in pairs of rows interleaved, in tiles of 8 x 16
 // (both extents padded: 56 x 112), the tiles along the columns outermost — as oneDNN's BA16a...b2a
 // weights are, with smaller tiles so that rows and columns both end inside one.
-const PairedRowsLayout kPaired{.rows = 50,
-                               .cols = 100,
-                               .row_block = 8,
-                               .col_block = 16,
-                               .row_tile_stride = 8 * 16,
-                               .col_tile_stride = 56 * 16,
-                               .size = 56 * 112};
+const PairedRowsLayout kPaired = lockstep::testing::tiled_paired_layout(50, 100, 8, 16);
 
 // The same kernel as an 8 x 625 matrix, in tiles of 4 x 64 (columns padded to 640): a pair's rows
 // are longer than the buffer the update rounds them into, so they go through it in parts, the
 // last one shorter.
-const PairedRowsLayout kWidePaired{.rows = 8,
-                                   .cols = 625,
-                                   .row_block = 4,
-                                   .col_block = 64,
-                                   .row_tile_stride = 4 * 64,
-                                   .col_tile_stride = 8 * 64,
-                                   .size = 8 * 640};
+const PairedRowsLayout kWidePaired = lockstep::testing::tiled_paired_layout(8, 625, 4, 64);
 
 // Runs `steps` steps with and without the rounded copies (float32 values, or `bfloat16_copy`) and
 // compares; `split` applies each step as three ranges on three threads, as replicas do. `paired`:

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "testing/bf16_matmul_mode.h"
+#include "testing/paired_layout.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -161,13 +162,7 @@ TEST(PairedKernel, AProductWithThePairedKernelHasThePlainProductsBits) {
 }
 
 TEST(PairedKernel, AKernelOfAnotherSizeIsRefusedNamingBoth) {
-  const PairedRowsLayout layout{.rows = 64,
-                                .cols = 16,
-                                .row_block = 32,
-                                .col_block = 16,
-                                .row_tile_stride = 32 * 16,
-                                .col_tile_stride = 64 * 16,
-                                .size = 64 * 16};
+  const PairedRowsLayout layout = lockstep::testing::tiled_paired_layout(64, 16, 32, 16);
   const Tensor x = bf16_sample({4, 64}, 1);
   Tensor y({4, 16}, DType::bfloat16);
   try {
