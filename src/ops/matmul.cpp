@@ -13,6 +13,7 @@
 
 #include "core/shared_blocks.h"
 #include "lockstep/core/check.h"
+#include "lockstep/core/cpu_isa.h"
 #include "lockstep/ops/shape_ops.h"
 
 #include "internal.h"
@@ -318,20 +319,27 @@ void gemm_bf16_via_f32(const Tensor& a, const Tensor& b, const Tensor& bias, boo
 // aᵀ·b into out ([m, n]; a is [k, m], b [k, n], all float32 and dense) with oneDNN's sgemm, in
 // blocks of out's rows (weight_gradient_blocks). While a replica's weight gradient runs, the
 // thread of a replica that finished first has nothing to do: the blocks are its to take
-// (for_each_block). Returns false when sgemm refused the shape (nothing written that counts).
+// (for_each_block) where share_weight_gradient_blocks(). Returns false when sgemm refused the shape (nothing written that counts).
 bool weight_gradient_by_blocks(int64_t m, int64_t n, int64_t k, const float* a, const float* b,
                                float* out) {
   const RowBlocks split = weight_gradient_blocks(m, n, k);
   std::atomic<bool> ok{true};
-  for_each_block(split.blocks, [&](int blk) {
+  auto block = [&](int blk) {
     const int64_t r0 = blk * split.rows, rows = std::min(split.rows, m - r0);
     if (dnnl_sgemm('T', 'N', rows, n, k, 1.0f, a + r0, m, b, n, 0.0f, out + r0 * n, n) !=
         dnnl_success)
       ok.store(false, std::memory_order_relaxed);
-  });
+  };
+  if (share_weight_gradient_blocks()) {
+    for_each_block(split.blocks, block);
+  } else {
+    for (int blk = 0; blk < split.blocks; ++blk) block(blk);
+  }
   return ok.load(std::memory_order_relaxed);
 }
 
+// -1: not chosen yet (the CPU's vendor decides at the first read).
+std::atomic<int> g_share_blocks{-1};
 std::atomic<int64_t> g_block_macs{WeightGradientBlocking{}.macs_per_block};
 std::atomic<int64_t> g_block_min_rows{WeightGradientBlocking{}.min_rows};
 
@@ -411,6 +419,21 @@ void set_weight_gradient_blocking(WeightGradientBlocking blocking) {
 WeightGradientBlocking weight_gradient_blocking() {
   return {g_block_macs.load(std::memory_order_relaxed),
           g_block_min_rows.load(std::memory_order_relaxed)};
+}
+
+void set_share_weight_gradient_blocks(bool on) {
+  g_share_blocks.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool share_weight_gradient_blocks() {
+  int on = g_share_blocks.load(std::memory_order_relaxed);
+  if (on < 0) {
+    on = cpu_vendor() == CpuVendor::amd ? 0 : 1;
+    int unset = -1;
+    // A setter that got there first wins.
+    if (!g_share_blocks.compare_exchange_strong(unset, on, std::memory_order_relaxed)) on = unset;
+  }
+  return on != 0;
 }
 
 RowBlocks weight_gradient_blocks(int64_t m, int64_t n, int64_t k) {

@@ -241,21 +241,29 @@ TEST(ReplicaScheduling, MixedBfloat16TransposedInputCopiesGiveTheBitsOfStridedPr
 }
 
 // The weight gradients split into blocks of rows that a thread done with its replica takes from
-// one still running (ops::weight_gradient_blocks, forced down to this model's size): the same
-// bytes on any number of threads.
+// one still running (ops::weight_gradient_blocks, forced down to this model's size), or that each
+// replica's thread runs itself (sharing off, the default on AMD CPUs): the same bytes on any
+// number of threads, and the same with sharing on or off.
 TEST(ReplicaScheduling, SharedWeightGradientBlocksKeepTheWeightsBitIdentical) {
   const ops::WeightGradientBlocking saved = ops::weight_gradient_blocking();
+  const bool saved_sharing = ops::share_weight_gradient_blocks();
   ops::set_weight_gradient_blocking({.macs_per_block = 1, .min_rows = 2});
   ASSERT_EQ(ops::weight_gradient_blocks(kInputs, kHidden, 8).blocks, 6);
   for (int n : {2, 3}) {
+    ops::set_share_weight_gradient_blocks(true);
     distribute::Strategy reference_strategy(config(n, 1));
     const std::string reference = fit_bytes(reference_strategy);
-    for (int t : {2, 3}) {
-      distribute::Strategy strategy(config(n, t));
-      EXPECT_TRUE(fit_bytes(strategy) == reference)
-          << n << " replicas on " << t << " threads differ from 1 thread with shared blocks";
+    for (bool sharing : {true, false}) {
+      ops::set_share_weight_gradient_blocks(sharing);
+      for (int t : {2, 3}) {
+        distribute::Strategy strategy(config(n, t));
+        EXPECT_TRUE(fit_bytes(strategy) == reference)
+            << n << " replicas on " << t << " threads differ from 1 thread with blocks "
+            << (sharing ? "shared" : "unshared");
+      }
     }
   }
+  ops::set_share_weight_gradient_blocks(saved_sharing);
   ops::set_weight_gradient_blocking(saved);
 }
 

@@ -30,6 +30,12 @@ struct BlockingGuard {
   ~BlockingGuard() { ops::set_weight_gradient_blocking(saved); }
 };
 
+struct SharingGuard {
+  bool saved = ops::share_weight_gradient_blocks();
+  explicit SharingGuard(bool on) { ops::set_share_weight_gradient_blocks(on); }
+  ~SharingGuard() { ops::set_share_weight_gradient_blocks(saved); }
+};
+
 Tensor weight_gradient(const Tensor& x, const Tensor& dz) {
   const Tensor w(Shape{x.dim(1), dz.dim(1)}, DType::float32);
   return ops::linear_backward(dz, x, w, Tensor(), ops::FusedActivation::none,
@@ -98,6 +104,7 @@ TEST(WeightGradientBlocks, EveryBlockMatchesAFloat64Reference) {
 // the blocks in order on one.
 TEST(WeightGradientBlocks, SharedBlocksGiveTheBytesOfOneThread) {
   const BlockingGuard guard({.macs_per_block = 1, .min_rows = 16});
+  const SharingGuard sharing(true);
   const Tensor x = random_tensor({64, 256}, 21), dz = random_tensor({64, 48}, 22);
   ASSERT_EQ(ops::weight_gradient_blocks(256, 48, 64).blocks, 8);
   const Tensor alone = weight_gradient(x, dz);
@@ -121,6 +128,40 @@ TEST(WeightGradientBlocks, SharedBlocksGiveTheBytesOfOneThread) {
   stop.store(true);
   helper.join();
   EXPECT_GT(helped.load(), 0) << "the helping thread never ran a block";
+}
+
+// With sharing off (the default on AMD CPUs) the owner runs every block itself, in the same
+// split: a thread helping on the board never gets one, and the bytes are those of shared blocks.
+TEST(WeightGradientBlocks, UnsharedBlocksStayWithTheirOwner) {
+  const BlockingGuard guard({.macs_per_block = 1, .min_rows = 16});
+  const Tensor x = random_tensor({64, 256}, 23), dz = random_tensor({64, 48}, 24);
+  ASSERT_EQ(ops::weight_gradient_blocks(256, 48, 64).blocks, 8);
+  Tensor shared;
+  {
+    const SharingGuard sharing(true);
+    shared = weight_gradient(x, dz);
+  }
+  const SharingGuard sharing(false);
+  EXPECT_FALSE(ops::share_weight_gradient_blocks());
+  BlockBoard board;
+  std::atomic<bool> stop{false};
+  std::atomic<int> helped{0}, looked{0};
+  std::thread helper([&] {
+    while (!stop.load()) {
+      if (board.help()) helped.fetch_add(1);
+      looked.fetch_add(1);
+    }
+  });
+  // Until the helper has looked at the board many times while the products ran.
+  for (int r = 0; r < 50 || (looked.load() < 1000 && r < 200000); ++r) {
+    const BlockBoardScope scope(&board);
+    const Tensor own = weight_gradient(x, dz);
+    ASSERT_EQ(std::memcmp(own.data<float>(), shared.data<float>(), shared.nbytes()), 0)
+        << "repeat " << r;
+  }
+  stop.store(true);
+  helper.join();
+  EXPECT_EQ(helped.load(), 0) << "a helping thread ran a block with sharing off";
 }
 
 }  // namespace

@@ -62,6 +62,14 @@ struct WeightGradientBlocking {
 };
 void set_weight_gradient_blocking(WeightGradientBlocking blocking);
 WeightGradientBlocking weight_gradient_blocking();
+// Whether threads done with their replica take those blocks from a replica still running (the
+// split, and so the bits, are the same either way). A block taken moves its columns of x, all of dz
+// and its rows of the gradient between the two cores' caches, and the owner's next step writes
+// those lines back: where the cores' caches are far apart (the AMD CPUs measured) that costs more
+// than the balance buys, where they share a last-level cache (the Intel Xeons measured) less.
+// Process-wide; unset, the CPU's vendor decides (docs/performance.md, "Measured design choices").
+void set_share_weight_gradient_blocks(bool on);
+bool share_weight_gradient_blocks();
 // How many blocks of how many rows an [m, n] weight gradient over k examples runs in.
 struct RowBlocks {
   int blocks = 1;
