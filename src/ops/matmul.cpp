@@ -319,7 +319,8 @@ void gemm_bf16_via_f32(const Tensor& a, const Tensor& b, const Tensor& bias, boo
 // aᵀ·b into out ([m, n]; a is [k, m], b [k, n], all float32 and dense) with oneDNN's sgemm, in
 // blocks of out's rows (weight_gradient_blocks). While a replica's weight gradient runs, the
 // thread of a replica that finished first has nothing to do: the blocks are its to take
-// (for_each_block) where share_weight_gradient_blocks(). Returns false when sgemm refused the shape (nothing written that counts).
+// (for_each_block) where share_weight_gradient_blocks(). Returns false when sgemm refused the
+// shape (nothing written that counts).
 bool weight_gradient_by_blocks(int64_t m, int64_t n, int64_t k, const float* a, const float* b,
                                float* out) {
   const RowBlocks split = weight_gradient_blocks(m, n, k);
