@@ -339,7 +339,7 @@ bool weight_gradient_by_blocks(int64_t m, int64_t n, int64_t k, const float* a, 
   return ok.load(std::memory_order_relaxed);
 }
 
-// -1: not chosen yet (the CPU's vendor decides at the first read).
+// -1: not set (the CPU's vendor decides).
 std::atomic<int> g_share_blocks{-1};
 std::atomic<int64_t> g_block_macs{WeightGradientBlocking{}.macs_per_block};
 std::atomic<int64_t> g_block_min_rows{WeightGradientBlocking{}.min_rows};
@@ -427,14 +427,8 @@ void set_share_weight_gradient_blocks(bool on) {
 }
 
 bool share_weight_gradient_blocks() {
-  int on = g_share_blocks.load(std::memory_order_relaxed);
-  if (on < 0) {
-    on = cpu_vendor() == CpuVendor::amd ? 0 : 1;
-    int unset = -1;
-    // A setter that got there first wins.
-    if (!g_share_blocks.compare_exchange_strong(unset, on, std::memory_order_relaxed)) on = unset;
-  }
-  return on != 0;
+  const int on = g_share_blocks.load(std::memory_order_relaxed);
+  return on < 0 ? cpu_vendor() != CpuVendor::amd : on != 0;
 }
 
 RowBlocks weight_gradient_blocks(int64_t m, int64_t n, int64_t k) {

@@ -59,7 +59,7 @@ void fence_streaming_stores() {
 }
 
 std::atomic<size_t> g_streaming_threshold{size_t{16} << 20};
-// -1: not chosen yet (the CPU's vendor decides at the first read).
+// -1: not set (the CPU's vendor decides).
 std::atomic<int> g_stream_shared_reads{-1};
 std::atomic<BufferedUpdate::InPlace> g_in_place{BufferedUpdate::InPlace::when_quiet};
 
@@ -172,16 +172,8 @@ void BufferedUpdate::set_stream_shared_reads(bool on) {
 }
 
 bool BufferedUpdate::stream_shared_reads() {
-  int on = g_stream_shared_reads.load(std::memory_order_relaxed);
-  if (on < 0) {
-    on = cpu_vendor() == CpuVendor::amd ? 1 : 0;
-    int unset = -1;
-    // A setter that got there first wins.
-    if (!g_stream_shared_reads.compare_exchange_strong(unset, on, std::memory_order_relaxed)) {
-      on = unset;
-    }
-  }
-  return on != 0;
+  const int on = g_stream_shared_reads.load(std::memory_order_relaxed);
+  return on < 0 ? cpu_vendor() == CpuVendor::amd : on != 0;
 }
 
 void BufferedUpdate::set_in_place(InPlace mode) {
