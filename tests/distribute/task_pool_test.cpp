@@ -522,6 +522,81 @@ TEST(TaskPool, OnABusyMachineTheCallerBacksUpATaskHeldOnAnotherCpuAtOnce) {
   }
 }
 
+// On a busy machine, a helper whose run of a finished phase the caller must wait for is brought
+// onto the caller's CPU (its affinity narrowed to that CPU) and puts its own mask back when it
+// leaves the phase; on a quiet machine nothing moves. The helper's run is held in the run hook
+// until it sees its affinity narrowed — polled, with a deadline after which the test fails
+// rather than hangs; the caller, bound to one CPU for the test, meanwhile backs the task up,
+// returns from run() and waits in wait_for_runs_before().
+TEST(TaskPool, OnABusyMachineTheCallerPullsARunItWaitsForOntoItsCpu) {
+  cpu_set_t original;
+  CPU_ZERO(&original);
+  ASSERT_EQ(sched_getaffinity(0, sizeof original, &original), 0);
+  int here = -1;
+  for (int c = 0; c < CPU_SETSIZE && here < 0; ++c)
+    if (CPU_ISSET(c, &original)) here = c;
+  cpu_set_t only_here;
+  CPU_ZERO(&only_here);
+  CPU_SET(here, &only_here);
+  for (const bool busy : {true, false}) {
+    // Created before the caller binds itself: the helper's own mask is the whole machine.
+    TaskPool pool({.num_threads = 2,
+                   .backup_slack = std::chrono::microseconds(100),
+                   .machine_busy = [busy] { return busy; }});
+    std::atomic<int> held{-1};
+    std::atomic<bool> narrowed{false};
+    pool.set_run_hook([&](int, int task, int thread, bool backup, uint64_t) {
+      if (backup) return;
+      if (thread == 0) {
+        // The caller's first run waits until the helper holds the other task.
+        while (held.load() < 0) std::this_thread::yield();
+        return;
+      }
+      int none = -1;
+      if (!held.compare_exchange_strong(none, task)) return;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(busy ? 60 : 1);
+      cpu_set_t mask;
+      do {
+        std::this_thread::yield();
+        CPU_ZERO(&mask);
+        sched_getaffinity(0, sizeof mask, &mask);
+      } while (!CPU_EQUAL(&mask, &only_here) && std::chrono::steady_clock::now() < deadline);
+      narrowed.store(CPU_EQUAL(&mask, &only_here));
+    });
+    ASSERT_EQ(sched_setaffinity(0, sizeof only_here, &only_here), 0);
+    CountingPhase first(2);
+    pool.run(first);  // returns once the held task's backup committed
+    pool.wait_for_runs_before(UINT64_MAX);
+    pool.set_run_hook({});
+    ASSERT_EQ(sched_setaffinity(0, sizeof original, &original), 0);
+    ASSERT_GE(held.load(), 0);
+    for (int t = 0; t < 2; ++t) EXPECT_EQ(first.commits_[static_cast<size_t>(t)].load(), 1);
+    const bool movable = CPU_COUNT(&original) > 1;
+    if (busy) {
+      EXPECT_EQ(pool.stats().pulls, 1u);
+      EXPECT_TRUE(narrowed.load()) << "the held run never ran on the caller's CPU alone";
+    } else {
+      EXPECT_EQ(pool.stats().pulls, 0u);
+      if (movable) {
+        EXPECT_FALSE(narrowed.load()) << "quiet, the helper was moved";
+      }
+    }
+    // The next phase's helper run sees the mask the helper started with.
+    cpu_set_t next_mask;
+    CPU_ZERO(&next_mask);
+    {
+      WaitForThread helper_ran(pool, 1,
+                               [&] { sched_getaffinity(0, sizeof next_mask, &next_mask); });
+      CountingPhase second(2);
+      pool.run(second);
+      pool.wait_for_runs_before(UINT64_MAX);
+      pool.set_run_hook({});
+      ASSERT_TRUE(helper_ran.started());
+    }
+    EXPECT_TRUE(CPU_EQUAL(&next_mask, &original)) << (busy ? "busy" : "quiet");
+  }
+}
+
 // A first phase that counts its phase_done() calls and what its commits had reached then; a
 // second phase whose runs record what of the first they saw when they started.
 class FirstPhase : public CountingPhase {

@@ -24,6 +24,12 @@ namespace lockstep::distribute {
 
 using namespace task_pool_detail;
 
+namespace {
+// How long the caller yields its CPU to a helper it pulled there (pull_late_runners) before it
+// sleeps: the rest of one kernel call, usually; a scheduler slice at most.
+constexpr int64_t kPulledRunYieldNs = 4'000'000;
+}  // namespace
+
 void TaskPool::set_run_hook(RunHook hook) {
   std::lock_guard lock(hook_mu_);
   hook_ = std::move(hook);
@@ -37,8 +43,8 @@ void TaskPool::set_join_hook(JoinHook hook) {
 }
 
 TaskPoolStats TaskPool::stats() const {
-  return {sequence_,         runs_.load(),       backups_.load(),      backup_wins_.load(),
-          cancelled_.load(), placements_.load(), eager_backups_.load()};
+  return {sequence_,         runs_.load(),       backups_.load(),       backup_wins_.load(),
+          cancelled_.load(), placements_.load(), eager_backups_.load(), pulls_.load()};
 }
 
 uint64_t TaskPool::run(TaskPhase& phase) {
@@ -165,9 +171,15 @@ void TaskPool::wait_for_runs_before(uint64_t sequence) {
       profiler::ScopedSpan wait(profiler::Phase::wait);
       // Usually a run of the last step between its commit and its return: watched for, with a
       // spare core, rather than slept on (as wait_for_progress does).
-      if (spin_ok_.load(std::memory_order_relaxed))
-        os::spin_until(options_.spin,
-                       [&] { return r->executing.load(std::memory_order_acquire) == 0; });
+      auto done = [&] { return r->executing.load(std::memory_order_acquire) == 0; };
+      if (spin_ok_.load(std::memory_order_relaxed)) os::spin_until(options_.spin, done);
+      // Yielded to rather than slept beside: asleep, the caller, once the run woke it, could wait
+      // a scheduler slice for its own CPU. Bounded by about one slice, after which it sleeps.
+      if (!done() && placing_.load(std::memory_order_relaxed) &&
+          pull_late_runners(sequence, sched_getcpu()) > 0) {
+        const int64_t until = now_ns() + kPulledRunYieldNs;
+        while (!done() && now_ns() < until) sched_yield();
+      }
       r->wait_executed();
     }
   }

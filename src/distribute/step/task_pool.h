@@ -149,6 +149,9 @@ struct TaskPoolStats {
   // Backups the caller claimed at once, on a busy machine, of a task held on another CPU (see
   // the top). Each is in `backups` too, unless its task was done before it began.
   uint64_t eager_backups = 0;
+  // Helpers brought onto the caller's CPU, on a busy machine, to finish a run of an earlier phase
+  // that the caller waits for (wait_for_runs_before).
+  uint64_t pulls = 0;
 };
 
 class TaskPool {
@@ -183,7 +186,8 @@ class TaskPool {
   uint64_t run(TaskPhase& first, TaskPhase& then);
 
   // Blocks until no run of a phase numbered below `sequence` is executing (spinning first for up
-  // to TaskPoolOptions::spin while the machine has a spare core):
+  // to TaskPoolOptions::spin while the machine has a spare core; on a busy machine a helper still
+  // in such a phase is first brought onto the caller's CPU, pull_late_runners):
   // call it before overwriting anything such a run may still read. A thread that has joined such
   // a phase but is not running a task (looking for one, or descheduled on its way) is not waited
   // for: a run that starts once its task is done returns at once, reading nothing.
@@ -252,6 +256,17 @@ class TaskPool {
   // one task, so beside a busy process it packed them on one CPU). The helper puts its own mask
   // back once awake. Unpinned helpers only.
   void place_sleepers_off(int cpu);
+  // On a busy machine, when the caller must wait for runs of phases before `sequence`: a helper
+  // still in such a phase — usually a run that lost to the caller's backup, descheduled inside a
+  // kernel behind the busy process — gets its affinity narrowed to `cpu`, the caller's, which the
+  // caller then yields to it. Left alone, it waited for its CPU until the kernel's balancer moved
+  // it (at the busy CPU's next tick) or the busy process's slice ended, 1–4 ms, and the next step
+  // with it. The helper puts its own mask back when it leaves the phase. Unpinned helpers only;
+  // returns how many were moved.
+  int pull_late_runners(uint64_t sequence, int cpu);
+  // On a helper: puts back the mask it started with if another thread narrowed it
+  // (place_sleepers_off, pull_late_runners).
+  void restore_mask(int thread);
 
   TaskPoolOptions options_;
   bool idle_work_prefers_own_task_ = false;      // the option, resolved
@@ -277,7 +292,8 @@ class TaskPool {
   // Per helper: where it sleeps between phases (see place_sleepers_off).
   struct Seat {
     std::atomic<int> tid{0}, cpu{-1}, asleep{0}, moved{0};
-    cpu_set_t mask;  // its affinity when it started
+    std::atomic<uint64_t> phase{0};  // the phase it is in (0: between phases)
+    cpu_set_t mask;                  // its affinity when it started
   };
   std::unique_ptr<Seat[]> seats_;
   std::atomic<bool> placing_{false};  // the machine is busy (set with phase_threads_)
@@ -288,7 +304,7 @@ class TaskPool {
   uint64_t sequence_ = 0;               // the caller's count of phases run
   std::atomic<bool> backed_up_{false};  // see last_phase_backed_up()
   mutable std::atomic<uint64_t> runs_{0}, backups_{0}, backup_wins_{0}, cancelled_{0},
-      placements_{0}, eager_backups_{0};
+      placements_{0}, eager_backups_{0}, pulls_{0};
 };
 
 }  // namespace lockstep::distribute

@@ -151,7 +151,11 @@ void TaskPool::helper(int thread) {
         }
         if (hook) hook(thread, cur);
       }
+      Seat& seat = seats_[static_cast<size_t>(thread)];
+      seat.phase.store(cur, std::memory_order_seq_cst);
       for (int64_t wake = 0; work_on(rec, thread, wake);) wait_for_progress(rec, thread, wake);
+      seat.phase.store(0, std::memory_order_seq_cst);
+      restore_mask(thread);
       rec.leave();
       continue;
     }
@@ -169,8 +173,7 @@ void TaskPool::helper(int thread) {
     seat.asleep.store(0, std::memory_order_seq_cst);
     // Moved off the caller's CPU for this wake-up only: its CPU is in its own mask, so putting the
     // mask back does not move it again.
-    if (seat.moved.exchange(0, std::memory_order_acq_rel) != 0)
-      sched_setaffinity(0, sizeof seat.mask, &seat.mask);
+    restore_mask(thread);
     awake_.fetch_add(1, std::memory_order_seq_cst);
   }
 }
@@ -193,6 +196,39 @@ void TaskPool::place_sleepers_off(int cpu) {
       placements_.fetch_add(1, std::memory_order_relaxed);
     }
   }
+}
+
+int TaskPool::pull_late_runners(uint64_t sequence, int cpu) {
+  if (cpu < 0) return 0;
+  int pulled = 0;
+  for (int t = 1; t < total_threads(); ++t) {
+    if (t < static_cast<int>(options_.pin_cores.size()) &&
+        !options_.pin_cores[static_cast<size_t>(t)].empty())
+      continue;
+    Seat& seat = seats_[static_cast<size_t>(t)];
+    const pid_t tid = seat.tid.load(std::memory_order_acquire);
+    const uint64_t phase = seat.phase.load(std::memory_order_seq_cst);
+    if (tid <= 0 || phase == 0 || phase >= sequence || !CPU_ISSET(cpu, &seat.mask)) continue;
+    cpu_set_t here;
+    CPU_ZERO(&here);
+    CPU_SET(cpu, &here);
+    // Marked before the narrowing: a helper that leaves the phase after it finds the mark.
+    seat.moved.store(1, std::memory_order_seq_cst);
+    if (sched_setaffinity(tid, sizeof here, &here) != 0) continue;
+    ++pulled;
+    pulls_.fetch_add(1, std::memory_order_relaxed);
+    // Left the phase meanwhile: it may have put its mask back before the narrowing, and will not
+    // look again until it has slept. The same mask, whichever of the two writes it last.
+    if (seat.phase.load(std::memory_order_seq_cst) != phase)
+      sched_setaffinity(tid, sizeof seat.mask, &seat.mask);
+  }
+  return pulled;
+}
+
+void TaskPool::restore_mask(int thread) {
+  Seat& seat = seats_[static_cast<size_t>(thread)];
+  if (seat.moved.exchange(0, std::memory_order_acq_rel) != 0)
+    sched_setaffinity(0, sizeof seat.mask, &seat.mask);
 }
 
 int TaskPool::asleep_helpers() const {
