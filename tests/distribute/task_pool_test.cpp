@@ -415,20 +415,33 @@ TEST(TaskPool, BusyMachineExtrasTakeTasksOnlyWhileTheMachineIsBusy) {
   }
 }
 
+// The calling thread's affinity, and a mask of its first CPU alone.
+struct CallerMasks {
+  cpu_set_t original, only_first;
+};
+CallerMasks caller_masks() {
+  CallerMasks m;
+  CPU_ZERO(&m.original);
+  CPU_ZERO(&m.only_first);
+  if (sched_getaffinity(0, sizeof m.original, &m.original) != 0) CPU_ZERO(&m.original);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &m.original)) {
+      CPU_SET(c, &m.only_first);
+      break;
+    }
+  }
+  return m;
+}
+
 // On a busy machine a helper asleep on the caller's CPU is woken elsewhere (the kernel would wake
 // it beside its waker, behind it), for that wake-up only; never on a quiet machine. The helper is
 // made to sleep on the caller's CPU by binding itself there during a first phase (its own mask,
 // kept by the pool from its start, stays the whole machine).
 TEST(TaskPool, OnABusyMachineAHelperAsleepOnTheCallersCpuWakesElsewhere) {
-  cpu_set_t original;
-  CPU_ZERO(&original);
-  ASSERT_EQ(sched_getaffinity(0, sizeof original, &original), 0);
-  int here = -1;
-  for (int c = 0; c < CPU_SETSIZE && here < 0; ++c)
-    if (CPU_ISSET(c, &original)) here = c;
-  cpu_set_t only_here;
-  CPU_ZERO(&only_here);
-  CPU_SET(here, &only_here);
+  const CallerMasks masks = caller_masks();
+  ASSERT_GT(CPU_COUNT(&masks.original), 0);
+  const cpu_set_t& original = masks.original;
+  const cpu_set_t& only_here = masks.only_first;
   for (const bool busy : {false, true}) {
     TaskPool pool({.num_threads = 2, .machine_busy = [busy] { return busy; }});
     pid_t helper_tid = 0;
@@ -444,12 +457,13 @@ TEST(TaskPool, OnABusyMachineAHelperAsleepOnTheCallersCpuWakesElsewhere) {
       pool.set_run_hook({});
       ASSERT_TRUE(helper_bound.started());
     }
-    // The helper goes to sleep on `here` (bound there); wait for it, by its state, not by time.
+    // The helper goes to sleep on `only_here` (bound there); wait for it, by its state, not by
+    // time.
     while (pool.asleep_helpers() < 1) std::this_thread::yield();
     // The second phase: the caller waits until the helper has taken a task, so the helper has
     // woken (and, if moved, put its mask back) before the checks below.
     WaitForThread helper_ran(pool, 1);
-    // (The first phase may have woken the helper off `here` already, if it had gone to sleep
+    // (The first phase may have woken the helper off `only_here` already, if it had gone to sleep
     // there when it started: count this phase's placements only.)
     const uint64_t placed_before = pool.stats().placements;
     CountingPhase second(2);
@@ -529,15 +543,10 @@ TEST(TaskPool, OnABusyMachineTheCallerBacksUpATaskHeldOnAnotherCpuAtOnce) {
 // rather than hangs; the caller, bound to one CPU for the test, meanwhile backs the task up,
 // returns from run() and waits in wait_for_runs_before().
 TEST(TaskPool, OnABusyMachineTheCallerPullsARunItWaitsForOntoItsCpu) {
-  cpu_set_t original;
-  CPU_ZERO(&original);
-  ASSERT_EQ(sched_getaffinity(0, sizeof original, &original), 0);
-  int here = -1;
-  for (int c = 0; c < CPU_SETSIZE && here < 0; ++c)
-    if (CPU_ISSET(c, &original)) here = c;
-  cpu_set_t only_here;
-  CPU_ZERO(&only_here);
-  CPU_SET(here, &only_here);
+  const CallerMasks masks = caller_masks();
+  ASSERT_GT(CPU_COUNT(&masks.original), 0);
+  const cpu_set_t& original = masks.original;
+  const cpu_set_t& only_here = masks.only_first;
   for (const bool busy : {true, false}) {
     // Created before the caller binds itself: the helper's own mask is the whole machine.
     TaskPool pool({.num_threads = 2,
