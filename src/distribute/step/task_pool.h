@@ -256,6 +256,8 @@ class TaskPool {
   // one task, so beside a busy process it packed them on one CPU). The helper puts its own mask
   // back once awake. Unpinned helpers only.
   void place_sleepers_off(int cpu);
+  // Whether `thread` is pinned by TaskPoolOptions::pin_cores (then never moved).
+  bool pinned(int thread) const;
   // On a busy machine, when the caller must wait for runs of phases before `sequence`: a helper
   // still in such a phase — usually a run that lost to the caller's backup, descheduled inside a
   // kernel behind the busy process — gets its affinity narrowed to `cpu`, the caller's, which the

@@ -178,12 +178,15 @@ void TaskPool::helper(int thread) {
   }
 }
 
+bool TaskPool::pinned(int thread) const {
+  return thread < static_cast<int>(options_.pin_cores.size()) &&
+         !options_.pin_cores[static_cast<size_t>(thread)].empty();
+}
+
 void TaskPool::place_sleepers_off(int cpu) {
   if (cpu < 0) return;
   for (int t = 1; t < total_threads(); ++t) {
-    if (t < static_cast<int>(options_.pin_cores.size()) &&
-        !options_.pin_cores[static_cast<size_t>(t)].empty())
-      continue;
+    if (pinned(t)) continue;
     Seat& seat = seats_[static_cast<size_t>(t)];
     if (seat.asleep.load(std::memory_order_seq_cst) == 0 ||
         seat.cpu.load(std::memory_order_relaxed) != cpu)
@@ -200,18 +203,16 @@ void TaskPool::place_sleepers_off(int cpu) {
 
 int TaskPool::pull_late_runners(uint64_t sequence, int cpu) {
   if (cpu < 0) return 0;
+  cpu_set_t here;
+  CPU_ZERO(&here);
+  CPU_SET(cpu, &here);
   int pulled = 0;
   for (int t = 1; t < total_threads(); ++t) {
-    if (t < static_cast<int>(options_.pin_cores.size()) &&
-        !options_.pin_cores[static_cast<size_t>(t)].empty())
-      continue;
+    if (pinned(t)) continue;
     Seat& seat = seats_[static_cast<size_t>(t)];
     const pid_t tid = seat.tid.load(std::memory_order_acquire);
     const uint64_t phase = seat.phase.load(std::memory_order_seq_cst);
     if (tid <= 0 || phase == 0 || phase >= sequence || !CPU_ISSET(cpu, &seat.mask)) continue;
-    cpu_set_t here;
-    CPU_ZERO(&here);
-    CPU_SET(cpu, &here);
     // Marked before the narrowing: a helper that leaves the phase after it finds the mark.
     seat.moved.store(1, std::memory_order_seq_cst);
     if (sched_setaffinity(tid, sizeof here, &here) != 0) continue;
