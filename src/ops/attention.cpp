@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cpu_dispatch.h"
+#include "core/lane_transpose.h"
 #include "lockstep/core/check.h"
 #include "lockstep/ops/masked_softmax.h"
 
@@ -19,7 +20,6 @@
 #include "broadcast_mask.h"
 #include "column_softmax.h"
 #include "kernel_util.h"
-#include "lane_transpose.h"
 #include "onednn.h"
 
 namespace lockstep::ops {
@@ -360,7 +360,7 @@ template <int W, typename T>
           r[i] = F{};
         }
       }
-      lane_transpose::transpose<W>(r);
+      ::lockstep::detail::lane_transpose::transpose<W>(r);
       for (int i = 0; i < W; ++i) store(bt + (d0 + i) * ld + t0, r[i]);
     }
   }

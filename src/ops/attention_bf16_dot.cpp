@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/lane_transpose.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/cpu_isa.h"
 
 #include "column_softmax.h"
-#include "lane_transpose.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -183,7 +183,7 @@ LOCKSTEP_TARGET_BF16_DOT void scores_bf16_dot(const uint16_t* a, int64_t a_rs, i
             t0 + k < T ? _mm512_maskz_loadu_epi16(m, b + (t0 + k) * b_rs + 2 * i0)
                        : _mm512_setzero_si512());
       }
-      lane_transpose::transpose<16>(r);
+      ::lockstep::detail::lane_transpose::transpose<16>(r);
       for (int64_t i = 0; i < words; ++i)
         _mm512_storeu_si512(pairs + (i0 + i) * ld + t0, reinterpret_cast<__m512i>(r[i]));
     }

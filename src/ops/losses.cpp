@@ -145,9 +145,9 @@ LOCKSTEP_DISPATCHED_LANES(void, softmax_crossentropy_short_rows_f32,
   for (int64_t r0 = 0; r0 < rows; r0 += W) {
     const int64_t count = std::min<int64_t>(W, rows - r0);
     // Padding lanes: probability 1, so their log is finite.
-    ::lockstep::detail::rows_to_columns(t + r0 * n, count, n, W, 1.0f, tt);
-    ::lockstep::detail::rows_to_columns(z + r0 * n, count, n, W, 1.0f, tz);
-    ::lockstep::detail::rows_to_columns(p + r0 * n, count, n, W, 1.0f, tp);
+    ::lockstep::detail::rows_to_columns<W>(t + r0 * n, count, n, W, 1.0f, tt, (rows - r0) * n);
+    ::lockstep::detail::rows_to_columns<W>(z + r0 * n, count, n, W, 1.0f, tz, (rows - r0) * n);
+    ::lockstep::detail::rows_to_columns<W>(p + r0 * n, count, n, W, 1.0f, tp, (rows - r0) * n);
     F best, zj, finite_zero = F{} + 0.0f, v, zk;
     std::memcpy(&best, tp, sizeof best);
     std::memcpy(&zj, tz, sizeof zj);

@@ -52,11 +52,9 @@ LOCKSTEP_DISPATCHED_LANES(void, softmax_short_rows_f32,
   alignas(64) float t[kMaxShortAxis * kBlock];
   for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
     const int64_t count = std::min(kBlock, rows - r0), ld = (count + W - 1) / W * W;
-    ::lockstep::detail::rows_to_columns(x + r0 * n, count, n, ld, 0.0f, t);
+    ::lockstep::detail::rows_to_columns<W>(x + r0 * n, count, n, ld, 0.0f, t, (rows - r0) * n);
     column_softmax::softmax_columns<W>(t, n, ld, nullptr);
-    float* out = y + r0 * n;
-    for (int64_t i = 0; i < count; ++i)
-      for (int64_t c = 0; c < n; ++c) out[i * n + c] = t[c * ld + i];
+    ::lockstep::detail::columns_to_rows<W>(t, ld, count, n, y + r0 * n, (rows - r0) * n);
   }
 }
 

@@ -64,7 +64,7 @@ LOCKSTEP_DISPATCHED_LANES(void, argmax_short_rows,
   alignas(64) int32_t best_out[W], nan_out[W];
   for (int64_t r0 = 0; r0 < rows; r0 += W) {
     const int64_t count = std::min<int64_t>(W, rows - r0);
-    ::lockstep::detail::rows_to_columns(x + r0 * n, count, n, W, 0.0f, columns);
+    ::lockstep::detail::rows_to_columns<W>(x + r0 * n, count, n, W, 0.0f, columns, (rows - r0) * n);
     F m, v;
     std::memcpy(&m, columns, sizeof m);
     I best = I{} + 0, nan = m != m;
