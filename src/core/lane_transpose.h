@@ -6,15 +6,9 @@
 // stores. It moves values and computes none, so it changes no bit.
 #include <cstdint>
 
-namespace lockstep::detail::lane_transpose {
+#include "core/vector_lanes.h"
 
-// W float32 lanes, and the lane indices of a shuffle (any other typedef of a vector of W floats is
-// the same type).
-template <int W>
-struct Lanes {
-  typedef float F __attribute__((vector_size(4 * W)));
-  typedef int32_t I __attribute__((vector_size(4 * W)));
-};
+namespace lockstep::detail::lane_transpose {
 
 // Round S (S = 1, 2, 4, ... W / 2) swaps the off-diagonal S × S blocks of each pair of rows
 // (i, i + S) with i & S == 0: after the last round every S × S block, and so every element, sits

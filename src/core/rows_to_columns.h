@@ -20,7 +20,7 @@ template <int W>
 [[gnu::always_inline]] inline void rows_to_columns(const float* __restrict rows, int64_t count,
                                                    int64_t n, int64_t ld, float pad,
                                                    float* __restrict columns, int64_t readable) {
-  using F = typename lane_transpose::Lanes<W>::F;
+  using F = typename Lanes<W>::F;
   const int64_t span = (n + W - 1) / W * W;
   int64_t i0 = 0;
   for (; i0 + W <= count && (i0 + W - 1) * n + span <= readable; i0 += W) {
@@ -46,7 +46,7 @@ template <int W>
 [[gnu::always_inline]] inline void columns_to_rows(const float* __restrict columns, int64_t ld,
                                                    int64_t count, int64_t n, float* __restrict rows,
                                                    int64_t writable) {
-  using F = typename lane_transpose::Lanes<W>::F;
+  using F = typename Lanes<W>::F;
   constexpr int64_t kMaxChunks = 8;  // n up to 8 W
   const int64_t chunks = (n + W - 1) / W;
   int64_t i0 = 0;

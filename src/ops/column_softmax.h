@@ -7,19 +7,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/vector_lanes.h"
+
 namespace lockstep::ops::column_softmax {
 
-// GCC vector extensions of W float32 lanes: one register of the build (LOCKSTEP_DISPATCHED_LANES:
-// 4 in the baseline build, 8 in x86-64-v3, 16 in x86-64-v4), passed by reference (by value they
-// would change the baseline ABI). Every loop below computes each lane on its own, so the width
-// changes no result: the three builds give the same bits.
+// GCC vector extensions of W float32 lanes (core/vector_lanes.h). Every loop below computes each
+// lane on its own, so the width changes no result: the three builds give the same bits.
 template <int W>
-struct Lanes {
-  typedef float F __attribute__((vector_size(4 * W)));
-  typedef int32_t I __attribute__((vector_size(4 * W)));
-  typedef uint32_t U __attribute__((vector_size(4 * W)));
-  typedef uint16_t H __attribute__((vector_size(2 * W)));
-};
+using Lanes = ::lockstep::detail::Lanes<W>;
 
 template <typename V>
 [[gnu::always_inline]] inline void load(V& v, const float* p) {
