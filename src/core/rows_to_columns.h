@@ -21,9 +21,9 @@ template <int W>
                                                    int64_t n, int64_t ld, float pad,
                                                    float* __restrict columns, int64_t readable) {
   using F = typename Lanes<W>::F;
-  const int64_t span = (n + W - 1) / W * W;
+  const int64_t chunks = (n + W - 1) / W;
   int64_t i0 = 0;
-  for (; i0 + W <= count && (i0 + W - 1) * n + span <= readable; i0 += W) {
+  for (; i0 + W <= count && (i0 + W - 1) * n + chunks * W <= readable; i0 += W) {
     for (int64_t j0 = 0; j0 < n; j0 += W) {
       F r[W];
       for (int i = 0; i < W; ++i) std::memcpy(&r[i], rows + (i0 + i) * n + j0, sizeof r[i]);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/cpu_dispatch.h"
+#include "core/vector_lanes.h"
 
 #include "internal.h"
 #include "kernel_util.h"
@@ -27,11 +28,7 @@ float float_of_bits(uint32_t u) {
 constexpr int kBand = 4;
 
 template <int W>
-struct Lanes {
-  typedef float F __attribute__((vector_size(4 * W)));
-  typedef uint32_t U __attribute__((vector_size(4 * W)));
-  typedef uint16_t H __attribute__((vector_size(2 * W)));
-};
+using Lanes = ::lockstep::detail::Lanes<W>;
 
 // By reference: a vector returned by value would change the baseline build's ABI.
 template <typename V, typename T>
