@@ -4,10 +4,9 @@
 #include <cstring>
 
 #include "core/lane_transpose.h"
+#include "core/vector_lanes.h"
 #include "lockstep/core/check.h"
 #include "lockstep/core/cpu_isa.h"
-
-#include "column_softmax.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -170,7 +169,7 @@ LOCKSTEP_TARGET_BF16_DOT void scores_bf16_dot(const uint16_t* a, int64_t a_rs, i
                  ". Received: ", ld, ".");
   // pairs[i, t] is word i of b's row t (its features 2i and 2i + 1 are adjacent): b's rows as
   // words, transposed 16 × 16 at a time in registers; the half past an odd D's last is zero.
-  using Words = column_softmax::Lanes<16>::F;
+  using Words = ::lockstep::detail::Lanes<16>::F;
   const int64_t D2 = (D + 1) / 2;
   for (int64_t i0 = 0; i0 < D2; i0 += 16) {
     const int64_t words = std::min<int64_t>(16, D2 - i0),
