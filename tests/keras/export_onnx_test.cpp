@@ -76,7 +76,7 @@ class ExportOnnx : public saving_test::TempDir {
     const std::string log = run("/usr/bin/node " + js + " '" + ort_dir + "' " + model_path + " " +
                                 in + " " + dtype + " " + dims + " " + out);
     if (log.find("MISSING onnxruntime-node") != std::string::npos) {
-      ADD_FAILURE() << log << "\nRun scripts/setup: it installs onnxruntime-node with "
+      ADD_FAILURE() << log << "\nRun scripts/setup --tests: it installs onnxruntime-node with "
                     << "`npm install --ignore-scripts onnxruntime-node` into " << ort_dir;
       return INFINITY;
     }
