@@ -149,6 +149,44 @@ TEST_P(MixedDenseBothKernels, AKernelsBfloat16DestinationTakesOneUseAndNotASum) 
   }
 }
 
+// Under mixed_bfloat16 with policy `mode`: a Dense kernel's gradient into a float32 destination
+// is written there, each element the bfloat16 destination's gradient widened, bit for bit.
+void expect_float32_destination_holds_the_bfloat16_gradient_widened(ops::Bf16MatmulMode mode) {
+  lockstep::testing::Bf16MatmulModeGuard guard_mode(mode);
+  PolicyGuard guard("mixed_bfloat16");
+  layers::Dense dense({.units = 5, .activation = "relu"});
+  Tensor x = random_tensor({12, 33}, 7);
+  dense(x);  // build
+  auto gradient_into = [&](const Tensor& dest) {
+    GradientTape tape;
+    const Tensor loss = reduce_sum(cast(dense(x), DType::float32));
+    return tape.gradient(loss, {dense.kernel(), dense.bias()}, {dest, {}})[0];
+  };
+  Tensor bf16_dest({33, 5}, DType::bfloat16), f32_dest({33, 5}, DType::float32);
+  const Tensor via_bf16 = gradient_into(bf16_dest);
+  ASSERT_TRUE(via_bf16.shares_storage_with(bf16_dest));
+  const Tensor got = gradient_into(f32_dest);
+  ASSERT_EQ(got.dtype(), DType::float32);
+  EXPECT_TRUE(got.shares_storage_with(f32_dest));
+  const Tensor want = via_bf16.to(DType::float32);
+  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0);
+  // Not all zero: a relu that let nothing through would make the comparison vacuous.
+  size_t nonzero = 0;
+  for (int64_t i = 0; i < got.num_elements(); ++i) nonzero += got.data<float>()[i] != 0.0f;
+  EXPECT_GT(nonzero, 0u);
+}
+
+// One replica's step hands the tape a float32 destination. The measured mode takes the float32
+// form where bfloat16 kernels are not faster (an Intel core without AMX) or absent, and that form
+// rounds the float32 product where it lies instead of narrowing it to bfloat16 and widening it.
+TEST(MixedPrecisionRoundedWeights, AKernelsFloat32DestinationHoldsTheBfloat16GradientWidened) {
+  for (const auto mode : {ops::Bf16MatmulMode::measured, ops::Bf16MatmulMode::float32_compute,
+                          ops::Bf16MatmulMode::bfloat16_kernels}) {
+    SCOPED_TRACE("Bf16MatmulMode " + std::to_string(static_cast<int>(mode)));
+    expect_float32_destination_holds_the_bfloat16_gradient_widened(mode);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, MixedDenseBothKernels,
                          ::testing::Values(ops::Bf16MatmulMode::bfloat16_kernels,
                                            ops::Bf16MatmulMode::float32_compute),

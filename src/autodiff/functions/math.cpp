@@ -45,6 +45,10 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
   // as TensorFlow and PyTorch's autocast compute it. Into a bfloat16 destination it stays bfloat16
   // (half the bytes for the step to sum), else it is widened (exactly).
   const bool bf16_kernel_grad = wdt == DType::float32 && bf16_values_kernel;
+  // In mixed_bfloat16's float32 form (float32 operands holding bfloat16 values) a float32 product
+  // rounded where it lies gives the bits of the bfloat16 result widened, in one pass and without
+  // the bfloat16 scratch, for a destination that is not bfloat16.
+  const bool round_f32_kernel_grad = bf16_kernel_grad && x.dtype() == DType::float32;
   // The output is kept only for an activation whose derivative reads it (not gelu's, which reads
   // z): a linear layer's output is otherwise free as soon as its consumers are done.
   const bool keeps_y =
@@ -52,14 +56,17 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
   autodiff::record(
       "linear", inputs, {y},
       [x, mk, y = keeps_y ? y : Tensor(), z, activation, need_dx, has_bias, wdt, gelu_rounded,
-       reads_rounded_dy, bf16_kernel_grad](const Grads& g, const Grads& sinks) {
+       reads_rounded_dy, bf16_kernel_grad,
+       round_f32_kernel_grad](const Grads& g, const Grads& sinks) {
         auto buffer = [](const Tensor& sink, const Shape& shape, DType dt) {
           return sink.defined() && sink.dtype() == dt ? sink : Tensor(shape, dt);
         };
         Grads out(has_bias ? 3 : 2);
         if (x.rank() == 2 && mk.rank() == 2) {
           if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
-          out[1] = buffer(sinks[1], mk.shape(), bf16_kernel_grad ? DType::bfloat16 : wdt);
+          const bool bf16_sink = sinks[1].defined() && sinks[1].dtype() == DType::bfloat16;
+          const bool bf16_out = bf16_kernel_grad && (bf16_sink || !round_f32_kernel_grad);
+          out[1] = buffer(sinks[1], mk.shape(), bf16_out ? DType::bfloat16 : wdt);
           if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)}, wdt);
         }
         if (gelu_rounded) {  // gelu's gradient of dy read rounded, then the rest
@@ -70,6 +77,10 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
           const Tensor dy = reads_rounded_dy ? ops::to_bfloat16_values_backward(g[0]) : g[0];
           ops::linear_backward_into(dy, x, mk, y, activation, out[0], out[1],
                                     has_bias ? out[2] : Tensor(), z);
+        }
+        if (out[1].defined() && bf16_kernel_grad && out[1].dtype() == DType::float32) {
+          round_to_bfloat16_values(out[1].data<float>(), out[1].data<float>(),
+                                   static_cast<size_t>(out[1].num_elements()));
         }
         if (out[1].defined() && out[1].dtype() != wdt && !out[1].shares_storage_with(sinks[1])) {
           // Widened to the variable's float32, straight into its destination when it has one.
