@@ -62,11 +62,12 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
           return sink.defined() && sink.dtype() == dt ? sink : Tensor(shape, dt);
         };
         Grads out(has_bias ? 3 : 2);
+        const bool rounds_in_place =
+            round_f32_kernel_grad && !(sinks[1].defined() && sinks[1].dtype() == DType::bfloat16);
         if (x.rank() == 2 && mk.rank() == 2) {
           if (need_dx) out[0] = Tensor(x.shape(), x.dtype());
-          const bool bf16_sink = sinks[1].defined() && sinks[1].dtype() == DType::bfloat16;
-          const bool bf16_out = bf16_kernel_grad && (bf16_sink || !round_f32_kernel_grad);
-          out[1] = buffer(sinks[1], mk.shape(), bf16_out ? DType::bfloat16 : wdt);
+          out[1] = buffer(sinks[1], mk.shape(),
+                          bf16_kernel_grad && !rounds_in_place ? DType::bfloat16 : wdt);
           if (has_bias) out[2] = buffer(sinks[2], Shape{mk.dim(1)}, wdt);
         }
         if (gelu_rounded) {  // gelu's gradient of dy read rounded, then the rest
@@ -78,7 +79,7 @@ void record_linear(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
           ops::linear_backward_into(dy, x, mk, y, activation, out[0], out[1],
                                     has_bias ? out[2] : Tensor(), z);
         }
-        if (out[1].defined() && bf16_kernel_grad && out[1].dtype() == DType::float32) {
+        if (rounds_in_place && out[1].defined()) {
           round_to_bfloat16_values(out[1].data<float>(), out[1].data<float>(),
                                    static_cast<size_t>(out[1].num_elements()));
         }
